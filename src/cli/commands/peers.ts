@@ -1,0 +1,44 @@
+import { peersPath } from '../../config/paths.js';
+import { InterlinkError } from '../../errors.js';
+import { fingerprintOf, parsePublicKey } from '../../identity/identity.js';
+import { addPeer, loadPeers, removePeer } from '../../peers/peers.js';
+import { expectPositionals, parse, print } from '../args.js';
+
+export const peersHelp = `usage: interlink-mcp peers list [--json]
+       interlink-mcp peers add <petname> <key> [--json]
+       interlink-mcp peers remove <petname> [--json]
+
+Edits peers.json ($INTERLINK_PEERS or <config>/peers.json): the identities whose messages
+this machine accepts. A petname is never re-pointed to a different key; remove it first.`;
+
+export async function peers(argv: readonly string[]): Promise<void> {
+  const [action, ...rest] = argv;
+  const args = parse(rest, { json: { type: 'boolean' } });
+  const json = args.values.json === true;
+  const path = peersPath();
+  switch (action) {
+    case 'list': {
+      expectPositionals(args, 0, 'interlink-mcp peers list');
+      const { table } = await loadPeers(path);
+      const rows = table.peers.map((p) => ({ petname: p.petname, key: p.key, fingerprint: fingerprintOf(parsePublicKey(p.key)) }));
+      print(json, { peers: rows }, () =>
+        rows.length === 0 ? 'no peers yet (add one with `interlink-mcp peers add <petname> <key>`)' : rows.map((r) => `${r.petname}  ${r.fingerprint}  ${r.key}`).join('\n'),
+      );
+      return;
+    }
+    case 'add': {
+      const [petname, key] = expectPositionals(args, 2, 'interlink-mcp peers add <petname> <key>') as [string, string];
+      const { outcome } = await addPeer(path, petname, key);
+      print(json, { petname, key, outcome }, () => (outcome === 'added' ? `added ${petname}` : `${petname} already has that key; nothing changed`));
+      return;
+    }
+    case 'remove': {
+      const [petname] = expectPositionals(args, 1, 'interlink-mcp peers remove <petname>') as [string];
+      const { key } = await removePeer(path, petname);
+      print(json, { petname, key, outcome: 'removed' }, () => `removed ${petname}`);
+      return;
+    }
+    default:
+      throw new InterlinkError('usage', peersHelp);
+  }
+}

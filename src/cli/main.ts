@@ -1,0 +1,61 @@
+#!/usr/bin/env node
+/**
+ * `interlink-mcp <command>`: a thin dispatcher. Exit codes: 0 success, 1 failure with a
+ * one-line reason on stderr, 64 usage error.
+ */
+import { InterlinkError } from '../errors.js';
+import { demo, demoHelp } from './commands/demo.js';
+import { keygen, keygenHelp, whoami, whoamiHelp } from './commands/identity.js';
+import { peers, peersHelp } from './commands/peers.js';
+
+const EXIT_FAILURE = 1;
+const EXIT_USAGE = 64;
+
+interface Command {
+  run: (argv: readonly string[]) => Promise<void>;
+  help: string;
+  summary: string;
+}
+
+const commands: Record<string, Command> = {
+  keygen: { run: keygen, help: keygenHelp, summary: 'create this identity (refuses to overwrite without --force)' },
+  whoami: { run: whoami, help: whoamiHelp, summary: 'print the public key and fingerprint' },
+  peers: { run: peers, help: peersHelp, summary: 'list, add or remove peers' },
+  demo: { run: demo, help: demoHelp, summary: 'show a signed message go through the gate into a mailbox' },
+};
+
+function usage(): string {
+  const width = Math.max(...Object.keys(commands).map((c) => c.length));
+  const lines = Object.entries(commands).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
+  return ['usage: interlink-mcp <command> [options]', '', 'commands:', ...lines, '', 'Every command takes --help.'].join('\n');
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+    process.stdout.write(usage() + '\n');
+    return name === undefined ? EXIT_USAGE : 0;
+  }
+  const command = commands[name];
+  if (command === undefined) {
+    process.stderr.write(`interlink-mcp: unknown command ${JSON.stringify(name)}\n${usage()}\n`);
+    return EXIT_USAGE;
+  }
+  if (rest.includes('--help') || rest.includes('-h')) {
+    process.stdout.write(command.help + '\n');
+    return 0;
+  }
+  try {
+    await command.run(rest);
+    return 0;
+  } catch (err) {
+    if (err instanceof InterlinkError) {
+      process.stderr.write(`interlink-mcp ${name}: ${err.message}\n`);
+      return err.code === 'usage' ? EXIT_USAGE : EXIT_FAILURE;
+    }
+    process.stderr.write(`interlink-mcp ${name}: ${(err as Error).message ?? String(err)}\n`);
+    return EXIT_FAILURE;
+  }
+}
+
+process.exitCode = await main(process.argv.slice(2));

@@ -1,0 +1,64 @@
+/**
+ * Where things live on disk (CONTRACT "Files and environment"), and the rule that keeps
+ * names chosen by users or peers from escaping their directory.
+ */
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { InterlinkError } from '../errors.js';
+
+export type Env = Readonly<Record<string, string | undefined>>;
+
+function nonEmpty(value: string | undefined): string | undefined {
+  return value !== undefined && value !== '' ? value : undefined;
+}
+
+export function configDir(env: Env = process.env): string {
+  const explicit = nonEmpty(env.INTERLINK_CONFIG_DIR);
+  if (explicit !== undefined) return explicit;
+  const xdg = nonEmpty(env.XDG_CONFIG_HOME);
+  return join(xdg ?? join(homedir(), '.config'), 'interlink');
+}
+
+export function stateDir(env: Env = process.env): string {
+  const explicit = nonEmpty(env.INTERLINK_STATE_DIR);
+  if (explicit !== undefined) return explicit;
+  const xdg = nonEmpty(env.XDG_STATE_HOME);
+  return join(xdg ?? join(homedir(), '.local', 'state'), 'interlink');
+}
+
+export function keyPath(env: Env = process.env): string {
+  return nonEmpty(env.INTERLINK_KEY) ?? join(configDir(env), 'id.key');
+}
+
+export function peersPath(env: Env = process.env): string {
+  return nonEmpty(env.INTERLINK_PEERS) ?? join(configDir(env), 'peers.json');
+}
+
+export const MAX_NAME_BYTES = 128;
+
+/**
+ * Session ids and petnames become path components. Anything that could name another
+ * directory, hide in a terminal or overflow a file name is refused.
+ */
+export function checkSafeName(name: string, what: 'session id' | 'petname'): string {
+  const reason = unsafeNameReason(name);
+  if (reason !== undefined) {
+    throw new InterlinkError('bad_name', `${what} ${JSON.stringify(name.slice(0, 40))} is not allowed: ${reason}`);
+  }
+  return name;
+}
+
+export function unsafeNameReason(name: string): string | undefined {
+  if (name.length === 0) return 'it is empty';
+  if (Buffer.byteLength(name, 'utf8') > MAX_NAME_BYTES) return `it is longer than ${MAX_NAME_BYTES} bytes`;
+  if (name === '.' || name === '..' || name.includes('..')) return 'it contains ".."';
+  if (name.includes('/') || name.includes('\\')) return 'it contains a path separator';
+  // eslint-disable-next-line no-control-regex
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(name)) return 'it contains a control character';
+  if (name.trim() !== name) return 'it starts or ends with white space';
+  return undefined;
+}
+
+export function mailboxPath(state: string, identity: string, session: string): string {
+  return join(state, 'mailbox', identity, `${checkSafeName(session, 'session id')}.json`);
+}

@@ -1,0 +1,54 @@
+/**
+ * Errors are values with a stable code. The code is what tools and tests match on;
+ * the message is one sentence a person can act on.
+ */
+export type ErrorCode =
+  // identity and configuration
+  | 'key_exists'
+  | 'key_missing'
+  | 'key_unreadable'
+  | 'bad_key'
+  | 'bad_name'
+  | 'peer_conflict'
+  | 'unknown_peer'
+  // envelopes and input
+  | 'bad_envelope'
+  | 'too_large'
+  | 'bad_signature'
+  // stores
+  | 'busy'
+  | 'corrupt'
+  | 'storage'
+  | 'mailbox_full'
+  // usage
+  | 'usage';
+
+export class InterlinkError extends Error {
+  readonly code: ErrorCode;
+  readonly details: Readonly<Record<string, unknown>> | undefined;
+
+  constructor(code: ErrorCode, message: string, details?: Record<string, unknown>, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'InterlinkError';
+    this.code = code;
+    this.details = details;
+  }
+
+  /** The form a tool result or `--json` output carries. */
+  toJSON(): { error: { code: ErrorCode; message: string } } {
+    return { error: { code: this.code, message: this.message } };
+  }
+}
+
+export function isInterlinkError(err: unknown, code?: ErrorCode): err is InterlinkError {
+  return err instanceof InterlinkError && (code === undefined || err.code === code);
+}
+
+/** errno code of a Node system error, if it is one. */
+export function errnoCode(err: unknown): string | undefined {
+  if (typeof err === 'object' && err !== null && 'code' in err) {
+    const code = (err as { code: unknown }).code;
+    return typeof code === 'string' ? code : undefined;
+  }
+  return undefined;
+}

@@ -1,0 +1,94 @@
+/**
+ * The trust gate: one pure function that decides whether a verified-or-not envelope may
+ * enter this identity's mailbox. The checks run in a fixed order and the first failure
+ * is the verdict:
+ *
+ *   1. signature    the envelope verifies under its own `from` key (strict Ed25519)
+ *   2. recipient    `to` is my key
+ *   3. authorized   a peer, or my own key (sibling sessions); a stranger may only knock
+ *                   with `pair_request`, or answer my outstanding request with `pair_accept`
+ *   4. fresh        at most 60 s in the future and 24 h in the past
+ *   5. not a replay `(from, msg_id)` not seen before
+ *
+ * Authorization runs before freshness and replay so that a stranger's plain message never
+ * costs a replay slot.
+ */
+import { type Envelope, KNOWN_KINDS, type KnownKind, verifyEnvelope } from '../envelope/envelope.js';
+
+export const MAX_FUTURE_MS = 60_000;
+export const MAX_PAST_MS = 24 * 60 * 60 * 1000;
+
+export type RejectCode =
+  | 'bad_signature'
+  | 'wrong_recipient'
+  | 'unsupported_kind'
+  | 'not_allowlisted'
+  | 'unexpected_pairing'
+  | 'unsolicited_accept'
+  | 'from_future'
+  | 'stale'
+  | 'replay';
+
+export type Admission = 'peer' | 'self' | 'pair_request' | 'pair_accept';
+
+export type Verdict =
+  | { ok: true; admission: Admission; kind: KnownKind; sender: string; petname?: string }
+  | { ok: false; code: RejectCode; reason: string };
+
+/** An outstanding pairing request this identity sent: to whom, and with which msg_id. */
+export interface OutstandingRequest {
+  to: string;
+  msg_id: string;
+}
+
+export interface GateContext {
+  me: string;
+  /** public key → petname, from peers.json. */
+  peers: ReadonlyMap<string, string>;
+  outstandingRequests: readonly OutstandingRequest[];
+  now: number;
+  seen: (sender: string, msgId: string) => boolean;
+  /** Signature check, injectable so tests can count or fake it; defaults to strict Ed25519. */
+  verify?: (envelope: Envelope) => boolean;
+}
+
+function reject(code: RejectCode, reason: string): Verdict {
+  return { ok: false, code, reason };
+}
+
+function isKnownKind(kind: string): kind is KnownKind {
+  return (KNOWN_KINDS as readonly string[]).includes(kind);
+}
+
+function authorize(envelope: Envelope & { kind: KnownKind }, ctx: GateContext): Verdict {
+  const sender = envelope.from;
+  const petname = ctx.peers.get(sender);
+  const isPairing = envelope.kind !== 'message';
+  if (sender === ctx.me || petname !== undefined) {
+    if (isPairing) return reject('unexpected_pairing', `${envelope.kind} from an identity that is already trusted`);
+    return sender === ctx.me
+      ? { ok: true, admission: 'self', kind: 'message', sender }
+      : { ok: true, admission: 'peer', kind: 'message', sender, petname };
+  }
+  if (envelope.kind === 'message') return reject('not_allowlisted', 'sender is not a peer; a stranger may only send a pairing request');
+  if (envelope.kind === 'pair_request') return { ok: true, admission: 'pair_request', kind: 'pair_request', sender };
+  const matches = ctx.outstandingRequests.some(
+    (request) => request.to === sender && (envelope.in_reply_to === undefined || envelope.in_reply_to === request.msg_id),
+  );
+  if (!matches) return reject('unsolicited_accept', 'pair_accept does not answer any outstanding pairing request of mine');
+  return { ok: true, admission: 'pair_accept', kind: 'pair_accept', sender };
+}
+
+export function decide(envelope: Envelope, ctx: GateContext): Verdict {
+  const verify = ctx.verify ?? verifyEnvelope;
+  if (!verify(envelope)) return reject('bad_signature', 'signature does not verify under the sender key');
+  if (envelope.to !== ctx.me) return reject('wrong_recipient', 'addressed to a different identity');
+  const kind = envelope.kind;
+  if (!isKnownKind(kind)) return reject('unsupported_kind', `kind ${kind} is not supported by this version`);
+  const verdict = authorize({ ...envelope, kind }, ctx);
+  if (!verdict.ok) return verdict;
+  if (envelope.ts > ctx.now + MAX_FUTURE_MS) return reject('from_future', 'timestamp is more than 60 s ahead of this clock');
+  if (envelope.ts < ctx.now - MAX_PAST_MS) return reject('stale', 'timestamp is more than 24 h old');
+  if (ctx.seen(envelope.from, envelope.msg_id)) return reject('replay', 'this message was already received');
+  return verdict;
+}

@@ -1,0 +1,277 @@
+/**
+ * The mailbox files: snapshot `<session>.json` plus journal `<session>.journal`.
+ *
+ * A commit appends complete JSON lines to the journal and fdatasyncs it: one sync,
+ * whatever the mailbox holds. When the journal outgrows the snapshot (and 1 MiB), the
+ * state is compacted: a new snapshot with the next generation is written atomically,
+ * then a fresh journal whose header names that generation replaces the old one.
+ *
+ * Crash guarantees:
+ *   - an op whose append was synced is in the journal, or in a snapshot written later;
+ *   - a torn final line (a crash mid-append, never acknowledged) is cut off by the next
+ *     writer, which holds the lock, so nobody is still writing it;
+ *   - between the two steps of compaction the journal's generation is older than the
+ *     snapshot's: its ops are already in the snapshot and it is ignored and replaced.
+ * A line that is complete but does not parse means damage, not a crash: the journal is
+ * kept aside, the valid prefix is kept, and the mailbox is compacted at once.
+ */
+import { open, readFile, stat, type FileHandle } from 'node:fs/promises';
+import { errnoCode, InterlinkError } from '../errors.js';
+import { writeFileAtomic } from '../store/atomic.js';
+import { crashPoint } from '../store/crash-point.js';
+import { describeSchemaError, moveAside, type Recovery } from '../store/json-store.js';
+import { FORMAT_VERSION, journalHeaderSchema, opSchema, snapshotSchema, type Op, type Snapshot } from './format.js';
+import type { Limits } from './rules.js';
+import { MailboxState } from './state.js';
+
+export const COMPACT_MIN_BYTES = 1024 * 1024;
+const NEWLINE = 0x0a;
+
+export function journalPathOf(snapshotPath: string): string {
+  return snapshotPath.replace(/\.json$/, '') + '.journal';
+}
+
+function headerLine(generation: number): string {
+  return JSON.stringify({ format: 'interlink-mailbox-journal', version: FORMAT_VERSION, generation }) + '\n';
+}
+
+/** Where this process's view of the files stands. */
+export interface Cursor {
+  generation: number;
+  /** inode of the journal the offset belongs to. */
+  ino: number;
+  /** end of the last complete line applied. */
+  offset: number;
+  snapshotBytes: number;
+}
+
+interface ParsedLines {
+  ops: Op[];
+  /** bytes consumed by complete, valid lines. */
+  consumed: number;
+  /** a complete line that is not a valid op. */
+  damage?: string;
+  /** bytes after the last newline: a write in progress or a torn append. */
+  partial: number;
+}
+
+function parseLines(buffer: Buffer): ParsedLines {
+  const ops: Op[] = [];
+  let start = 0;
+  for (;;) {
+    const end = buffer.indexOf(NEWLINE, start);
+    if (end < 0) return { ops, consumed: start, partial: buffer.length - start };
+    const text = buffer.toString('utf8', start, end);
+    let data: unknown;
+    try {
+      data = JSON.parse(text);
+    } catch {
+      return { ops, consumed: start, partial: 0, damage: `journal line at byte ${start} is not JSON` };
+    }
+    const parsed = opSchema.safeParse(data);
+    if (!parsed.success) return { ops, consumed: start, partial: 0, damage: `journal line at byte ${start}: ${describeSchemaError(parsed.error)}` };
+    ops.push(parsed.data);
+    start = end + 1;
+  }
+}
+
+async function readSnapshot(path: string): Promise<{ snapshot?: Snapshot; bytes: number; damage?: string }> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    if (errnoCode(err) === 'ENOENT') return { bytes: 0 };
+    throw new InterlinkError('storage', `cannot read ${path} (${errnoCode(err) ?? String(err)})`, undefined, { cause: err });
+  }
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch {
+    return { bytes: text.length, damage: 'snapshot is not JSON' };
+  }
+  const parsed = snapshotSchema.safeParse(data);
+  if (!parsed.success) return { bytes: text.length, damage: `snapshot ${describeSchemaError(parsed.error)}` };
+  return { snapshot: parsed.data, bytes: Buffer.byteLength(text) };
+}
+
+interface JournalRead {
+  ino: number;
+  generation: number;
+  body: ParsedLines;
+  /** byte offset where the body starts (after the header line). */
+  bodyStart: number;
+  damage?: string;
+}
+
+async function readJournal(path: string): Promise<JournalRead | undefined> {
+  let handle: FileHandle;
+  try {
+    handle = await open(path, 'r');
+  } catch (err) {
+    if (errnoCode(err) === 'ENOENT') return undefined;
+    throw new InterlinkError('storage', `cannot open ${path} (${errnoCode(err) ?? String(err)})`, undefined, { cause: err });
+  }
+  try {
+    const info = await handle.stat();
+    const buffer = await handle.readFile();
+    const headerEnd = buffer.indexOf(NEWLINE);
+    const empty: ParsedLines = { ops: [], consumed: 0, partial: 0 };
+    if (headerEnd < 0) return { ino: info.ino, generation: -1, body: empty, bodyStart: 0, damage: 'journal has no header' };
+    let header;
+    try {
+      header = journalHeaderSchema.safeParse(JSON.parse(buffer.toString('utf8', 0, headerEnd)));
+    } catch {
+      header = undefined;
+    }
+    if (!header?.success) return { ino: info.ino, generation: -1, body: empty, bodyStart: 0, damage: 'journal header is invalid' };
+    const body = parseLines(buffer.subarray(headerEnd + 1));
+    return { ino: info.ino, generation: header.data.generation, body, bodyStart: headerEnd + 1, ...(body.damage !== undefined && { damage: body.damage }) };
+  } finally {
+    await handle.close();
+  }
+}
+
+export interface Loaded {
+  state: MailboxState;
+  cursor: Cursor;
+  recoveries: Recovery[];
+}
+
+/** Thrown by a read-only load that raced a compaction; the caller reads again. */
+class ConcurrentCompaction extends Error {}
+
+/**
+ * Reads the mailbox. With `repair` (the caller holds the lock) it also makes the files
+ * consistent: moves damaged files aside, cuts a torn tail, replaces a folded journal.
+ * Without it (a read-only view) it reports what is valid and changes nothing; the next
+ * writer repairs.
+ */
+export async function loadMailbox(path: string, limits: Limits, repair: boolean): Promise<Loaded> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await loadOnce(path, limits, repair);
+    } catch (err) {
+      if (!(err instanceof ConcurrentCompaction) || attempt >= 20) throw err;
+    }
+  }
+}
+
+async function loadOnce(path: string, limits: Limits, repair: boolean): Promise<Loaded> {
+  const journalPath = journalPathOf(path);
+  const recoveries: Recovery[] = [];
+  const snap = await readSnapshot(path);
+  const state = snap.snapshot ? MailboxState.fromSnapshot(snap.snapshot, limits) : new MailboxState(limits);
+  const generation = snap.snapshot?.generation ?? 0;
+  if (snap.damage !== undefined && repair) recoveries.push(await moveAside(path, snap.damage));
+
+  const journal = await readJournal(journalPath);
+  let needsCompaction = snap.damage !== undefined;
+  let replaceJournal = journal === undefined;
+  let offset = 0;
+  if (journal !== undefined) {
+    const snapshotUsable = snap.snapshot !== undefined;
+    if (journal.generation > generation && snapshotUsable && !repair) throw new ConcurrentCompaction();
+    if (journal.generation >= generation || !snapshotUsable) {
+      // Normal case; or the snapshot is gone or damaged and the journal's ops are salvaged on their own.
+      for (const op of journal.body.ops) state.apply(op);
+      offset = journal.bodyStart + journal.body.consumed;
+      if (journal.generation !== generation) needsCompaction = true;
+    } else {
+      // Compaction finished the snapshot but not the journal: its ops are in the snapshot.
+      replaceJournal = true;
+    }
+    if (journal.damage !== undefined) {
+      needsCompaction = true;
+      if (repair) recoveries.push(await moveAside(journalPath, journal.damage));
+    }
+  }
+
+  let cursor: Cursor = { generation, ino: journal?.ino ?? -1, offset, snapshotBytes: snap.bytes };
+  if (repair) {
+    if (needsCompaction) {
+      cursor = await compact(path, state, Math.max(generation, journal?.generation ?? 0) + 1);
+    } else if (replaceJournal) {
+      cursor = await writeJournal(journalPath, generation, snap.bytes);
+    } else if (journal !== undefined && journal.body.partial > 0) {
+      await truncateTo(journalPath, offset);
+    }
+  }
+  return { state, cursor, recoveries };
+}
+
+async function writeJournal(journalPath: string, generation: number, snapshotBytes: number): Promise<Cursor> {
+  const header = headerLine(generation);
+  await writeFileAtomic(journalPath, header);
+  const info = await stat(journalPath);
+  return { generation, ino: info.ino, offset: Buffer.byteLength(header), snapshotBytes };
+}
+
+async function truncateTo(journalPath: string, offset: number): Promise<void> {
+  const handle = await open(journalPath, 'r+');
+  try {
+    await handle.truncate(offset);
+    await handle.datasync();
+  } finally {
+    await handle.close();
+  }
+}
+
+/** Folds the journal into a new snapshot (caller holds the lock). */
+export async function compact(path: string, state: MailboxState, generation: number): Promise<Cursor> {
+  const text = JSON.stringify(state.toSnapshot(generation));
+  await writeFileAtomic(path, text);
+  crashPoint('mailbox.compact.after_snapshot');
+  const cursor = await writeJournal(journalPathOf(path), generation, Buffer.byteLength(text));
+  crashPoint('mailbox.compact.after_journal');
+  return cursor;
+}
+
+export function shouldCompact(cursor: Cursor): boolean {
+  return cursor.offset > Math.max(COMPACT_MIN_BYTES, cursor.snapshotBytes);
+}
+
+export type TailResult = { kind: 'replaced' } | { kind: 'tail'; ops: Op[]; offset: number; partial: number; damage?: string };
+
+/** Ops appended by other processes since `cursor`, or 'replaced' if the journal was swapped. */
+export async function readTail(path: string, cursor: Cursor): Promise<TailResult> {
+  const journalPath = journalPathOf(path);
+  let handle: FileHandle;
+  try {
+    handle = await open(journalPath, 'r');
+  } catch (err) {
+    if (errnoCode(err) === 'ENOENT') return { kind: 'replaced' };
+    throw new InterlinkError('storage', `cannot open ${journalPath} (${errnoCode(err) ?? String(err)})`, undefined, { cause: err });
+  }
+  try {
+    const info = await handle.stat();
+    if (info.ino !== cursor.ino || info.size < cursor.offset) return { kind: 'replaced' };
+    if (info.size === cursor.offset) return { kind: 'tail', ops: [], offset: cursor.offset, partial: 0 };
+    const buffer = Buffer.allocUnsafe(info.size - cursor.offset);
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, cursor.offset);
+    const parsed = parseLines(buffer.subarray(0, bytesRead));
+    return { kind: 'tail', ops: parsed.ops, offset: cursor.offset + parsed.consumed, partial: parsed.partial, ...(parsed.damage !== undefined && { damage: parsed.damage }) };
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * Appends complete lines at the cursor and syncs them (caller holds the lock and has
+ * read the tail, so the cursor is the end of the valid journal; anything after it is a
+ * torn append and is overwritten, then cut). Durable when this resolves.
+ */
+export async function appendLines(path: string, cursor: Cursor, lines: string): Promise<Cursor> {
+  const handle = await open(journalPathOf(path), 'r+');
+  try {
+    const buffer = Buffer.from(lines, 'utf8');
+    await handle.write(buffer, 0, buffer.length, cursor.offset);
+    const end = cursor.offset + buffer.length;
+    const info = await handle.stat();
+    if (info.size > end) await handle.truncate(end);
+    crashPoint('mailbox.append.before_sync');
+    await handle.datasync();
+    return { ...cursor, offset: end };
+  } finally {
+    await handle.close();
+  }
+}

@@ -1,0 +1,85 @@
+/**
+ * The mailbox's decisions, as pure functions of values: which records supersede which,
+ * what a fetch returns first, and whether a new record may be admitted.
+ */
+import { type Envelope, type Status, TERMINAL_STATUSES, replyToSession } from '../envelope/envelope.js';
+
+export const MAX_RECORDS = 4096;
+export const MAX_BYTES = 32 * 1024 * 1024;
+export const RETENTION_MS = 24 * 60 * 60 * 1000;
+export const DEFAULT_FETCH_LIMIT = 20;
+export const MAX_FETCH_LIMIT = 100;
+
+export interface Limits {
+  maxRecords: number;
+  maxBytes: number;
+}
+
+export const DEFAULT_LIMITS: Limits = { maxRecords: MAX_RECORDS, maxBytes: MAX_BYTES };
+
+/** Progress is `status=update`: it never wakes the host and can be superseded. */
+export function isProgress(envelope: Pick<Envelope, 'status'>): boolean {
+  return envelope.status === 'update';
+}
+
+export function isTerminal(status: Status | undefined): boolean {
+  return status !== undefined && TERMINAL_STATUSES.has(status);
+}
+
+/**
+ * Progress for one task from one sender session: the sender key, the sender's session
+ * from the unsigned `reply_to` hint (only when the hint names the sender's key), and the
+ * task id. Records without a task id, or that are neither progress nor terminal, take
+ * no part in supersession.
+ */
+export function supersessionKey(envelope: Envelope): string | undefined {
+  if (envelope.task_id === undefined) return undefined;
+  if (!isProgress(envelope) && !isTerminal(envelope.status)) return undefined;
+  return `${envelope.from}\0${replyToSession(envelope) ?? ''}\0${envelope.task_id}`;
+}
+
+/** Signed time orders progress; the msg_id breaks ties so the order is total. */
+export function isNewerThan(a: Pick<Envelope, 'ts' | 'msg_id'>, b: Pick<Envelope, 'ts' | 'msg_id'>): boolean {
+  return a.ts > b.ts || (a.ts === b.ts && a.msg_id > b.msg_id);
+}
+
+export interface TaskRecordView {
+  envelope: Envelope;
+  supersededBy: string | undefined;
+}
+
+/**
+ * What a newly arrived record does to the records already stored for its task.
+ * `self` is the msg_id that supersedes the new record itself, if any; `others` are the
+ * stored records the new one supersedes.
+ */
+export function supersede(incoming: Envelope, sameTask: readonly TaskRecordView[]): { self?: string; others: string[] } {
+  const terminal = sameTask.find((r) => isTerminal(r.envelope.status));
+  if (isProgress(incoming)) {
+    // A late update cannot resurrect a finished task, nor overtake newer progress.
+    if (terminal !== undefined) return { self: terminal.envelope.msg_id, others: [] };
+    let newest: Envelope | undefined;
+    for (const r of sameTask) {
+      if (isProgress(r.envelope) && isNewerThan(r.envelope, incoming) && (newest === undefined || isNewerThan(r.envelope, newest))) {
+        newest = r.envelope;
+      }
+    }
+    if (newest !== undefined) return { self: newest.msg_id, others: [] };
+  }
+  const others = sameTask.filter((r) => isProgress(r.envelope) && r.supersededBy === undefined).map((r) => r.envelope.msg_id);
+  return { others };
+}
+
+export type AdmissionVerdict = { ok: true } | { ok: false; reason: 'records' | 'bytes' };
+
+/** Admission bounds count and serialized bytes of the records a new one would join. */
+export function admit(current: { records: number; bytes: number }, incomingBytes: number, limits: Limits): AdmissionVerdict {
+  if (current.records + 1 > limits.maxRecords) return { ok: false, reason: 'records' };
+  if (current.bytes + incomingBytes > limits.maxBytes) return { ok: false, reason: 'bytes' };
+  return { ok: true };
+}
+
+export function clampFetchLimit(limit: number | undefined): number {
+  if (limit === undefined) return DEFAULT_FETCH_LIMIT;
+  return Math.max(1, Math.min(MAX_FETCH_LIMIT, Math.floor(limit)));
+}

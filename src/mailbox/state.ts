@@ -1,0 +1,223 @@
+/**
+ * The mailbox in memory: records, tombstones and the indexes and counters over them.
+ * No I/O. Applying the same operations in the same order always gives the same state,
+ * which is what lets the journal be replayed after a crash.
+ */
+import { type AckOp, type Op, type Receipt, type RecordState, type Snapshot, type StoreOp, type StoredRecord, type Tombstone, FORMAT_VERSION } from './format.js';
+import { type Limits, RETENTION_MS, admit, isProgress, supersede, supersessionKey } from './rules.js';
+import { MAX_PAST_MS } from '../gate/decide.js';
+
+export type StoreOutcome = { outcome: 'stored'; record: StoredRecord } | { outcome: 'duplicate' } | { outcome: 'full'; reason: 'records' | 'bytes' };
+
+export interface AckCounts {
+  acknowledged: number;
+  already_acknowledged: number;
+  unknown: number;
+}
+
+export function receiptKey(sender: string, msgId: string): string {
+  return `${sender} ${msgId}`;
+}
+
+export function isAcknowledged(record: StoredRecord): boolean {
+  return record.states.some((s) => s.state === 'receiver_acknowledged');
+}
+
+/** Unread: neither acknowledged nor superseded. Only these are fetched. */
+export function isUnread(record: StoredRecord): boolean {
+  return record.superseded_by === undefined && !isAcknowledged(record);
+}
+
+export function currentState(record: StoredRecord): RecordState {
+  return record.states[record.states.length - 1]!.state;
+}
+
+/** Bytes a store op occupies: the unit of the admission byte bound. */
+export function storeOpSize(op: StoreOp): number {
+  return Buffer.byteLength(JSON.stringify(op), 'utf8');
+}
+
+export class MailboxState {
+  /** Insertion order is arrival order (seq ascending). */
+  private readonly records = new Map<string, StoredRecord>();
+  private readonly tombstones = new Map<string, Tombstone>();
+  /** supersession key → receipt keys of the records taking part. */
+  private readonly tasks = new Map<string, string[]>();
+  private nextSeq = 0;
+  private bytes = 0;
+  private unread = 0;
+
+  constructor(readonly limits: Limits) {}
+
+  static fromSnapshot(snapshot: Snapshot, limits: Limits): MailboxState {
+    const state = new MailboxState(limits);
+    state.nextSeq = snapshot.next_seq;
+    for (const record of snapshot.records) state.insert(record);
+    for (const t of snapshot.tombstones) state.tombstones.set(receiptKey(t.sender, t.msg_id), t);
+    return state;
+  }
+
+  toSnapshot(generation: number): Snapshot {
+    return {
+      format: 'interlink-mailbox',
+      version: FORMAT_VERSION,
+      generation,
+      next_seq: this.nextSeq,
+      records: [...this.records.values()],
+      tombstones: [...this.tombstones.values()],
+    };
+  }
+
+  get stats(): { records: number; unread: number; bytes: number; tombstones: number } {
+    return { records: this.records.size, unread: this.unread, bytes: this.bytes, tombstones: this.tombstones.size };
+  }
+
+  has(sender: string, msgId: string): boolean {
+    const key = receiptKey(sender, msgId);
+    return this.records.has(key) || this.tombstones.has(key);
+  }
+
+  get(sender: string, msgId: string): StoredRecord | undefined {
+    return this.records.get(receiptKey(sender, msgId));
+  }
+
+  /** Every record, oldest first. */
+  all(): IterableIterator<StoredRecord> {
+    return this.records.values();
+  }
+
+  apply(op: Op): StoreOutcome | AckCounts {
+    return op.op === 'store' ? this.store(op) : this.acknowledge(op);
+  }
+
+  store(op: StoreOp): StoreOutcome {
+    const { envelope } = op;
+    this.prune(op.at);
+    if (this.has(envelope.from, envelope.msg_id)) return { outcome: 'duplicate' };
+    const size = storeOpSize(op);
+    const admission = this.admitEvictingAcknowledged(size);
+    if (!admission.ok) return { outcome: 'full', reason: admission.reason };
+    const record: StoredRecord = {
+      seq: this.nextSeq++,
+      envelope,
+      ...(op.peer !== undefined && { peer: op.peer }),
+      received_at: op.at,
+      size,
+      states: [{ state: 'receiver_stored', at: op.at }],
+    };
+    this.applySupersession(record);
+    this.insert(record);
+    return { outcome: 'stored', record };
+  }
+
+  acknowledge(op: AckOp): AckCounts {
+    const counts: AckCounts = { acknowledged: 0, already_acknowledged: 0, unknown: 0 };
+    for (const receipt of op.receipts) {
+      const key = receiptKey(receipt.sender, receipt.msg_id);
+      const record = this.records.get(key);
+      if (record === undefined) {
+        if (this.tombstones.has(key)) counts.already_acknowledged++;
+        else counts.unknown++;
+        continue;
+      }
+      if (isAcknowledged(record)) {
+        counts.already_acknowledged++;
+        continue;
+      }
+      if (isUnread(record)) this.unread--;
+      record.states.push({ state: 'receiver_acknowledged', at: op.at });
+      counts.acknowledged++;
+    }
+    return counts;
+  }
+
+  /** Receipts of the given records that are not yet acknowledged (for consuming history). */
+  unacknowledgedReceipts(records: readonly StoredRecord[]): Receipt[] {
+    return records.filter((r) => !isAcknowledged(r)).map((r) => ({ sender: r.envelope.from, msg_id: r.envelope.msg_id }));
+  }
+
+  /** Unread records, non-progress first, each group oldest first. */
+  unreadInFetchOrder(): StoredRecord[] {
+    const first: StoredRecord[] = [];
+    const progress: StoredRecord[] = [];
+    for (const record of this.records.values()) {
+      if (!isUnread(record)) continue;
+      (isProgress(record.envelope) ? progress : first).push(record);
+    }
+    return first.concat(progress);
+  }
+
+  private insert(record: StoredRecord): void {
+    const key = receiptKey(record.envelope.from, record.envelope.msg_id);
+    this.records.set(key, record);
+    this.bytes += record.size;
+    if (isUnread(record)) this.unread++;
+    const task = supersessionKey(record.envelope);
+    if (task !== undefined) {
+      const members = this.tasks.get(task);
+      if (members) members.push(key);
+      else this.tasks.set(task, [key]);
+    }
+  }
+
+  private remove(key: string, record: StoredRecord): void {
+    this.records.delete(key);
+    this.bytes -= record.size;
+    if (isUnread(record)) this.unread--;
+    const task = supersessionKey(record.envelope);
+    if (task !== undefined) {
+      const members = this.tasks.get(task)?.filter((k) => k !== key) ?? [];
+      if (members.length > 0) this.tasks.set(task, members);
+      else this.tasks.delete(task);
+    }
+    // The gate refuses anything older than the freshness window, so the tombstone
+    // needs to outlive the envelope's timestamp by exactly that window.
+    const until = record.envelope.ts + MAX_PAST_MS;
+    this.tombstones.set(key, { sender: record.envelope.from, msg_id: record.envelope.msg_id, until });
+  }
+
+  private applySupersession(record: StoredRecord): void {
+    const task = supersessionKey(record.envelope);
+    if (task === undefined) return;
+    const members = (this.tasks.get(task) ?? []).map((k) => this.records.get(k)!);
+    const views = members.map((r) => ({ envelope: r.envelope, supersededBy: r.superseded_by }));
+    const decision = supersede(record.envelope, views);
+    if (decision.self !== undefined) record.superseded_by = decision.self;
+    for (const msgId of decision.others) {
+      const older = members.find((r) => r.envelope.msg_id === msgId)!;
+      if (isUnread(older)) this.unread--;
+      older.superseded_by = record.envelope.msg_id;
+    }
+  }
+
+  /** Acknowledged and superseded records older than the retention window leave; tombstones expire. */
+  private prune(now: number): void {
+    for (const [key, t] of this.tombstones) if (t.until < now) this.tombstones.delete(key);
+    for (const [key, record] of this.records) {
+      if (record.received_at < now - RETENTION_MS && !isUnread(record)) this.remove(key, record);
+    }
+  }
+
+  /**
+   * Admission, making room if it must by evicting the oldest acknowledged records (their
+   * tombstones keep refusing replays). Unread and superseded records are never evicted.
+   */
+  private admitEvictingAcknowledged(size: number): ReturnType<typeof admit> {
+    const first = admit({ records: this.records.size, bytes: this.bytes }, size, this.limits);
+    if (first.ok) return first;
+    let records = this.records.size;
+    let bytes = this.bytes;
+    const victims: [string, StoredRecord][] = [];
+    for (const entry of this.records) {
+      if (admit({ records, bytes }, size, this.limits).ok) break;
+      if (!isAcknowledged(entry[1])) continue;
+      victims.push(entry);
+      records--;
+      bytes -= entry[1].size;
+    }
+    const verdict = admit({ records, bytes }, size, this.limits);
+    if (!verdict.ok) return first;
+    for (const [key, record] of victims) this.remove(key, record);
+    return verdict;
+  }
+}

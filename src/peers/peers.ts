@@ -1,0 +1,115 @@
+/**
+ * `peers.json`: the people-approved peers of this identity, `{"<petname>": {"key": "<b64url>"}}`.
+ * Shared by every session of the identity; edited only under its lock with atomic
+ * replacement. A petname is never silently re-pointed to another key.
+ */
+import { z } from 'zod';
+import { unsafeNameReason, checkSafeName } from '../config/paths.js';
+import { InterlinkError } from '../errors.js';
+import { parsePublicKey } from '../identity/identity.js';
+import { isAcceptablePoint } from '../identity/ed25519.js';
+import { readJson, updateJson, type Recovery } from '../store/json-store.js';
+
+const keySchema = z.string().refine((key) => {
+  try {
+    return isAcceptablePoint(parsePublicKey(key));
+  } catch {
+    return false;
+  }
+}, 'not a usable base64url Ed25519 public key');
+
+const peerEntrySchema = z.object({ key: keySchema }).loose();
+
+export const peersFileSchema: z.ZodType<PeersFile> = z
+  .record(z.string(), peerEntrySchema)
+  .superRefine((peers, ctx) => {
+    for (const name of Object.keys(peers)) {
+      const reason = checkPetnameReason(name);
+      if (reason !== undefined) ctx.addIssue({ code: 'custom', message: `petname ${JSON.stringify(name)}: ${reason}`, path: [name] });
+    }
+  });
+
+export type PeersFile = Record<string, { key: string }>;
+const emptyPeers = (): PeersFile => ({});
+
+/** The reserved word `self` addresses this identity's own sessions, so it is no petname. */
+function checkPetnameReason(name: string): string | undefined {
+  if (name === 'self') return '"self" is reserved for your own sessions';
+  return unsafeNameReason(name);
+}
+
+export function checkPetname(name: string): string {
+  if (name === 'self') throw new InterlinkError('bad_name', 'petname "self" is reserved for your own sessions');
+  return checkSafeName(name, 'petname');
+}
+
+export interface Peer {
+  petname: string;
+  key: string;
+}
+
+export class PeerTable {
+  private readonly byKey: ReadonlyMap<string, string>;
+
+  constructor(readonly peers: readonly Peer[]) {
+    this.byKey = new Map(peers.map((p) => [p.key, p.petname]));
+  }
+
+  petnameOf(key: string): string | undefined {
+    return this.byKey.get(key);
+  }
+
+  has(key: string): boolean {
+    return this.byKey.has(key);
+  }
+
+  keyOf(petname: string): string | undefined {
+    return this.peers.find((p) => p.petname === petname)?.key;
+  }
+}
+
+function toTable(file: PeersFile): PeerTable {
+  return new PeerTable(
+    Object.entries(file)
+      .map(([petname, entry]) => ({ petname, key: entry.key }))
+      .sort((a, b) => a.petname.localeCompare(b.petname)),
+  );
+}
+
+export async function loadPeers(path: string): Promise<{ table: PeerTable; recovered?: Recovery }> {
+  const { value, recovered } = await readJson(path, peersFileSchema, emptyPeers);
+  return recovered ? { table: toTable(value), recovered } : { table: toTable(value) };
+}
+
+export type AddPeerOutcome = 'added' | 'unchanged';
+
+export async function addPeer(path: string, petname: string, key: string): Promise<{ outcome: AddPeerOutcome }> {
+  checkPetname(petname);
+  parsePublicKey(key, `key for ${petname}`);
+  return updateJson(path, peersFileSchema, emptyPeers, (current): { next: PeersFile | undefined; result: { outcome: AddPeerOutcome } } => {
+    const existing = current[petname];
+    if (existing !== undefined) {
+      if (existing.key === key) return { next: undefined, result: { outcome: 'unchanged' } };
+      throw new InterlinkError(
+        'peer_conflict',
+        `petname ${petname} already names a different key (${existing.key}); remove it first if the peer really changed keys`,
+      );
+    }
+    const other = Object.entries(current).find(([, entry]) => entry.key === key);
+    if (other !== undefined) {
+      throw new InterlinkError('peer_conflict', `that key is already your peer ${other[0]}; remove that petname first to rename it`);
+    }
+    return { next: { ...current, [petname]: { key } }, result: { outcome: 'added' } };
+  });
+}
+
+export async function removePeer(path: string, petname: string): Promise<{ key: string }> {
+  checkPetname(petname);
+  return updateJson(path, peersFileSchema, emptyPeers, (current) => {
+    const existing = current[petname];
+    if (existing === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${petname}`);
+    const next = { ...current };
+    delete next[petname];
+    return { next, result: { key: existing.key } };
+  });
+}

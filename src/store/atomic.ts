@@ -1,0 +1,75 @@
+/**
+ * Atomic, durable file replacement. After `writeFileAtomic` resolves, a reader sees
+ * either the old content or the new content, never a mix, and the new content survives
+ * a power loss: the temp file is fsynced before the rename, and the directory after it.
+ * Callers that read-modify-write must hold the file's sidecar lock (see lock.ts).
+ */
+import { randomBytes } from 'node:crypto';
+import { link, mkdir, open, rename, unlink } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
+import { errnoCode } from '../errors.js';
+
+export interface WriteOptions {
+  mode?: number;
+}
+
+function tempPathFor(path: string): string {
+  return join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
+}
+
+export async function fsyncDirectory(dir: string): Promise<void> {
+  const handle = await open(dir, 'r');
+  try {
+    await handle.sync();
+  } catch (err) {
+    // Some filesystems cannot fsync a directory; the rename is still atomic there.
+    if (errnoCode(err) !== 'EINVAL' && errnoCode(err) !== 'EISDIR') throw err;
+  } finally {
+    await handle.close();
+  }
+}
+
+async function writeSyncedTemp(path: string, data: string | Uint8Array, options: WriteOptions): Promise<string> {
+  await mkdir(dirname(path), { recursive: true });
+  const temp = tempPathFor(path);
+  const handle = await open(temp, 'wx', options.mode ?? 0o644);
+  try {
+    await handle.writeFile(data);
+    await handle.sync();
+  } catch (err) {
+    await handle.close();
+    await unlink(temp).catch(() => undefined);
+    throw err;
+  }
+  await handle.close();
+  return temp;
+}
+
+export async function writeFileAtomic(path: string, data: string | Uint8Array, options: WriteOptions = {}): Promise<void> {
+  const temp = await writeSyncedTemp(path, data, options);
+  try {
+    await rename(temp, path);
+  } catch (err) {
+    await unlink(temp).catch(() => undefined);
+    throw err;
+  }
+  await fsyncDirectory(dirname(path));
+}
+
+/**
+ * Creates `path` with the given content only if nothing exists there. Returns false,
+ * writing nothing, when the file already exists. Durable like `writeFileAtomic`.
+ */
+export async function writeFileExclusive(path: string, data: string | Uint8Array, options: WriteOptions = {}): Promise<boolean> {
+  const temp = await writeSyncedTemp(path, data, options);
+  try {
+    await link(temp, path);
+  } catch (err) {
+    if (errnoCode(err) === 'EEXIST') return false;
+    throw err;
+  } finally {
+    await unlink(temp).catch(() => undefined);
+  }
+  await fsyncDirectory(dirname(path));
+  return true;
+}
