@@ -52,3 +52,10 @@ export function errnoCode(err: unknown): string | undefined {
   }
   return undefined;
 }
+
+/** Any failure of the disk under a store becomes a `storage` error naming the file. */
+export function asStorageError(err: unknown, path: string): InterlinkError {
+  if (err instanceof InterlinkError) return err;
+  const reason = errnoCode(err) ?? (err instanceof Error ? err.message : String(err));
+  return new InterlinkError('storage', `cannot use ${path} (${reason})`, undefined, { cause: err });
+}

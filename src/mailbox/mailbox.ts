@@ -10,7 +10,7 @@
  * MCP processes of one session can share a mailbox.
  */
 import type { Envelope } from '../envelope/envelope.js';
-import { InterlinkError } from '../errors.js';
+import { InterlinkError, asStorageError } from '../errors.js';
 import { log } from '../log.js';
 import { withFileLock } from '../store/lock.js';
 import { crashPoint } from '../store/crash-point.js';
@@ -179,7 +179,7 @@ export class Mailbox {
         } catch (err) {
           // Memory now runs ahead of disk; read the files again before the next commit.
           this.loaded = undefined;
-          throw new InterlinkError('storage', `cannot write mailbox ${this.path}: ${(err as Error).message}`, undefined, { cause: err });
+          throw err;
         }
         crashPoint('mailbox.append.after_sync');
         if (shouldCompact(loaded.cursor)) await this.compactQuietly(loaded);
@@ -232,7 +232,12 @@ export class Mailbox {
 
   /** In-process serialization of everything that touches the in-memory state. */
   private exclusive<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.serial.catch(() => undefined).then(fn);
+    const run = this.serial
+      .catch(() => undefined)
+      .then(fn)
+      .catch((err: unknown) => {
+        throw asStorageError(err, this.path);
+      });
     this.serial = run;
     return run;
   }
