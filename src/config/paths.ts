@@ -56,7 +56,18 @@ export function unsafeNameReason(name: string): string | undefined {
   // eslint-disable-next-line no-control-regex
   if (/[\u0000-\u001f\u007f-\u009f]/.test(name)) return 'it contains a control character';
   if (name.trim() !== name) return 'it starts or ends with white space';
+  if (!isWellFormedUnicode(name)) return 'it is not well-formed Unicode';
   return undefined;
+}
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * False for strings with unpaired UTF-16 surrogates. UTF-8 encoding turns each into
+ * U+FFFD, so two different strings would share one encoding (and one signature).
+ */
+export function isWellFormedUnicode(text: string): boolean {
+  return !LONE_SURROGATE.test(text);
 }
 
 export function mailboxPath(state: string, identity: string, session: string): string {

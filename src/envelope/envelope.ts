@@ -9,7 +9,8 @@
  *   kind, msg_id, text, status, task_id, in_reply_to
  *                                          each a u32 little-endian byte length, then UTF-8
  * An absent optional field is signed as the empty string, so the schema refuses empty
- * optional fields: every envelope has exactly one signed meaning. `reply_to` and `sig`
+ * optional fields, and strings must be well-formed Unicode (UTF-8 would map unpaired
+ * surrogates to U+FFFD): every envelope has exactly one signed meaning. `reply_to` and `sig`
  * are not signed; `reply_to` is a routing hint honoured only when its key is `from`.
  * The layout matches the Rust Interlink's v2 envelope, so the two can verify each other.
  */
@@ -18,7 +19,7 @@ import { z } from 'zod';
 import { InterlinkError } from '../errors.js';
 import { decodeBase64url, encodeBase64url, isBase64urlOfLength } from '../identity/base64url.js';
 import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES, signBytes, verifyBytes, type SigningKey } from '../identity/ed25519.js';
-import { unsafeNameReason } from '../config/paths.js';
+import { isWellFormedUnicode, unsafeNameReason } from '../config/paths.js';
 
 export const SIGNING_DOMAIN = 'interlink-v2\0';
 export const MAX_TEXT_BYTES = 256 * 1024;
@@ -45,10 +46,13 @@ export const envelopeSchema = z.object({
   // Later protocol versions may add kinds; the schema admits any identifier and the
   // trust gate refuses the ones this version does not handle.
   kind: z.string().regex(/^[a-z][a-z0-9_]{0,31}$/, 'must be a lowercase identifier').default('message'),
-  text: z.string().refine((s) => Buffer.byteLength(s, 'utf8') <= MAX_TEXT_BYTES, `must be at most ${MAX_TEXT_BYTES} bytes of UTF-8`),
+  text: z
+    .string()
+    .refine(isWellFormedUnicode, 'must be well-formed Unicode (no unpaired surrogates)')
+    .refine((s) => Buffer.byteLength(s, 'utf8') <= MAX_TEXT_BYTES, `must be at most ${MAX_TEXT_BYTES} bytes of UTF-8`),
   task_id: nonEmptyOptional(z.string()).refine(
-    (s) => s === undefined || (Buffer.byteLength(s, 'utf8') <= MAX_TASK_ID_BYTES && !/[\u0000-\u001f\u007f]/.test(s)),
-    `must be at most ${MAX_TASK_ID_BYTES} bytes without control characters`,
+    (s) => s === undefined || (isWellFormedUnicode(s) && Buffer.byteLength(s, 'utf8') <= MAX_TASK_ID_BYTES && !/[\u0000-\u001f\u007f]/.test(s)),
+    `must be well-formed Unicode, at most ${MAX_TASK_ID_BYTES} bytes, without control characters`,
   ),
   status: z.enum(STATUSES).optional(),
   in_reply_to: msgIdText.optional(),

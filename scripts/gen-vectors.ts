@@ -1,0 +1,163 @@
+/**
+ * Writes test/vectors/envelope-v2.json: envelope test vectors from fixed seeds, timestamps
+ * and msg_ids, so every run produces the same file (Ed25519 signing is deterministic).
+ *
+ *   npm run build && node dist/scripts/gen-vectors.js
+ *
+ * The invalid vectors that break a strict rule are built so the verification equation
+ * still holds: a verifier that skips the rule accepts them, which is what they catch. That
+ * takes raw scalar arithmetic, done here with BigInt and SHA-512 from node:crypto.
+ */
+import { createHash } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { signEnvelope, signedBytes, type Envelope } from '../src/envelope/envelope.js';
+import { encodeBase64url } from '../src/identity/base64url.js';
+import { signingKeyFromSeed, type SigningKey } from '../src/identity/ed25519.js';
+
+export interface Vector {
+  name: string;
+  valid: boolean;
+  seed_b64url?: string;
+  envelope: WireEnvelope;
+  signed_bytes_hex: string;
+}
+
+/** An envelope as written on the wire: `kind` may be left out and then means "message". */
+export type WireEnvelope = Omit<Envelope, 'kind'> & { kind?: string };
+
+/** The group order L. */
+const L = 2n ** 252n + 27742317777372353535851937790883648493n;
+
+/** The identity point (0, 1): of order 1, so it is one of the eight small-order points. */
+const IDENTITY_POINT = Buffer.concat([Buffer.of(1), Buffer.alloc(31)]);
+
+const TS = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+const MSG_ID = '000102030405060708090a0b0c0d0e0f';
+const IN_REPLY_TO = 'f0e0d0c0b0a090807060504030201000';
+
+/** Seeds are SHA-256 of a label, so anyone can rebuild them without this file. */
+function seedFor(label: string): Buffer {
+  return createHash('sha256').update(`interlink-v2 test vector seed: ${label}`).digest();
+}
+
+function leToBigInt(bytes: Uint8Array): bigint {
+  return BigInt(`0x${Buffer.from(bytes).reverse().toString('hex') || '0'}`);
+}
+
+function bigIntToLe32(n: bigint): Buffer {
+  return Buffer.from(n.toString(16).padStart(64, '0'), 'hex').reverse();
+}
+
+/** The clamped secret scalar RFC 8032 derives from a seed, reduced mod L. */
+function secretScalar(seed: Uint8Array): bigint {
+  const head = createHash('sha512').update(seed).digest().subarray(0, 32);
+  head[0] = head[0]! & 248;
+  head[31] = (head[31]! & 127) | 64;
+  return leToBigInt(head) % L;
+}
+
+/** k = SHA-512(R || A || M) mod L. */
+function challenge(r: Uint8Array, publicKey: Uint8Array, message: Uint8Array): bigint {
+  return leToBigInt(createHash('sha512').update(r).update(publicKey).update(message).digest()) % L;
+}
+
+function withSig(envelope: Envelope, signature: Uint8Array): Envelope {
+  return { ...envelope, sig: encodeBase64url(signature) };
+}
+
+function sigBytes(envelope: Envelope): Buffer {
+  return Buffer.from(envelope.sig, 'base64url');
+}
+
+function vector(name: string, valid: boolean, envelope: WireEnvelope, key?: SigningKey): Vector {
+  const { sig: _sig, ...unsigned } = envelope;
+  return {
+    name,
+    valid,
+    ...(key !== undefined && { seed_b64url: encodeBase64url(key.seed) }),
+    envelope,
+    signed_bytes_hex: signedBytes({ ...unsigned, kind: unsigned.kind ?? 'message' }).toString('hex'),
+  };
+}
+
+export function buildVectors(): Vector[] {
+  const alice = signingKeyFromSeed(seedFor('alice'));
+  const bob = signingKeyFromSeed(seedFor('bob'));
+  const carol = signingKeyFromSeed(seedFor('carol'));
+  const aliceKey = encodeBase64url(alice.publicKey);
+  const bobKey = encodeBase64url(bob.publicKey);
+  const carolKey = encodeBase64url(carol.publicKey);
+
+  const minimal = signEnvelope(alice, { to: bobKey, text: 'hello', ts: TS, msg_id: MSG_ID });
+  const full = signEnvelope(bob, {
+    to: aliceKey,
+    text: 'Grüße 👋 — 你好\nsecond line, "quoted", tab\there',
+    ts: TS + 1,
+    msg_id: 'a1a2a3a4a5a6a7a8a9aaabacadaeafb0',
+    task_id: 'task-42',
+    status: 'needs_input',
+    in_reply_to: IN_REPLY_TO,
+    reply_to: `${bobKey}#session-β`,
+  });
+  const pairRequest = signEnvelope(carol, {
+    to: aliceKey,
+    kind: 'pair_request',
+    text: 'carol would like to pair',
+    ts: TS + 2,
+    msg_id: 'c0c1c2c3c4c5c6c7c8c9cacbcccdcecf',
+    reply_to: `${carolKey}#laptop`,
+  });
+  const { kind: _kind, ...minimalWithoutKind } = minimal;
+
+  const flipped = sigBytes(minimal);
+  flipped[32] = flipped[32]! ^ 0x01;
+
+  // S + L: the same scalar mod L, spelled with a value of at least L.
+  const minimalSig = sigBytes(minimal);
+  const sPlusL = Buffer.concat([minimalSig.subarray(0, 32), bigIntToLe32(leToBigInt(minimalSig.subarray(32)) + L)]);
+
+  // A = identity: [S]B - [k]A = [S]B, so R = [s]B (an honest public key) with S = s verifies
+  // under the cofactorless equation; only the small-order rule refuses it.
+  const nonceSeed = seedFor('nonce');
+  const nonceKey = signingKeyFromSeed(nonceSeed);
+  const smallOrderFrom: Envelope = { ...minimal, from: encodeBase64url(IDENTITY_POINT), msg_id: '101112131415161718191a1b1c1d1e1f' };
+  const smallOrderA = withSig(smallOrderFrom, Buffer.concat([nonceKey.publicKey, bigIntToLe32(secretScalar(nonceSeed))]));
+
+  // R = identity with S = k·a: [S]B - [k]A = identity = R, so again only the small-order rule refuses it.
+  const smallOrderRUnsigned: Envelope = { ...minimal, msg_id: '20212223242526272829202a2b2c2d2e', sig: '' };
+  const k = challenge(IDENTITY_POINT, alice.publicKey, signedBytes(smallOrderRUnsigned));
+  const smallOrderR = withSig(smallOrderRUnsigned, Buffer.concat([IDENTITY_POINT, bigIntToLe32((k * secretScalar(alice.seed)) % L)]));
+
+  // The last of the 86 characters carries 2 bits of the signature and 4 zero bits; a set
+  // zero bit decodes to the same bytes, so only the canonical-spelling rule refuses it.
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+  const lastChar = alphabet[alphabet.indexOf(minimal.sig.slice(-1)) + 1]!;
+
+  return [
+    vector('valid: minimal message', true, minimal, alice),
+    vector('valid: kind omitted, read as "message" (same signature as the minimal message)', true, minimalWithoutKind, alice),
+    vector('valid: every optional field, reply_to and non-ASCII text', true, full, bob),
+    vector('valid: reply_to changed after signing (reply_to is not signed)', true, { ...full, reply_to: `${bobKey}#another-session` }, bob),
+    vector('valid: pair_request from a stranger', true, pairRequest, carol),
+    vector('invalid: one bit of S flipped', false, withSig(minimal, flipped), alice),
+    vector('invalid: text changed after signing', false, { ...minimal, text: 'hellp' }, alice),
+    vector('invalid: task_id added after signing', false, { ...minimal, task_id: 'task-1' }, alice),
+    vector('invalid: to changed after signing', false, { ...minimal, to: carolKey }, alice),
+    vector('invalid: public key is the small-order identity point (equation holds)', false, smallOrderA),
+    vector('invalid: R is the small-order identity point (equation holds)', false, smallOrderR, alice),
+    vector('invalid: non-canonical S (S + L)', false, withSig(minimal, sPlusL), alice),
+    vector('invalid: non-canonical base64url signature (trailing bits set)', false, { ...minimal, sig: minimal.sig.slice(0, -1) + lastChar }, alice),
+  ];
+}
+
+function main(): void {
+  const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+  const path = resolve(root, 'test', 'vectors', 'envelope-v2.json');
+  const vectors = buildVectors();
+  writeFileSync(path, JSON.stringify(vectors, null, 2) + '\n');
+  process.stdout.write(`wrote ${vectors.length} vectors to ${path}\n`);
+}
+
+if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) main();

@@ -1,0 +1,141 @@
+/**
+ * test/vectors/envelope-v2.json: the committed vectors are what the generator produces,
+ * each vector's signed bytes match, and each verdict matches both `verifyEnvelope` and the
+ * noble oracle. Another implementation can run the same file.
+ */
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { buildVectors } from '../scripts/gen-vectors.js';
+import { envelopeSchema, parseEnvelope, signEnvelope, signedBytes, verifyEnvelope } from '../src/envelope/envelope.js';
+import { InterlinkError } from '../src/errors.js';
+import { signingKeyFromSeed } from '../src/identity/ed25519.js';
+import { fingerprintOf } from '../src/identity/identity.js';
+import { equationHoldsLeniently, nobleVerify, strictVerdict } from './helpers/noble-oracle.js';
+
+const vectorSchema = z.object({
+  name: z.string().min(1),
+  valid: z.boolean(),
+  seed_b64url: z.string().optional(),
+  envelope: z.record(z.string(), z.unknown()),
+  signed_bytes_hex: z.string().regex(/^([0-9a-f]{2})+$/),
+});
+
+const VECTORS_URL = new URL('vectors/envelope-v2.json', import.meta.url);
+const vectors = z.array(vectorSchema).parse(JSON.parse(readFileSync(VECTORS_URL, 'utf8')));
+const unsignedSchema = envelopeSchema.omit({ sig: true });
+
+/** The raw wire values, decoded without any strictness beyond base64url. */
+function rawParts(envelope: Record<string, unknown>): { from: Buffer; sig: Buffer } {
+  const text = z.object({ from: z.string(), sig: z.string() }).parse(envelope);
+  return { from: Buffer.from(text.from, 'base64url'), sig: Buffer.from(text.sig, 'base64url') };
+}
+
+function parses(envelope: unknown): boolean {
+  try {
+    parseEnvelope(envelope);
+    return true;
+  } catch (err) {
+    if (err instanceof InterlinkError) return false;
+    throw err;
+  }
+}
+
+function accepted(envelope: unknown): boolean {
+  try {
+    return verifyEnvelope(parseEnvelope(envelope));
+  } catch (err) {
+    if (err instanceof InterlinkError) return false;
+    throw err;
+  }
+}
+
+describe('envelope-v2 vectors', () => {
+  it('the committed file is exactly what scripts/gen-vectors.ts produces', () => {
+    expect(JSON.parse(JSON.stringify(buildVectors()))).toEqual(JSON.parse(readFileSync(VECTORS_URL, 'utf8')));
+  });
+
+  it('cover the required cases', () => {
+    const names = vectors.map((v) => v.name);
+    for (const needed of [
+      'valid: minimal message',
+      'valid: every optional field, reply_to and non-ASCII text',
+      'valid: pair_request from a stranger',
+      'invalid: one bit of S flipped',
+      'invalid: public key is the small-order identity point (equation holds)',
+      'invalid: R is the small-order identity point (equation holds)',
+      'invalid: non-canonical S (S + L)',
+      'invalid: text changed after signing',
+      'invalid: non-canonical base64url signature (trailing bits set)',
+    ]) {
+      expect(names).toContain(needed);
+    }
+    expect(new Set(names).size).toBe(names.length);
+  });
+
+  it.each(vectors.map((v) => [v.name, v] as const))('%s', (_name, v) => {
+    expect(signedBytes(unsignedSchema.parse(v.envelope)).toString('hex')).toBe(v.signed_bytes_hex);
+    expect(accepted(v.envelope)).toBe(v.valid);
+
+    const message = Buffer.from(v.signed_bytes_hex, 'hex');
+    const { from, sig } = rawParts(v.envelope);
+    const verdict = strictVerdict(from, message, sig);
+    if (v.valid) {
+      expect(verdict).toBe('valid');
+      expect(nobleVerify(from, message, sig)).toBe(true);
+    } else if (parses(v.envelope)) {
+      expect(verdict).not.toBe('valid');
+    }
+
+    if (v.seed_b64url !== undefined && v.valid) {
+      // Signing is deterministic: the seed re-creates the key and the exact signature.
+      const key = signingKeyFromSeed(Buffer.from(v.seed_b64url, 'base64url'));
+      const envelope = parseEnvelope(v.envelope);
+      expect(key.publicKey.toString('base64url')).toBe(envelope.from);
+      const { sig: _sig, from: _from, ...fields } = envelope;
+      expect(signEnvelope(key, fields).sig).toBe(envelope.sig);
+    }
+  });
+
+  it('the small-order and S + L vectors fail only through the strict rules', () => {
+    const byName = new Map(vectors.map((v) => [v.name, v]));
+    const expectations: [string, string][] = [
+      ['invalid: public key is the small-order identity point (equation holds)', 'small_order_a'],
+      ['invalid: R is the small-order identity point (equation holds)', 'small_order_r'],
+      ['invalid: non-canonical S (S + L)', 'non_canonical_s'],
+    ];
+    for (const [name, reason] of expectations) {
+      const v = byName.get(name);
+      expect(v).toBeDefined();
+      if (v === undefined) continue;
+      const message = Buffer.from(v.signed_bytes_hex, 'hex');
+      const { from, sig } = rawParts(v.envelope);
+      expect(strictVerdict(from, message, sig)).toBe(reason);
+      expect(equationHoldsLeniently(from, message, sig)).toBe(true);
+    }
+  });
+
+  it('the non-canonical base64url vector fails only through its spelling', () => {
+    const v = vectors.find((x) => x.name === 'invalid: non-canonical base64url signature (trailing bits set)');
+    expect(v).toBeDefined();
+    if (v === undefined) return;
+    expect(parses(v.envelope)).toBe(false);
+    const { from, sig } = rawParts(v.envelope);
+    expect(strictVerdict(from, Buffer.from(v.signed_bytes_hex, 'hex'), sig)).toBe('valid');
+  });
+
+  it('the worked example in docs/PROTOCOL.md is the minimal vector, byte for byte', () => {
+    const doc = readFileSync(new URL('../docs/PROTOCOL.md', import.meta.url), 'utf8');
+    const block = /<!-- worked-example:start -->\s*```text\n([\s\S]*?)```\s*<!-- worked-example:end -->/.exec(doc)?.[1];
+    expect(block).toBeDefined();
+    const hex = (block ?? '')
+      .split('\n')
+      .map((line) => line.split('  ')[0]!.replace(/\s+/g, ''))
+      .join('');
+    const minimal = vectors.find((v) => v.name === 'valid: minimal message');
+    expect(hex).toBe(minimal?.signed_bytes_hex);
+    const { from, sig } = rawParts(minimal?.envelope ?? {});
+    expect(doc).toContain(`has fingerprint \`${fingerprintOf(from)}\``);
+    expect(doc).toContain(sig.toString('base64url'));
+  });
+});
