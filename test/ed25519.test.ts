@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { isAcceptablePoint, isCanonicalScalar, signBytes, signingKeyFromSeed, verifyBytes } from '../src/identity/ed25519.js';
+import { isAcceptablePoint, isCanonicalScalar, isOnCurve, signBytes, signingKeyFromSeed, verifyBytes } from '../src/identity/ed25519.js';
 import {
   L,
   P,
@@ -312,3 +312,20 @@ describe('garbage', () => {
     }
   });
 });
+
+describe('isOnCurve', () => {
+  it('agrees with noble strict decoding on random encodings and accepts every honest key', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 32, maxLength: 32 }), (bytes) => {
+        expect(isOnCurve(bytes)).toBe(decodeStrict(bytes) !== undefined || hasNegativeZeroSign(bytes));
+      }),
+      { numRuns: 500 },
+    );
+    fc.assert(fc.property(seedArb, (seed) => isOnCurve(signingKeyFromSeed(seed).publicKey)), { numRuns: 50 });
+  });
+});
+
+/** x = 0 with the sign bit set decodes in y (isOnCurve ignores the sign); noble refuses it. */
+function hasNegativeZeroSign(bytes: Uint8Array): boolean {
+  return NEGATIVE_ZERO_ENCODINGS.some((e) => hex(e) === hex(bytes));
+}

@@ -385,3 +385,18 @@ describe('unicode', () => {
     expect(() => parseEnvelope(signEnvelope(alice, { to: BOB, text: 'pair \ud83d\ude00 ok' }))).not.toThrow();
   });
 });
+
+describe('signing', () => {
+  it('refuses bad fields before signing, as bad_envelope', () => {
+    for (const fields of [{ ts: -1 }, { ts: 1.5 }, { msg_id: 'nope' }, { task_id: '' }, { to: 'short' }]) {
+      let error: unknown;
+      try {
+        signEnvelope(alice, { to: BOB, text: 'x', ...fields });
+      } catch (err) {
+        error = err;
+      }
+      expect(error).toBeInstanceOf(InterlinkError);
+      expect((error as InterlinkError).code).toBe('bad_envelope');
+    }
+  });
+});

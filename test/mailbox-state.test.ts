@@ -121,7 +121,9 @@ describe('mailbox state', () => {
           for (const [k, envelope] of unreadWanted) {
             const stored = r.state.get(envelope.from, envelope.msg_id);
             expect(stored, `unread ${k} must still be stored`).toBeDefined();
-            if (stored!.superseded_by === undefined) expect(isUnread(stored!)).toBe(true);
+            // Superseded progress is history: it may be pruned after the retention window.
+            if (stored!.superseded_by !== undefined) unreadWanted.delete(k);
+            else expect(isUnread(stored!)).toBe(true);
           }
         });
       }),

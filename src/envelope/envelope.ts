@@ -130,8 +130,11 @@ export function signEnvelope(key: SigningKey, fields: EnvelopeFields): Envelope 
     ...(fields.in_reply_to !== undefined && { in_reply_to: fields.in_reply_to }),
     ...(fields.reply_to !== undefined && { reply_to: fields.reply_to }),
   };
+  // Validate before signing, so bad fields are refused as such and never signed.
+  const placeholder = encodeBase64url(Buffer.alloc(SIGNATURE_BYTES));
+  parseEnvelope({ ...unsigned, sig: placeholder });
   const sig = encodeBase64url(signBytes(key, signedBytes(unsigned)));
-  return parseEnvelope({ ...unsigned, sig });
+  return { ...unsigned, sig };
 }
 
 export function verifyEnvelope(envelope: Envelope): boolean {

@@ -69,6 +69,40 @@ export function isCanonicalScalar(s: Uint8Array): boolean {
   return false;
 }
 
+const P = 2n ** 255n - 19n;
+const D = (-121665n * modPow(121666n, P - 2n)) % P;
+
+function mod(a: bigint): bigint {
+  const r = a % P;
+  return r < 0n ? r + P : r;
+}
+
+function modPow(base: bigint, exponent: bigint): bigint {
+  let result = 1n;
+  let b = ((base % P) + P) % P;
+  for (let e = exponent; e > 0n; e >>= 1n) {
+    if (e & 1n) result = (result * b) % P;
+    b = (b * b) % P;
+  }
+  return result;
+}
+
+/**
+ * Whether the encoding decodes to a curve point: x^2 = (y^2 - 1) / (d y^2 + 1) must have a
+ * root. Verification never needs this (OpenSSL just fails), but a key people add to their
+ * peers should be one that can ever verify. BigInt arithmetic: for configuration, not for
+ * the verification path.
+ */
+export function isOnCurve(point: Uint8Array): boolean {
+  if (point.length !== PUBLIC_KEY_BYTES || !isCanonicalY(point)) return false;
+  const bytes = Buffer.from(point);
+  bytes[31] = bytes[31]! & 0x7f;
+  const y = BigInt('0x' + Buffer.from(bytes).reverse().toString('hex'));
+  const y2 = mod(y * y);
+  const x2 = mod((y2 - 1n) * modPow(mod(D * y2 + 1n), P - 2n));
+  return x2 === 0n || modPow(x2, (P - 1n) / 2n) === 1n;
+}
+
 const PUBLIC_KEY_CACHE_LIMIT = 4096;
 const publicKeyCache = new Map<string, KeyObject>();
 

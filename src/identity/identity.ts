@@ -8,7 +8,7 @@ import { InterlinkError, errnoCode } from '../errors.js';
 import { log } from '../log.js';
 import { writeFileExclusive, writeFileAtomic } from '../store/atomic.js';
 import { decodeBase64url, encodeBase64url } from './base64url.js';
-import { SEED_BYTES, PUBLIC_KEY_BYTES, generateSigningKey, isAcceptablePoint, signingKeyFromSeed, type SigningKey } from './ed25519.js';
+import { SEED_BYTES, PUBLIC_KEY_BYTES, generateSigningKey, isAcceptablePoint, isOnCurve, signingKeyFromSeed, type SigningKey } from './ed25519.js';
 
 export interface Identity {
   readonly signingKey: SigningKey;
@@ -37,8 +37,8 @@ export function normalizeFingerprint(text: string): string | undefined {
 /** Parses a base64url public key and refuses one that could never verify a signature. */
 export function parsePublicKey(text: string, what = 'public key'): Buffer {
   const bytes = decodeBase64url(text, PUBLIC_KEY_BYTES, what);
-  if (!isAcceptablePoint(bytes)) {
-    throw new InterlinkError('bad_key', `${what} is not a usable Ed25519 key (non-canonical or of small order)`);
+  if (!isAcceptablePoint(bytes) || !isOnCurve(bytes)) {
+    throw new InterlinkError('bad_key', `${what} is not a usable Ed25519 public key (not a canonical curve point of large order)`);
   }
   return bytes;
 }

@@ -17,8 +17,8 @@ import { crashPoint } from '../store/crash-point.js';
 import type { Recovery } from '../store/json-store.js';
 import type { Op, Receipt, StoredRecord } from './format.js';
 import { appendLines, compact, loadMailbox, readTail, shouldCompact, type Loaded } from './journal.js';
-import { DEFAULT_LIMITS, DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, type Limits } from './rules.js';
-import { type AckCounts, type StoreOutcome, isUnread } from './state.js';
+import { DEFAULT_LIMITS, DEFAULT_FETCH_LIMIT, clampFetchLimit, type Limits } from './rules.js';
+import type { AckCounts, StoreOutcome } from './state.js';
 
 export interface MailboxOptions {
   limits?: Limits;
@@ -77,8 +77,8 @@ export class Mailbox {
   }
 
   /** Current unread messages, non-progress first; consumes nothing. */
-  async fetch(limit = DEFAULT_FETCH_LIMIT): Promise<FetchResult> {
-    const bounded = Math.max(1, Math.min(MAX_FETCH_LIMIT, Math.floor(limit)));
+  async fetch(limit?: number): Promise<FetchResult> {
+    const bounded = clampFetchLimit(limit);
     return this.exclusive(async () => {
       await this.refresh();
       const unread = this.state().unreadInFetchOrder();
@@ -251,4 +251,3 @@ function clone(record: StoredRecord): StoredRecord {
   return { ...record, states: record.states.map((s) => ({ ...s })) };
 }
 
-export { isUnread };

@@ -83,7 +83,7 @@ export async function loadPeers(path: string): Promise<{ table: PeerTable; recov
 
 export type AddPeerOutcome = 'added' | 'unchanged';
 
-export async function addPeer(path: string, petname: string, key: string): Promise<{ outcome: AddPeerOutcome }> {
+export async function addPeer(path: string, petname: string, key: string): Promise<{ outcome: AddPeerOutcome; recovered?: Recovery }> {
   checkPetname(petname);
   parsePublicKey(key, `key for ${petname}`);
   return updateJson(path, peersFileSchema, emptyPeers, (current): { next: PeersFile | undefined; result: { outcome: AddPeerOutcome } } => {
@@ -103,7 +103,7 @@ export async function addPeer(path: string, petname: string, key: string): Promi
   });
 }
 
-export async function removePeer(path: string, petname: string): Promise<{ key: string }> {
+export async function removePeer(path: string, petname: string): Promise<{ key: string; recovered?: Recovery }> {
   checkPetname(petname);
   return updateJson(path, peersFileSchema, emptyPeers, (current) => {
     const existing = current[petname];

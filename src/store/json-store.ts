@@ -4,6 +4,7 @@
  * match its schema is moved aside with a timestamp and reported; the caller carries on
  * with the default value, so a bad file is never silently reset and never a crash loop.
  */
+import { randomBytes } from 'node:crypto';
 import { readFile, rename } from 'node:fs/promises';
 import type { z } from 'zod';
 import { errnoCode, InterlinkError } from '../errors.js';
@@ -17,11 +18,12 @@ export interface Recovery {
   reason: string;
 }
 
+/** `<file>.corrupt-<timestamp>-<random>`: the random part keeps two asides apart. */
 export function asideName(path: string, now = new Date()): string {
-  return `${path}.corrupt-${now.toISOString().replace(/[:.]/g, '-')}`;
+  return `${path}.corrupt-${now.toISOString().replace(/[:.]/g, '-')}-${randomBytes(3).toString('hex')}`;
 }
 
-/** Moves a damaged file out of the way and says where it went. */
+/** Moves a damaged file out of the way and says where it went. Caller holds the lock. */
 export async function moveAside(path: string, reason: string): Promise<Recovery> {
   const movedTo = asideName(path);
   await rename(path, movedTo);
@@ -39,25 +41,44 @@ export function describeSchemaError(error: z.ZodError): string {
 
 export type ReadResult<T> = { value: T; recovered?: Recovery };
 
-export async function readJson<T>(path: string, schema: z.ZodType<T>, fallback: () => T): Promise<ReadResult<T>> {
+type Validated<T> = { kind: 'ok'; value: T } | { kind: 'missing' } | { kind: 'damaged'; reason: string };
+
+async function readValidated<T>(path: string, schema: z.ZodType<T>): Promise<Validated<T>> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');
   } catch (err) {
-    if (errnoCode(err) === 'ENOENT') return { value: fallback() };
+    if (errnoCode(err) === 'ENOENT') return { kind: 'missing' };
     throw new InterlinkError('storage', `cannot read ${path} (${errnoCode(err) ?? String(err)})`, undefined, { cause: err });
   }
   let data: unknown;
   try {
     data = JSON.parse(text);
   } catch (err) {
-    return { value: fallback(), recovered: await moveAside(path, `not JSON: ${(err as Error).message}`) };
+    return { kind: 'damaged', reason: `not JSON: ${(err as Error).message}` };
   }
   const parsed = schema.safeParse(data);
-  if (!parsed.success) {
-    return { value: fallback(), recovered: await moveAside(path, describeSchemaError(parsed.error)) };
-  }
-  return { value: parsed.data };
+  return parsed.success ? { kind: 'ok', value: parsed.data } : { kind: 'damaged', reason: describeSchemaError(parsed.error) };
+}
+
+/** Reads the file; a damaged one is moved aside and the fallback used. Caller holds the lock. */
+async function readOrRepair<T>(path: string, schema: z.ZodType<T>, fallback: () => T): Promise<ReadResult<T>> {
+  const read = await readValidated(path, schema);
+  if (read.kind === 'ok') return { value: read.value };
+  if (read.kind === 'missing') return { value: fallback() };
+  return { value: fallback(), recovered: await moveAside(path, read.reason) };
+}
+
+/**
+ * Reads without the lock. Only when the file looks damaged does it take the lock and
+ * look again, so a writer's fresh file is never mistaken for damage and two readers
+ * never both move it.
+ */
+export async function readJson<T>(path: string, schema: z.ZodType<T>, fallback: () => T): Promise<ReadResult<T>> {
+  const read = await readValidated(path, schema);
+  if (read.kind === 'ok') return { value: read.value };
+  if (read.kind === 'missing') return { value: fallback() };
+  return withFileLock(path, () => readOrRepair(path, schema, fallback));
 }
 
 /**
@@ -72,7 +93,7 @@ export async function updateJson<T, R extends object>(
   edit: (current: T) => { next: T | undefined; result: R },
 ): Promise<R & { recovered?: Recovery }> {
   return withFileLock(path, async () => {
-    const { value, recovered } = await readJson(path, schema, fallback);
+    const { value, recovered } = await readOrRepair(path, schema, fallback);
     const { next, result } = edit(value);
     if (next !== undefined) await writeFileAtomic(path, JSON.stringify(next, null, 2) + '\n');
     return recovered ? { ...result, recovered } : { ...result };

@@ -14,7 +14,7 @@ import { identityFromSigningKey, type Identity } from '../../identity/identity.j
 import { Mailbox } from '../../mailbox/mailbox.js';
 import { currentState } from '../../mailbox/state.js';
 import { addPeer, loadPeers } from '../../peers/peers.js';
-import { parse } from '../args.js';
+import { expectPositionals, parse } from '../args.js';
 
 export const demoHelp = `usage: interlink-mcp demo
 
@@ -37,7 +37,7 @@ async function admitInto(mailbox: Mailbox, me: Identity, peersFile: string, enve
 }
 
 export async function demo(argv: readonly string[]): Promise<void> {
-  parse(argv, {});
+  expectPositionals(parse(argv, {}), 0, 'interlink-mcp demo');
   const root = await mkdtemp(join(tmpdir(), 'interlink-demo-'));
   try {
     const alice = identityFromSigningKey(generateSigningKey());

@@ -1,6 +1,6 @@
 import { keyPath } from '../../config/paths.js';
 import { createIdentity, loadIdentity } from '../../identity/identity.js';
-import { parse, print } from '../args.js';
+import { expectPositionals, parse, print } from '../args.js';
 
 export const keygenHelp = `usage: interlink-mcp keygen [--force] [--json]
 
@@ -9,6 +9,7 @@ readable only by you. Refuses to replace an existing key unless --force is given
 
 export async function keygen(argv: readonly string[]): Promise<void> {
   const args = parse(argv, { force: { type: 'boolean' }, json: { type: 'boolean' } });
+  expectPositionals(args, 0, 'interlink-mcp keygen [--force] [--json]');
   const path = keyPath();
   const identity = await createIdentity(path, { force: args.values.force === true });
   print(args.values.json === true, { key: identity.key, fingerprint: identity.fingerprint, path }, () =>
@@ -22,6 +23,7 @@ Prints this identity's public key (what peers add) and its fingerprint (what peo
 
 export async function whoami(argv: readonly string[]): Promise<void> {
   const args = parse(argv, { json: { type: 'boolean' } });
+  expectPositionals(args, 0, 'interlink-mcp whoami [--json]');
   const identity = await loadIdentity(keyPath());
   print(args.values.json === true, { key: identity.key, fingerprint: identity.fingerprint }, () =>
     [`key          ${identity.key}`, `fingerprint  ${identity.fingerprint}`].join('\n'),

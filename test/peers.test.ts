@@ -1,0 +1,499 @@
+/**
+ * peers.json and the sidecar lock under it, with real files and real processes: edits
+ * never re-point a petname, a damaged file is moved aside and reported, concurrent
+ * writers in different processes lose nothing, and a lock outlives neither its holder's
+ * crash nor a live holder's deadline.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { mkdtemp, readFile, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import { hostname, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { InterlinkError, type ErrorCode } from '../src/errors.js';
+import { encodeBase64url } from '../src/identity/base64url.js';
+import { generateSigningKey } from '../src/identity/ed25519.js';
+import { addPeer, checkPetname, loadPeers, removePeer } from '../src/peers/peers.js';
+import { withFileLock } from '../src/store/lock.js';
+
+const DIST = fileURLToPath(new URL('../dist/src/', import.meta.url));
+const ASIDE = /^peers\.json\.corrupt-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z-[0-9a-f]{6}$/;
+
+let dir: string;
+let peersFile: string;
+const children = new Set<ChildProcess>();
+
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'interlink-peers-'));
+  peersFile = join(dir, 'peers.json');
+});
+
+afterEach(async () => {
+  vi.restoreAllMocks();
+  await Promise.all([...children].map(reap));
+  await rm(dir, { recursive: true, force: true });
+});
+
+const newKey = (): string => encodeBase64url(generateSigningKey().publicKey);
+
+async function rejectsWith(promise: Promise<unknown>, code: ErrorCode): Promise<InterlinkError> {
+  const err: unknown = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(InterlinkError);
+  expect((err as InterlinkError).code).toBe(code);
+  return err as InterlinkError;
+}
+
+/** Captures the structured log lines that a recovery writes to stderr. */
+function captureStderr(): string[] {
+  const lines: string[] = [];
+  vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
+    lines.push(String(chunk));
+    return true;
+  });
+  return lines;
+}
+
+async function fileState(path: string): Promise<{ bytes: string; ino: number } | undefined> {
+  try {
+    const [bytes, info] = await Promise.all([readFile(path, 'utf8'), stat(path)]);
+    return { bytes, ino: info.ino };
+  } catch {
+    return undefined;
+  }
+}
+
+describe('peers.json edits', () => {
+  it('adds, lists in petname order, and removes', async () => {
+    const [alice, bob, carol] = [newKey(), newKey(), newKey()];
+    expect(await addPeer(peersFile, 'carol', carol)).toEqual({ outcome: 'added' });
+    expect(await addPeer(peersFile, 'alice', alice)).toEqual({ outcome: 'added' });
+    expect(await addPeer(peersFile, 'bob', bob)).toEqual({ outcome: 'added' });
+
+    const onDisk: unknown = JSON.parse(await readFile(peersFile, 'utf8'));
+    expect(onDisk).toEqual({ alice: { key: alice }, bob: { key: bob }, carol: { key: carol } });
+
+    const { table, recovered } = await loadPeers(peersFile);
+    expect(recovered).toBeUndefined();
+    expect(table.peers).toEqual([
+      { petname: 'alice', key: alice },
+      { petname: 'bob', key: bob },
+      { petname: 'carol', key: carol },
+    ]);
+    expect(table.petnameOf(bob)).toBe('bob');
+    expect(table.keyOf('carol')).toBe(carol);
+    expect(table.has(alice)).toBe(true);
+
+    expect(await removePeer(peersFile, 'bob')).toEqual({ key: bob });
+    const after = await loadPeers(peersFile);
+    expect(after.table.peers.map((p) => p.petname)).toEqual(['alice', 'carol']);
+    expect(after.table.has(bob)).toBe(false);
+    expect(await readdir(dir)).toEqual(['peers.json']);
+  });
+
+  it('reads a missing file as no peers and creates nothing', async () => {
+    const { table, recovered } = await loadPeers(peersFile);
+    expect(table.peers).toEqual([]);
+    expect(recovered).toBeUndefined();
+    expect(await readdir(dir)).toEqual([]);
+  });
+
+  it('adding the same key under the same petname again changes nothing, not even the inode', async () => {
+    const key = newKey();
+    await addPeer(peersFile, 'alice', key);
+    const before = await fileState(peersFile);
+    expect(await addPeer(peersFile, 'alice', key)).toEqual({ outcome: 'unchanged' });
+    expect(await fileState(peersFile)).toEqual(before);
+  });
+
+  it('refuses to re-point a petname to another key and leaves the file alone', async () => {
+    const original = newKey();
+    await addPeer(peersFile, 'alice', original);
+    const before = await fileState(peersFile);
+    const err = await rejectsWith(addPeer(peersFile, 'alice', newKey()), 'peer_conflict');
+    expect(err.message).toContain('alice');
+    expect(await fileState(peersFile)).toEqual(before);
+    expect((await loadPeers(peersFile)).table.keyOf('alice')).toBe(original);
+  });
+
+  it('refuses the same key under a second petname', async () => {
+    const key = newKey();
+    await addPeer(peersFile, 'alice', key);
+    const before = await fileState(peersFile);
+    const err = await rejectsWith(addPeer(peersFile, 'alice2', key), 'peer_conflict');
+    expect(err.message).toContain('alice');
+    expect(await fileState(peersFile)).toEqual(before);
+  });
+
+  it('refuses to remove an unknown petname, with or without a file', async () => {
+    await rejectsWith(removePeer(peersFile, 'nobody'), 'unknown_peer');
+    expect(await readdir(dir)).toEqual([]);
+    await addPeer(peersFile, 'alice', newKey());
+    const before = await fileState(peersFile);
+    await rejectsWith(removePeer(peersFile, 'nobody'), 'unknown_peer');
+    expect(await fileState(peersFile)).toEqual(before);
+    expect(await readdir(dir)).toEqual(['peers.json']);
+  });
+
+  it('keeps fields it does not know on other entries', async () => {
+    const bob = newKey();
+    await writeFile(peersFile, JSON.stringify({ bob: { key: bob, added_by: 'pairing' } }));
+    await addPeer(peersFile, 'alice', newKey());
+    const onDisk = JSON.parse(await readFile(peersFile, 'utf8')) as Record<string, unknown>;
+    expect(onDisk.bob).toEqual({ key: bob, added_by: 'pairing' });
+  });
+
+  const badNames: Array<[string, string]> = [
+    ['a parent directory', '../x'],
+    ['a bare ..', '..'],
+    ['a slash', 'a/b'],
+    ['a backslash', 'a\\b'],
+    ['NUL', 'a\u0000b'],
+    ['a control character', 'a\u001bb'],
+    ['DEL', 'a\u007fb'],
+    ['a C1 control character', 'a\u0085b'],
+    ['129 bytes', 'x'.repeat(129)],
+    ['129 bytes of multi-byte text', '€'.repeat(43)],
+    ['empty', ''],
+    ['leading white space', ' alice'],
+    ['the reserved word self', 'self'],
+  ];
+
+  it.each(badNames)('refuses a petname with %s, adding or removing', async (_what, name) => {
+    await rejectsWith(addPeer(peersFile, name, newKey()), 'bad_name');
+    expect(await readdir(dir)).toEqual([]);
+    await addPeer(peersFile, 'alice', newKey());
+    const before = await fileState(peersFile);
+    await rejectsWith(removePeer(peersFile, name), 'bad_name');
+    expect(await fileState(peersFile)).toEqual(before);
+    expect(() => checkPetname(name)).toThrow(InterlinkError);
+  });
+
+  it('accepts a petname of exactly 128 bytes, multi-byte included', async () => {
+    await addPeer(peersFile, 'x'.repeat(128), newKey());
+    await addPeer(peersFile, '€'.repeat(42) + 'ab', newKey());
+    expect((await loadPeers(peersFile)).table.peers).toHaveLength(2);
+  });
+
+  it('refuses a key that is not a usable public key', async () => {
+    const smallOrder = Buffer.alloc(32).toString('base64url');
+    for (const key of ['not-a-key', '', newKey() + '=', smallOrder]) {
+      await rejectsWith(addPeer(peersFile, 'alice', key), 'bad_key');
+    }
+    expect(await readdir(dir)).toEqual([]);
+  });
+});
+
+describe('a damaged peers.json', () => {
+  const damaged: Array<[string, () => string]> = [
+    ['not JSON', () => '{"alice": {"key": '],
+    ['a bad key inside', () => JSON.stringify({ alice: { key: 'AAAA' } })],
+    ['a small-order key inside', () => JSON.stringify({ alice: { key: Buffer.alloc(32).toString('base64url') } })],
+    ['an entry without a key', () => JSON.stringify({ alice: { name: 'alice' } })],
+    ['an unsafe petname inside', () => JSON.stringify({ '../alice': { key: newKey() } })],
+    ['a reserved petname inside', () => JSON.stringify({ self: { key: newKey() } })],
+    ['an array', () => '[]'],
+  ];
+
+  it.each(damaged)('with %s is moved aside, reported and logged, never silently reset', async (_what, content) => {
+    const text = content();
+    await writeFile(peersFile, text);
+    const logged = captureStderr();
+    const { table, recovered } = await loadPeers(peersFile);
+    expect(table.peers).toEqual([]);
+    expect(recovered).toBeDefined();
+    expect(recovered?.file).toBe(peersFile);
+    expect(recovered?.reason.length).toBeGreaterThan(0);
+    const entries = await readdir(dir);
+    expect(entries).toHaveLength(1);
+    expect(entries[0]).toMatch(ASIDE);
+    expect(recovered?.movedTo).toBe(join(dir, entries[0]!));
+    expect(await readFile(join(dir, entries[0]!), 'utf8')).toBe(text);
+    expect(logged.join('')).toContain('store_corrupt');
+  });
+
+  it('is moved aside once when several readers find it at the same moment', async () => {
+    await writeFile(peersFile, 'garbage');
+    captureStderr();
+    const results = await Promise.allSettled(Array.from({ length: 6 }, () => loadPeers(peersFile)));
+    expect(results.every((r) => r.status === 'fulfilled')).toBe(true);
+    const recoveries = results.flatMap((r) => (r.status === 'fulfilled' && r.value.recovered ? [r.value.recovered] : []));
+    expect(recoveries).toHaveLength(1);
+    const entries = await readdir(dir);
+    expect(entries).toHaveLength(1);
+    expect(entries[0]).toMatch(ASIDE);
+  });
+
+  it('is moved aside by an edit too, which reports it and starts a fresh file', async () => {
+    await writeFile(peersFile, 'garbage');
+    captureStderr();
+    const key = newKey();
+    const result = await addPeer(peersFile, 'alice', key);
+    expect(result).toMatchObject({ outcome: 'added', recovered: { file: peersFile } });
+    const entries = (await readdir(dir)).sort();
+    expect(entries[0]).toBe('peers.json');
+    expect(entries[1]).toMatch(ASIDE);
+    expect(entries).toHaveLength(2);
+    expect(await readFile(join(dir, entries[1]!), 'utf8')).toBe('garbage');
+    expect(JSON.parse(await readFile(peersFile, 'utf8'))).toEqual({ alice: { key } });
+  });
+});
+
+// ---------------------------------------------------------------------------------------
+// Processes.
+// ---------------------------------------------------------------------------------------
+
+/** Kills a child that is still running and waits until it has been reaped. */
+function reap(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      children.delete(child);
+      resolve();
+      return;
+    }
+    child.once('exit', () => {
+      children.delete(child);
+      resolve();
+    });
+    child.kill('SIGKILL');
+  });
+}
+
+interface RunningChild {
+  child: ChildProcess;
+  waitFor: (text: string) => Promise<void>;
+  exited: Promise<void>;
+  done: Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }>;
+}
+
+function startChild(script: string, args: string[]): RunningChild {
+  const child = spawn(process.execPath, [script, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+  children.add(child);
+  let stdout = '';
+  let stderr = '';
+  const listeners = new Set<() => void>();
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+    stdout += chunk;
+    for (const listener of listeners) listener();
+  });
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk;
+  });
+  // 'exit' comes once the process has been reaped; 'close' once its output is drained too.
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }>((resolve) => {
+    child.once('close', (code, signal) => {
+      children.delete(child);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+  const waitFor = (text: string): Promise<void> =>
+    new Promise((resolve, reject) => {
+      const check = (): void => {
+        if (!stdout.includes(text)) return;
+        listeners.delete(check);
+        resolve();
+      };
+      listeners.add(check);
+      check();
+      void done.then(() => {
+        if (listeners.delete(check)) reject(new Error(`child exited before printing ${JSON.stringify(text)}: ${stderr}`));
+      });
+    });
+  return { child, waitFor, exited, done };
+}
+
+/** Starts children that each wait at a start line, then releases them all at once. */
+async function raceChildren(script: string, argsFor: (i: number) => string[], count: number): Promise<string[]> {
+  const racers = Array.from({ length: count }, (_, i) => startChild(script, argsFor(i)));
+  await Promise.all(racers.map((r) => r.waitFor('ready\n')));
+  for (const r of racers) r.child.stdin?.end('go\n');
+  const results = await Promise.all(racers.map((r) => r.done));
+  return results.map(({ code, stdout, stderr }) => {
+    expect(code, stderr).toBe(0);
+    return stdout.slice('ready\n'.length);
+  });
+}
+
+async function writeScript(name: string, lines: string[]): Promise<string> {
+  const path = join(dir, name);
+  await writeFile(path, lines.join('\n') + '\n');
+  return path;
+}
+
+const startLine = [`process.stdout.write('ready\\n');`, `await new Promise((resolve) => process.stdin.once('data', resolve));`];
+
+describe('peers.json across processes', () => {
+  it('keeps all 60 peers when 6 processes each add 10 at once', async () => {
+    const script = await writeScript('add-peers.mjs', [
+      `import { addPeer } from ${JSON.stringify(join(DIST, 'peers/peers.js'))};`,
+      `import { generateSigningKey } from ${JSON.stringify(join(DIST, 'identity/ed25519.js'))};`,
+      ...startLine,
+      `const [file, writer] = process.argv.slice(2);`,
+      `const added = {};`,
+      `for (let i = 0; i < 10; i++) {`,
+      `  const key = generateSigningKey().publicKey.toString('base64url');`,
+      `  const petname = 'w' + writer + '-' + i;`,
+      `  const { outcome } = await addPeer(file, petname, key);`,
+      `  if (outcome !== 'added') throw new Error(petname + ' ' + outcome);`,
+      `  added[petname] = key;`,
+      `}`,
+      `process.stdout.write(JSON.stringify(added) + '\\n');`,
+    ]);
+    const outputs = await raceChildren(script, (i) => [peersFile, String(i)], 6);
+    const expected: Record<string, string> = Object.assign({}, ...outputs.map((o) => JSON.parse(o) as Record<string, string>));
+    expect(Object.keys(expected)).toHaveLength(60);
+    const { table, recovered } = await loadPeers(peersFile);
+    expect(recovered).toBeUndefined();
+    expect(Object.fromEntries(table.peers.map((p) => [p.petname, p.key]))).toEqual(expected);
+    expect((await readdir(dir)).filter((name) => name.startsWith('peers.json') || name.startsWith('.peers.json'))).toEqual(['peers.json']);
+  });
+});
+
+describe('withFileLock', () => {
+  const holderScript = (): Promise<string> =>
+    writeScript('hold.mjs', [
+      `import { withFileLock } from ${JSON.stringify(join(DIST, 'store/lock.js'))};`,
+      `await withFileLock(process.argv[2], async () => {`,
+      `  process.stdout.write('held\\n');`,
+      `  await new Promise(() => setInterval(() => {}, 1 << 30));`,
+      `});`,
+    ]);
+
+  it('recovers at once a lock whose holder was killed with SIGKILL', async () => {
+    const target = join(dir, 'state.json');
+    const holder = startChild(await holderScript(), [target]);
+    await holder.waitFor('held\n');
+    const lock = JSON.parse(await readFile(`${target}.lock`, 'utf8')) as { pid: number };
+    expect(lock.pid).toBe(holder.child.pid);
+
+    holder.child.kill('SIGKILL');
+    await holder.exited;
+    expect((await holder.done).signal).toBe('SIGKILL');
+    await readFile(`${target}.lock`); // the dead holder's lock is still there
+
+    expect(await withFileLock(target, async () => 'ran', { timeoutMs: 2000 })).toBe('ran');
+    expect((await readdir(dir)).sort()).toEqual(['hold.mjs']);
+  });
+
+  it('makes a waiter give up on a live holder with busy, naming the lock file', async () => {
+    const target = join(dir, 'state.json');
+    const holder = startChild(await holderScript(), [target]);
+    await holder.waitFor('held\n');
+    const lockBefore = await readFile(`${target}.lock`, 'utf8');
+    let ran = false;
+    const err = await rejectsWith(
+      withFileLock(
+        target,
+        async () => {
+          ran = true;
+        },
+        { timeoutMs: 300 },
+      ),
+      'busy',
+    );
+    expect(ran).toBe(false);
+    expect(err.message).toContain(`${target}.lock`);
+    expect(err.message).toContain(String(holder.child.pid));
+    expect(err.details).toEqual({ lock: `${target}.lock` });
+    expect(await readFile(`${target}.lock`, 'utf8')).toBe(lockBefore);
+  });
+
+  it('keeps 4 processes incrementing one counter 50 times each from losing an update', async () => {
+    const counter = join(dir, 'counter');
+    await writeFile(counter, '0');
+    const script = await writeScript('count.mjs', [
+      `import { readFile, writeFile } from 'node:fs/promises';`,
+      `import { withFileLock } from ${JSON.stringify(join(DIST, 'store/lock.js'))};`,
+      ...startLine,
+      `const file = process.argv[2];`,
+      `const written = [];`,
+      `for (let i = 0; i < 50; i++) {`,
+      `  await withFileLock(file, async () => {`,
+      `    const next = Number(await readFile(file, 'utf8')) + 1;`,
+      `    await writeFile(file, String(next));`,
+      `    written.push(next);`,
+      `  });`,
+      `}`,
+      `process.stdout.write(JSON.stringify(written) + '\\n');`,
+    ]);
+    const outputs = await raceChildren(script, () => [counter], 4);
+    expect(await readFile(counter, 'utf8')).toBe('200');
+    const written = outputs.flatMap((o) => JSON.parse(o) as number[]).sort((a, b) => a - b);
+    expect(written).toEqual(Array.from({ length: 200 }, (_, i) => i + 1));
+  });
+
+  it('runs callers in one process one at a time', async () => {
+    const target = join(dir, 'state.json');
+    let active = 0;
+    let maxActive = 0;
+    let count = 0;
+    await Promise.all(
+      Array.from({ length: 50 }, () =>
+        withFileLock(target, async () => {
+          active++;
+          maxActive = Math.max(maxActive, active);
+          await readdir(dir);
+          count++;
+          active--;
+        }),
+      ),
+    );
+    expect({ count, maxActive }).toEqual({ count: 50, maxActive: 1 });
+    expect(await readdir(dir)).toEqual([]);
+  });
+
+  it('releases the lock when the critical section throws', async () => {
+    const target = join(dir, 'state.json');
+    await expect(
+      withFileLock(target, async () => {
+        throw new Error('boom');
+      }),
+    ).rejects.toThrow('boom');
+    expect(await readdir(dir)).toEqual([]);
+    expect(await withFileLock(target, async () => 'next', { timeoutMs: 300 })).toBe('next');
+  });
+
+  const bootId = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+  const holderRecord = (fields: Record<string, unknown>): string =>
+    JSON.stringify({ host: hostname(), boot: bootId, pid: process.pid, start: '', token: 'feedfacefeedface', ...fields });
+
+  it('breaks a lock whose pid now belongs to a newer process', async () => {
+    const target = join(dir, 'state.json');
+    await writeFile(`${target}.lock`, holderRecord({ start: '1' }));
+    expect(await withFileLock(target, async () => 'ran', { timeoutMs: 2000 })).toBe('ran');
+  });
+
+  it('breaks a lock taken before the machine rebooted', async () => {
+    const target = join(dir, 'state.json');
+    await writeFile(`${target}.lock`, holderRecord({ boot: 'a-previous-boot' }));
+    expect(await withFileLock(target, async () => 'ran', { timeoutMs: 2000 })).toBe('ran');
+  });
+
+  it('never breaks a lock held from another host', async () => {
+    const target = join(dir, 'state.json');
+    await writeFile(`${target}.lock`, holderRecord({ host: 'some-other-host', pid: 999_999_999 }));
+    const err = await rejectsWith(
+      withFileLock(target, async () => 'ran', { timeoutMs: 300 }),
+      'busy',
+    );
+    expect(err.message).toContain('some-other-host');
+  });
+
+  it('waits on an unreadable lock file while it is fresh, and clears it once it is old', async () => {
+    const target = join(dir, 'state.json');
+    const lockFile = `${target}.lock`;
+    await writeFile(lockFile, '{"half-written');
+    const err = await rejectsWith(
+      withFileLock(target, async () => 'ran', { timeoutMs: 300 }),
+      'busy',
+    );
+    expect(err.message).toContain(lockFile);
+    const longAgo = new Date(Date.now() - 60_000);
+    await utimes(lockFile, longAgo, longAgo);
+    expect(await withFileLock(target, async () => 'ran', { timeoutMs: 2000 })).toBe('ran');
+  });
+});
