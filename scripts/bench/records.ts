@@ -1,0 +1,37 @@
+/**
+ * Signed envelopes of a fixed wire size, as the storage benchmarks store them. Signing
+ * happens up front so that no benchmark times it by accident.
+ */
+import { randomBytes } from 'node:crypto';
+import { signEnvelope, type Envelope } from '../../src/envelope/envelope.js';
+import { generateSigningKey, type SigningKey } from '../../src/identity/ed25519.js';
+import { encodeBase64url } from '../../src/identity/base64url.js';
+
+export const RECORD_BYTES = 1024;
+
+export interface Correspondents {
+  sender: SigningKey;
+  recipient: string;
+}
+
+export function newCorrespondents(): Correspondents {
+  return { sender: generateSigningKey(), recipient: encodeBase64url(generateSigningKey().publicKey) };
+}
+
+/** Printable text of exactly `length` ASCII characters that does not compress. */
+export function randomText(length: number): string {
+  return randomBytes(Math.ceil((length * 3) / 4) + 3)
+    .toString('base64url')
+    .slice(0, length);
+}
+
+/** The text length that makes the envelope's JSON exactly `bytes` long (all other fields are fixed-width). */
+function textLengthFor(who: Correspondents, bytes: number): number {
+  const empty = signEnvelope(who.sender, { to: who.recipient, text: '' });
+  return bytes - Buffer.byteLength(JSON.stringify(empty));
+}
+
+export function makeEnvelopes(who: Correspondents, count: number, bytes = RECORD_BYTES): Envelope[] {
+  const length = textLengthFor(who, bytes);
+  return Array.from({ length: count }, () => signEnvelope(who.sender, { to: who.recipient, text: randomText(length) }));
+}
