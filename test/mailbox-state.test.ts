@@ -68,7 +68,7 @@ function ackedKeys(state: MailboxState): Set<string> {
 function run(
   actions: Action[],
   limits: Limits,
-  check: (r: Run, op: Op, result: StoreOutcome | AckCounts, ackedBefore: Set<string>) => void,
+  check: (r: Run, op: Op, result: StoreOutcome | AckCounts, ackedBefore: Set<string>, readBefore: Set<string>) => void,
 ): Run {
   const r: Run = { state: new MailboxState(limits), ops: [], sent: [] };
   let now = T0;
@@ -89,9 +89,10 @@ function run(
     }
     if (op === undefined) continue;
     const ackedBefore = ackedKeys(r.state);
+    const readBefore = new Set([...r.state.all()].filter((x) => !isUnread(x)).map((x) => key(x.envelope)));
     const result = r.state.apply(op);
     r.ops.push(op);
-    check(r, op, result, ackedBefore);
+    check(r, op, result, ackedBefore, readBefore);
   }
   return r;
 }
@@ -142,6 +143,22 @@ describe('mailbox state', () => {
           expect(stats.bytes).toBe(recs.reduce((sum, x) => sum + x.size, 0));
           expect(stats.records).toBeLessThanOrEqual(limits.maxRecords);
           expect(r.state.unreadInFetchOrder().length).toBe(stats.unread);
+        });
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('prunes on every arrival everything past retention, however the arrivals are spaced', () => {
+    fc.assert(
+      fc.property(fc.array(actionArb, { maxLength: 80 }), (actions) => {
+        run(actions, { maxRecords: 4096, maxBytes: 1 << 30 }, (r, op, _result, _acked, readBefore) => {
+          if (op.op !== 'store') return;
+          // Records this arrival supersedes become prunable now and leave at the next one.
+          for (const rec of records(r.state)) {
+            if (readBefore.has(key(rec.envelope))) expect(rec.received_at + RETENTION_MS).toBeGreaterThanOrEqual(op.at);
+          }
+          for (const t of r.state.toSnapshot(0).tombstones) expect(t.until).toBeGreaterThanOrEqual(op.at);
         });
       }),
       { numRuns: 300 },

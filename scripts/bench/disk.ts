@@ -5,6 +5,7 @@
  * scratch directory must be on a real filesystem: the OS temp dir when it is, otherwise
  * `.cache/bench` in the project (gitignored).
  */
+import fs from 'node:fs';
 import { readFileSync, realpathSync } from 'node:fs';
 import { mkdir, mkdtemp, open, rm, type FileHandle } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -67,7 +68,7 @@ export async function makeScratch(projectRoot: string): Promise<Scratch> {
 }
 
 export interface SyncCounts {
-  /** FileHandle.datasync calls: journal appends. */
+  /** fdatasync calls (FileHandle.datasync or fs.fdatasync): journal appends. */
   datasyncs: number;
   /** FileHandle.sync calls: atomic file replacement (compaction) and directory syncs. */
   syncs: number;
@@ -107,6 +108,17 @@ export async function installSyncProbe(dir: string): Promise<void> {
       counts.ms += performance.now() - start;
     }
   };
+  // The journal append syncs a raw descriptor through fs.fdatasync (callback API).
+  const originalFdatasync = fs.fdatasync;
+  const probed = (fd: number, callback: (err: NodeJS.ErrnoException | null) => void): void => {
+    const start = performance.now();
+    originalFdatasync(fd, (err) => {
+      counts.datasyncs++;
+      counts.ms += performance.now() - start;
+      callback(err);
+    });
+  };
+  fs.fdatasync = probed as typeof fs.fdatasync;
   installed = true;
 }
 

@@ -201,7 +201,7 @@ export class Mailbox {
   /** Brings memory up to date with the files; the caller holds the lock, so it may repair. */
   private async syncUnderLock(): Promise<void> {
     if (this.loaded) {
-      const tail = await readTail(this.path, this.loaded.cursor);
+      const tail = readTail(this.path, this.loaded.cursor);
       if (tail.kind === 'tail' && tail.damage === undefined) {
         for (const op of tail.ops) this.loaded.state.apply(op);
         this.loaded.cursor = { ...this.loaded.cursor, offset: tail.offset };
@@ -216,7 +216,7 @@ export class Mailbox {
   /** Brings memory up to date without the lock, never writing. */
   private async refresh(): Promise<void> {
     if (this.loaded) {
-      const tail = await readTail(this.path, this.loaded.cursor);
+      const tail = readTail(this.path, this.loaded.cursor);
       if (tail.kind === 'tail') {
         for (const op of tail.ops) this.loaded.state.apply(op);
         this.loaded.cursor = { ...this.loaded.cursor, offset: tail.offset };

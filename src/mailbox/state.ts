@@ -46,6 +46,12 @@ export class MailboxState {
   private nextSeq = 0;
   private bytes = 0;
   private unread = 0;
+  /**
+   * No record or tombstone can be pruned at or before this time. Kept as a lower bound
+   * (lowered whenever something becomes prunable, recomputed by each full scan), so a
+   * store skips the scan that would find nothing: pruning stays O(1) per arrival.
+   */
+  private pruneNotBefore = -Infinity;
 
   constructor(readonly limits: Limits) {}
 
@@ -95,7 +101,7 @@ export class MailboxState {
     this.prune(op.at);
     if (this.has(envelope.from, envelope.msg_id)) return { outcome: 'duplicate' };
     const size = storeOpSize(op);
-    const admission = this.admitEvictingAcknowledged(size);
+    const admission = this.admitEvictingAcknowledged(size, op.at);
     if (!admission.ok) return { outcome: 'full', reason: admission.reason };
     const record: StoredRecord = {
       seq: this.nextSeq++,
@@ -126,6 +132,7 @@ export class MailboxState {
       }
       if (isUnread(record)) this.unread--;
       record.states.push({ state: 'receiver_acknowledged', at: op.at });
+      this.becamePrunable(record);
       counts.acknowledged++;
     }
     return counts;
@@ -160,7 +167,7 @@ export class MailboxState {
     }
   }
 
-  private remove(key: string, record: StoredRecord): void {
+  private remove(key: string, record: StoredRecord, now: number): void {
     this.records.delete(key);
     this.bytes -= record.size;
     if (isUnread(record)) this.unread--;
@@ -173,7 +180,13 @@ export class MailboxState {
     // The gate refuses anything older than the freshness window, so the tombstone
     // needs to outlive the envelope's timestamp by exactly that window.
     const until = record.envelope.ts + MAX_PAST_MS;
+    if (until < now) return;
     this.tombstones.set(key, { sender: record.envelope.from, msg_id: record.envelope.msg_id, until });
+    this.pruneNotBefore = Math.min(this.pruneNotBefore, until);
+  }
+
+  private becamePrunable(record: StoredRecord): void {
+    this.pruneNotBefore = Math.min(this.pruneNotBefore, record.received_at + RETENTION_MS);
   }
 
   private applySupersession(record: StoredRecord): void {
@@ -182,19 +195,31 @@ export class MailboxState {
     const members = (this.tasks.get(task) ?? []).map((k) => this.records.get(k)!);
     const views = members.map((r) => ({ envelope: r.envelope, supersededBy: r.superseded_by }));
     const decision = supersede(record.envelope, views);
-    if (decision.self !== undefined) record.superseded_by = decision.self;
+    if (decision.self !== undefined) {
+      record.superseded_by = decision.self;
+      this.becamePrunable(record);
+    }
     for (const msgId of decision.others) {
       const older = members.find((r) => r.envelope.msg_id === msgId)!;
       if (isUnread(older)) this.unread--;
       older.superseded_by = record.envelope.msg_id;
+      this.becamePrunable(older);
     }
   }
 
   /** Acknowledged and superseded records older than the retention window leave; tombstones expire. */
   private prune(now: number): void {
-    for (const [key, t] of this.tombstones) if (t.until < now) this.tombstones.delete(key);
+    if (now <= this.pruneNotBefore) return;
+    // Recomputed from scratch; remove() lowers it again for the tombstones it leaves.
+    this.pruneNotBefore = Infinity;
+    for (const [key, t] of this.tombstones) {
+      if (t.until < now) this.tombstones.delete(key);
+      else this.pruneNotBefore = Math.min(this.pruneNotBefore, t.until);
+    }
     for (const [key, record] of this.records) {
-      if (record.received_at < now - RETENTION_MS && !isUnread(record)) this.remove(key, record);
+      if (isUnread(record)) continue;
+      if (record.received_at + RETENTION_MS < now) this.remove(key, record, now);
+      else this.becamePrunable(record);
     }
   }
 
@@ -202,7 +227,7 @@ export class MailboxState {
    * Admission, making room if it must by evicting the oldest acknowledged records (their
    * tombstones keep refusing replays). Unread and superseded records are never evicted.
    */
-  private admitEvictingAcknowledged(size: number): ReturnType<typeof admit> {
+  private admitEvictingAcknowledged(size: number, now: number): ReturnType<typeof admit> {
     const first = admit({ records: this.records.size, bytes: this.bytes }, size, this.limits);
     if (first.ok) return first;
     let records = this.records.size;
@@ -217,7 +242,7 @@ export class MailboxState {
     }
     const verdict = admit({ records, bytes }, size, this.limits);
     if (!verdict.ok) return first;
-    for (const [key, record] of victims) this.remove(key, record);
+    for (const [key, record] of victims) this.remove(key, record, now);
     return verdict;
   }
 }

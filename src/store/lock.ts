@@ -1,9 +1,8 @@
 /**
  * Sidecar locks: `<file>.lock` is held while a process reads-modifies-writes `<file>`.
  *
- * A lock file is created whole (written to a temp file, then linked into place, which
- * fails if a lock exists) and names its holder: host, boot id, pid and the pid's start
- * time. A waiter that finds a lock whose holder is dead on this host — the pid is gone,
+ * A lock file is created exclusively (O_EXCL) and names its holder: host, boot id, pid
+ * and the pid's start time. A waiter that finds a lock whose holder is dead on this host — the pid is gone,
  * was reused by a newer process, or the machine rebooted since — removes it at once, so
  * a kill -9 never wedges a mailbox. A live holder is waited on until the deadline, and
  * then the caller gets a clear `busy` error naming the lock.
@@ -16,10 +15,10 @@
  * lock is only contended between processes.
  */
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { link, mkdir, readFile, rmdir, stat, unlink, writeFile } from 'node:fs/promises';
+import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { mkdir, readFile, rmdir, stat, unlink } from 'node:fs/promises';
 import { hostname } from 'node:os';
-import { basename, dirname, join } from 'node:path';
+import { dirname } from 'node:path';
 import { InterlinkError, errnoCode } from '../errors.js';
 
 export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
@@ -107,18 +106,30 @@ async function inspect(lockPath: string): Promise<LockState> {
   }
 }
 
-async function tryCreate(lockPath: string, holder: Holder): Promise<boolean> {
-  const temp = join(dirname(lockPath), `.${basename(lockPath)}.${holder.token}`);
-  await writeFile(temp, JSON.stringify(holder), { flag: 'wx' });
+/**
+ * Creates the lock file with O_EXCL and writes the holder into it. These are local
+ * metadata calls of a few microseconds, done synchronously: a commit takes the lock
+ * every time, and a trip through the thread pool for each call would cost more than the
+ * call. A waiter that reads the file between its creation and the write sees no holder
+ * and waits; a creator that died in between leaves an unreadable lock that is broken
+ * once it is older than UNREADABLE_LOCK_STALE_MS.
+ */
+function tryCreate(lockPath: string, holder: Holder): boolean {
+  let fd: number;
   try {
-    await link(temp, lockPath);
-    return true;
+    fd = openSync(lockPath, 'wx');
   } catch (err) {
     if (errnoCode(err) === 'EEXIST') return false;
-    throw err;
-  } finally {
-    await unlink(temp).catch(() => undefined);
+    if (errnoCode(err) !== 'ENOENT') throw err;
+    mkdirSync(dirname(lockPath), { recursive: true });
+    fd = openSync(lockPath, 'wx');
   }
+  try {
+    writeSync(fd, JSON.stringify(holder));
+  } finally {
+    closeSync(fd);
+  }
+  return true;
 }
 
 /**
@@ -154,9 +165,8 @@ async function acquire(lockPath: string, timeoutMs: number): Promise<string> {
   const holder: Holder = { host: HOST, boot: BOOT, pid: process.pid, start: SELF_START, token: randomBytes(8).toString('hex') };
   const deadline = Date.now() + timeoutMs;
   let backoff = 1;
-  await mkdir(dirname(lockPath), { recursive: true });
   for (;;) {
-    if (await tryCreate(lockPath, holder)) return holder.token;
+    if (tryCreate(lockPath, holder)) return holder.token;
     const state = await inspect(lockPath);
     if (state.kind === 'held' && holderIsDead(state.holder)) {
       await breakDeadLock(lockPath, state.holder.token);
@@ -178,6 +188,14 @@ async function acquire(lockPath: string, timeoutMs: number): Promise<string> {
   }
 }
 
+function releaseLock(lockPath: string): void {
+  try {
+    unlinkSync(lockPath);
+  } catch {
+    // Already gone: nothing to release.
+  }
+}
+
 const queues = new Map<string, Promise<unknown>>();
 
 /** Runs `fn` while holding the sidecar lock of `file` (`<file>.lock`). */
@@ -189,7 +207,7 @@ export async function withFileLock<T>(file: string, fn: () => Promise<T>, option
     try {
       return await fn();
     } finally {
-      await unlink(lockPath).catch(() => undefined);
+      releaseLock(lockPath);
     }
   });
   queues.set(lockPath, run);
