@@ -158,7 +158,7 @@ describe('mailbox state', () => {
           for (const rec of records(r.state)) {
             if (readBefore.has(key(rec.envelope))) expect(rec.received_at + RETENTION_MS).toBeGreaterThanOrEqual(op.at);
           }
-          for (const t of r.state.toSnapshot(0).tombstones) expect(t.until).toBeGreaterThanOrEqual(op.at);
+          for (const t of r.state.toData().tombstones) expect(t.until).toBeGreaterThanOrEqual(op.at);
         });
       }),
       { numRuns: 300 },
@@ -241,14 +241,14 @@ describe('mailbox state', () => {
         const r = run(actions, limits, () => undefined);
         const replayed = new MailboxState(limits);
         for (const op of r.ops) replayed.apply(op);
-        expect(replayed.toSnapshot(0)).toEqual(r.state.toSnapshot(0));
+        expect(replayed.toData()).toEqual(r.state.toData());
         // A snapshot taken part-way plus the rest of the ops gives the same state too.
         const at = r.ops.length === 0 ? 0 : cut % (r.ops.length + 1);
         const prefix = new MailboxState(limits);
         for (const op of r.ops.slice(0, at)) prefix.apply(op);
-        const resumed = MailboxState.fromSnapshot(JSON.parse(JSON.stringify(prefix.toSnapshot(3))), limits);
+        const resumed = MailboxState.fromData(JSON.parse(JSON.stringify(prefix.toData())), limits);
         for (const op of r.ops.slice(at)) resumed.apply(op);
-        expect(resumed.toSnapshot(0)).toEqual(r.state.toSnapshot(0));
+        expect(resumed.toData()).toEqual(r.state.toData());
         expect(resumed.stats).toEqual(r.state.stats);
       }),
       { numRuns: 200 },

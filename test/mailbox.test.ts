@@ -3,7 +3,7 @@ import { appendFile, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { isInterlinkError } from '../src/errors.js';
-import { journalPathOf } from '../src/mailbox/journal.js';
+import { journalPathOf } from '../src/store/journal.js';
 import { Mailbox } from '../src/mailbox/mailbox.js';
 import { currentState } from '../src/mailbox/state.js';
 import { message, newIdentity, tempDir } from './helpers/fixtures.js';

@@ -9,8 +9,8 @@
 import { mkdtemp, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Envelope } from '../../src/envelope/envelope.js';
-import { compact, loadMailbox } from '../../src/mailbox/journal.js';
-import { Mailbox } from '../../src/mailbox/mailbox.js';
+import { compact, loadJournaled } from '../../src/store/journal.js';
+import { Mailbox, mailboxFormat } from '../../src/mailbox/mailbox.js';
 import type { Limits } from '../../src/mailbox/rules.js';
 import { installSyncProbe, syncCounts, syncsSince } from './disk.js';
 import type { BenchContext, Benchmark, Check, Section } from './report.js';
@@ -68,8 +68,9 @@ async function warmUp(dir: string, envelopes: readonly Envelope[]): Promise<void
 
 /** A compaction rewrites the snapshot; it happens once the journal outgrows max(1 MiB, snapshot). */
 async function timeCompaction(path: string, limits: Limits, lineBytes: number): Promise<{ ms: number; interval: number }> {
-  const loaded = await loadMailbox(path, limits, true);
-  const ms = await timeAsync(() => compact(path, loaded.state, loaded.cursor.generation + 1));
+  const format = mailboxFormat(limits);
+  const loaded = await loadJournaled(path, format, true);
+  const ms = await timeAsync(() => compact(path, format, loaded.state, loaded.cursor.generation + 1));
   const snapshotBytes = (await stat(path)).size;
   return { ms, interval: Math.ceil(Math.max(1024 * 1024, snapshotBytes) / lineBytes) };
 }

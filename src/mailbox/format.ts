@@ -1,12 +1,9 @@
 /**
- * The mailbox's on-disk formats (DESIGN.md, "The mailbox on disk"): a snapshot
- * `<session>.json` and an append-only journal `<session>.journal` whose header names the
- * snapshot generation it extends. Every byte read back is validated here.
+ * The mailbox's records and journal ops as they are written to disk (DESIGN.md, "The
+ * mailbox on disk"). Every byte read back is validated by these schemas.
  */
 import { z } from 'zod';
 import { envelopeSchema } from '../envelope/envelope.js';
-
-export const FORMAT_VERSION = 1;
 
 export const RECORD_STATES = [
   'receiver_stored',
@@ -39,22 +36,13 @@ export type StoredRecord = z.infer<typeof recordSchema>;
 const tombstoneSchema = z.object({ sender: z.string(), msg_id: z.string(), until: z.number().int() });
 export type Tombstone = z.infer<typeof tombstoneSchema>;
 
-export const snapshotSchema = z.object({
-  format: z.literal('interlink-mailbox'),
-  version: z.literal(FORMAT_VERSION),
-  generation: z.number().int().min(0),
+/** The snapshot's data: everything the state holds. */
+export const mailboxDataSchema = z.object({
   next_seq: z.number().int().min(0),
   records: z.array(recordSchema),
   tombstones: z.array(tombstoneSchema),
 });
-export type Snapshot = z.infer<typeof snapshotSchema>;
-
-export const journalHeaderSchema = z.object({
-  format: z.literal('interlink-mailbox-journal'),
-  version: z.literal(FORMAT_VERSION),
-  generation: z.number().int().min(0),
-});
-export type JournalHeader = z.infer<typeof journalHeaderSchema>;
+export type MailboxData = z.infer<typeof mailboxDataSchema>;
 
 /** A stored message, exactly as admitted: replaying it reproduces the same decision. */
 const storeOpSchema = z.object({

@@ -3,7 +3,7 @@
  * No I/O. Applying the same operations in the same order always gives the same state,
  * which is what lets the journal be replayed after a crash.
  */
-import { type AckOp, type Op, type Receipt, type RecordState, type Snapshot, type StoreOp, type StoredRecord, type Tombstone, FORMAT_VERSION } from './format.js';
+import type { AckOp, MailboxData, Op, RecordState, StoreOp, StoredRecord, Tombstone } from './format.js';
 import { type Limits, RETENTION_MS, admit, isProgress, supersede, supersessionKey } from './rules.js';
 import { MAX_PAST_MS } from '../gate/decide.js';
 
@@ -55,23 +55,16 @@ export class MailboxState {
 
   constructor(readonly limits: Limits) {}
 
-  static fromSnapshot(snapshot: Snapshot, limits: Limits): MailboxState {
+  static fromData(data: MailboxData, limits: Limits): MailboxState {
     const state = new MailboxState(limits);
-    state.nextSeq = snapshot.next_seq;
-    for (const record of snapshot.records) state.insert(record);
-    for (const t of snapshot.tombstones) state.tombstones.set(receiptKey(t.sender, t.msg_id), t);
+    state.nextSeq = data.next_seq;
+    for (const record of data.records) state.insert(record);
+    for (const t of data.tombstones) state.tombstones.set(receiptKey(t.sender, t.msg_id), t);
     return state;
   }
 
-  toSnapshot(generation: number): Snapshot {
-    return {
-      format: 'interlink-mailbox',
-      version: FORMAT_VERSION,
-      generation,
-      next_seq: this.nextSeq,
-      records: [...this.records.values()],
-      tombstones: [...this.tombstones.values()],
-    };
+  toData(): MailboxData {
+    return { next_seq: this.nextSeq, records: [...this.records.values()], tombstones: [...this.tombstones.values()] };
   }
 
   get stats(): { records: number; unread: number; bytes: number; tombstones: number } {
@@ -136,11 +129,6 @@ export class MailboxState {
       counts.acknowledged++;
     }
     return counts;
-  }
-
-  /** Receipts of the given records that are not yet acknowledged (for consuming history). */
-  unacknowledgedReceipts(records: readonly StoredRecord[]): Receipt[] {
-    return records.filter((r) => !isAcknowledged(r)).map((r) => ({ sender: r.envelope.from, msg_id: r.envelope.msg_id }));
   }
 
   /** Unread records, non-progress first, each group oldest first. */

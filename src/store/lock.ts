@@ -114,15 +114,23 @@ async function inspect(lockPath: string): Promise<LockState> {
  * and waits; a creator that died in between leaves an unreadable lock that is broken
  * once it is older than UNREADABLE_LOCK_STALE_MS.
  */
+function openExclusive(lockPath: string): number {
+  try {
+    return openSync(lockPath, 'wx');
+  } catch (err) {
+    if (errnoCode(err) !== 'ENOENT') throw err;
+    mkdirSync(dirname(lockPath), { recursive: true });
+    return openSync(lockPath, 'wx');
+  }
+}
+
 function tryCreate(lockPath: string, holder: Holder): boolean {
   let fd: number;
   try {
-    fd = openSync(lockPath, 'wx');
+    fd = openExclusive(lockPath);
   } catch (err) {
     if (errnoCode(err) === 'EEXIST') return false;
-    if (errnoCode(err) !== 'ENOENT') throw err;
-    mkdirSync(dirname(lockPath), { recursive: true });
-    fd = openSync(lockPath, 'wx');
+    throw err;
   }
   try {
     writeSync(fd, JSON.stringify(holder));

@@ -1,8 +1,10 @@
 /**
- * The mailbox files: snapshot `<session>.json` plus journal `<session>.journal`.
+ * Journaled state files: a snapshot `<name>.json` plus a journal `<name>.journal`. Used
+ * by the mailbox, the outbox and the relay's durable queues; each supplies a format (its
+ * op schema, its snapshot data schema and a deterministic `apply`).
  *
  * A commit appends complete JSON lines to the journal and fdatasyncs it: one sync,
- * whatever the mailbox holds. When the journal outgrows the snapshot (and 1 MiB), the
+ * whatever the store holds. When the journal outgrows the snapshot (and 1 MiB), the
  * state is compacted: a new snapshot with the next generation is written atomically,
  * then a fresh journal whose header names that generation replaces the old one.
  *
@@ -13,17 +15,39 @@
  *   - between the two steps of compaction the journal's generation is older than the
  *     snapshot's: its ops are already in the snapshot and it is ignored and replaced.
  * A line that is complete but does not parse means damage, not a crash: the journal is
- * kept aside, the valid prefix is kept, and the mailbox is compacted at once.
+ * kept aside, the valid prefix is kept, and the store is compacted at once.
  */
 import fs, { closeSync, fstatSync, ftruncateSync, openSync, readSync, statSync, writeSync } from 'node:fs';
 import { open, readFile, stat, type FileHandle } from 'node:fs/promises';
+import { z } from 'zod';
 import { errnoCode, InterlinkError } from '../errors.js';
-import { writeFileAtomic } from '../store/atomic.js';
-import { crashPoint } from '../store/crash-point.js';
-import { describeSchemaError, moveAside, type Recovery } from '../store/json-store.js';
-import { FORMAT_VERSION, journalHeaderSchema, opSchema, snapshotSchema, type Op, type Snapshot } from './format.js';
-import type { Limits } from './rules.js';
-import { MailboxState } from './state.js';
+import { writeFileAtomic } from './atomic.js';
+import { crashPoint } from './crash-point.js';
+import { describeSchemaError, moveAside, type Recovery } from './json-store.js';
+
+/**
+ * What a journaled store is: its name (written into both files), how to validate an op
+ * and the snapshot's data, and how ops change the state. `apply` must be deterministic:
+ * replaying the journal after a crash has to reach the same decisions.
+ */
+export interface JournalFormat<State, Op, Result, Data> {
+  /** written into both files' headers, e.g. `interlink-mailbox`. */
+  readonly name: string;
+  /** short name for crash points and messages, e.g. `mailbox`. */
+  readonly label: string;
+  readonly version: number;
+  readonly opSchema: z.ZodType<Op>;
+  readonly dataSchema: z.ZodType<Data>;
+  empty(): State;
+  fromData(data: Data): State;
+  toData(state: State): Data;
+  apply(state: State, op: Op): Result;
+  /** Whether the op changed the state, and so must be journaled. */
+  changes(result: Result): boolean;
+}
+
+const headerSchema = z.object({ format: z.string(), version: z.number().int(), generation: z.number().int().min(0) });
+const snapshotEnvelopeSchema = headerSchema.extend({ data: z.unknown() });
 
 export const COMPACT_MIN_BYTES = 1024 * 1024;
 const NEWLINE = 0x0a;
@@ -32,8 +56,12 @@ export function journalPathOf(snapshotPath: string): string {
   return snapshotPath.replace(/\.json$/, '') + '.journal';
 }
 
-function headerLine(generation: number): string {
-  return JSON.stringify({ format: 'interlink-mailbox-journal', version: FORMAT_VERSION, generation }) + '\n';
+function journalFormatName(format: { name: string }): string {
+  return `${format.name}-journal`;
+}
+
+function headerLine(format: { name: string; version: number }, generation: number): string {
+  return JSON.stringify({ format: journalFormatName(format), version: format.version, generation }) + '\n';
 }
 
 /** Where this process's view of the files stands. */
@@ -46,7 +74,7 @@ export interface Cursor {
   snapshotBytes: number;
 }
 
-interface ParsedLines {
+interface ParsedLines<Op> {
   ops: Op[];
   /** bytes consumed by complete, valid lines. */
   consumed: number;
@@ -56,7 +84,7 @@ interface ParsedLines {
   partial: number;
 }
 
-function parseLines(buffer: Buffer): ParsedLines {
+function parseLines<Op>(buffer: Buffer, opSchema: z.ZodType<Op>): ParsedLines<Op> {
   const ops: Op[] = [];
   let start = 0;
   for (;;) {
@@ -76,7 +104,12 @@ function parseLines(buffer: Buffer): ParsedLines {
   }
 }
 
-async function readSnapshot(path: string): Promise<{ snapshot?: Snapshot; bytes: number; damage?: string }> {
+type AnyFormat<State, Op> = JournalFormat<State, Op, unknown, unknown>;
+
+async function readSnapshot<State, Op>(
+  path: string,
+  format: AnyFormat<State, Op>,
+): Promise<{ snapshot?: { generation: number; state: State }; bytes: number; damage?: string }> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');
@@ -84,27 +117,33 @@ async function readSnapshot(path: string): Promise<{ snapshot?: Snapshot; bytes:
     if (errnoCode(err) === 'ENOENT') return { bytes: 0 };
     throw new InterlinkError('storage', `cannot read ${path} (${errnoCode(err) ?? String(err)})`, undefined, { cause: err });
   }
-  let data: unknown;
+  const bytes = Buffer.byteLength(text);
+  let raw: unknown;
   try {
-    data = JSON.parse(text);
+    raw = JSON.parse(text);
   } catch {
-    return { bytes: text.length, damage: 'snapshot is not JSON' };
+    return { bytes, damage: 'snapshot is not JSON' };
   }
-  const parsed = snapshotSchema.safeParse(data);
-  if (!parsed.success) return { bytes: text.length, damage: `snapshot ${describeSchemaError(parsed.error)}` };
-  return { snapshot: parsed.data, bytes: Buffer.byteLength(text) };
+  const outer = snapshotEnvelopeSchema.safeParse(raw);
+  if (!outer.success) return { bytes, damage: `snapshot ${describeSchemaError(outer.error)}` };
+  if (outer.data.format !== format.name || outer.data.version !== format.version) {
+    return { bytes, damage: `snapshot is ${outer.data.format} v${outer.data.version}, expected ${format.name} v${format.version}` };
+  }
+  const data = format.dataSchema.safeParse(outer.data.data);
+  if (!data.success) return { bytes, damage: `snapshot data ${describeSchemaError(data.error)}` };
+  return { snapshot: { generation: outer.data.generation, state: format.fromData(data.data) }, bytes };
 }
 
-interface JournalRead {
+interface JournalRead<Op> {
   ino: number;
   generation: number;
-  body: ParsedLines;
+  body: ParsedLines<Op>;
   /** byte offset where the body starts (after the header line). */
   bodyStart: number;
   damage?: string;
 }
 
-async function readJournal(path: string): Promise<JournalRead | undefined> {
+async function readJournal<Op>(path: string, format: { name: string; version: number; opSchema: z.ZodType<Op> }): Promise<JournalRead<Op> | undefined> {
   let handle: FileHandle;
   try {
     handle = await open(path, 'r');
@@ -116,24 +155,27 @@ async function readJournal(path: string): Promise<JournalRead | undefined> {
     const info = await handle.stat();
     const buffer = await handle.readFile();
     const headerEnd = buffer.indexOf(NEWLINE);
-    const empty: ParsedLines = { ops: [], consumed: 0, partial: 0 };
-    if (headerEnd < 0) return { ino: info.ino, generation: -1, body: empty, bodyStart: 0, damage: 'journal has no header' };
+    const empty: ParsedLines<Op> = { ops: [], consumed: 0, partial: 0 };
+    const damaged = (damage: string): JournalRead<Op> => ({ ino: info.ino, generation: -1, body: empty, bodyStart: 0, damage });
+    if (headerEnd < 0) return damaged('journal has no header');
     let header;
     try {
-      header = journalHeaderSchema.safeParse(JSON.parse(buffer.toString('utf8', 0, headerEnd)));
+      header = headerSchema.safeParse(JSON.parse(buffer.toString('utf8', 0, headerEnd)));
     } catch {
       header = undefined;
     }
-    if (!header?.success) return { ino: info.ino, generation: -1, body: empty, bodyStart: 0, damage: 'journal header is invalid' };
-    const body = parseLines(buffer.subarray(headerEnd + 1));
+    if (!header?.success || header.data.format !== journalFormatName(format) || header.data.version !== format.version) {
+      return damaged('journal header is invalid');
+    }
+    const body = parseLines(buffer.subarray(headerEnd + 1), format.opSchema);
     return { ino: info.ino, generation: header.data.generation, body, bodyStart: headerEnd + 1, ...(body.damage !== undefined && { damage: body.damage }) };
   } finally {
     await handle.close();
   }
 }
 
-export interface Loaded {
-  state: MailboxState;
+export interface Loaded<State> {
+  state: State;
   cursor: Cursor;
   recoveries: Recovery[];
 }
@@ -142,30 +184,30 @@ export interface Loaded {
 class ConcurrentCompaction extends Error {}
 
 /**
- * Reads the mailbox. With `repair` (the caller holds the lock) it also makes the files
+ * Reads the files. With `repair` (the caller holds the lock) it also makes them
  * consistent: moves damaged files aside, cuts a torn tail, replaces a folded journal.
  * Without it (a read-only view) it reports what is valid and changes nothing; the next
  * writer repairs.
  */
-export async function loadMailbox(path: string, limits: Limits, repair: boolean): Promise<Loaded> {
+export async function loadJournaled<State, Op>(path: string, format: AnyFormat<State, Op>, repair: boolean): Promise<Loaded<State>> {
   for (let attempt = 0; ; attempt++) {
     try {
-      return await loadOnce(path, limits, repair);
+      return await loadOnce(path, format, repair);
     } catch (err) {
       if (!(err instanceof ConcurrentCompaction) || attempt >= 20) throw err;
     }
   }
 }
 
-async function loadOnce(path: string, limits: Limits, repair: boolean): Promise<Loaded> {
+async function loadOnce<State, Op>(path: string, format: AnyFormat<State, Op>, repair: boolean): Promise<Loaded<State>> {
   const journalPath = journalPathOf(path);
   const recoveries: Recovery[] = [];
-  const snap = await readSnapshot(path);
-  const state = snap.snapshot ? MailboxState.fromSnapshot(snap.snapshot, limits) : new MailboxState(limits);
+  const snap = await readSnapshot(path, format);
+  const state = snap.snapshot ? snap.snapshot.state : format.empty();
   const generation = snap.snapshot?.generation ?? 0;
   if (snap.damage !== undefined && repair) recoveries.push(await moveAside(path, snap.damage));
 
-  const journal = await readJournal(journalPath);
+  const journal = await readJournal(journalPath, format);
   let needsCompaction = snap.damage !== undefined;
   let replaceJournal = journal === undefined;
   let offset = 0;
@@ -174,7 +216,7 @@ async function loadOnce(path: string, limits: Limits, repair: boolean): Promise<
     if (journal.generation > generation && snapshotUsable && !repair) throw new ConcurrentCompaction();
     if (journal.generation >= generation || !snapshotUsable) {
       // Normal case; or the snapshot is gone or damaged and the journal's ops are salvaged on their own.
-      for (const op of journal.body.ops) state.apply(op);
+      for (const op of journal.body.ops) format.apply(state, op);
       offset = journal.bodyStart + journal.body.consumed;
       if (journal.generation !== generation) needsCompaction = true;
     } else {
@@ -190,9 +232,9 @@ async function loadOnce(path: string, limits: Limits, repair: boolean): Promise<
   let cursor: Cursor = { generation, ino: journal?.ino ?? -1, offset, snapshotBytes: snap.bytes };
   if (repair) {
     if (needsCompaction) {
-      cursor = await compact(path, state, Math.max(generation, journal?.generation ?? 0) + 1);
+      cursor = await compact(path, format, state, Math.max(generation, journal?.generation ?? 0) + 1);
     } else if (replaceJournal) {
-      cursor = await writeJournal(journalPath, generation, snap.bytes);
+      cursor = await writeJournal(journalPath, format, generation, snap.bytes);
     } else if (journal !== undefined && journal.body.partial > 0) {
       await truncateTo(journalPath, offset);
     }
@@ -200,8 +242,8 @@ async function loadOnce(path: string, limits: Limits, repair: boolean): Promise<
   return { state, cursor, recoveries };
 }
 
-async function writeJournal(journalPath: string, generation: number, snapshotBytes: number): Promise<Cursor> {
-  const header = headerLine(generation);
+async function writeJournal(journalPath: string, format: { name: string; version: number }, generation: number, snapshotBytes: number): Promise<Cursor> {
+  const header = headerLine(format, generation);
   await writeFileAtomic(journalPath, header);
   const info = await stat(journalPath);
   return { generation, ino: info.ino, offset: Buffer.byteLength(header), snapshotBytes };
@@ -218,12 +260,12 @@ async function truncateTo(journalPath: string, offset: number): Promise<void> {
 }
 
 /** Folds the journal into a new snapshot (caller holds the lock). */
-export async function compact(path: string, state: MailboxState, generation: number): Promise<Cursor> {
-  const text = JSON.stringify(state.toSnapshot(generation));
+export async function compact<State, Op>(path: string, format: AnyFormat<State, Op>, state: State, generation: number): Promise<Cursor> {
+  const text = JSON.stringify({ format: format.name, version: format.version, generation, data: format.toData(state) });
   await writeFileAtomic(path, text);
-  crashPoint('mailbox.compact.after_snapshot');
-  const cursor = await writeJournal(journalPathOf(path), generation, Buffer.byteLength(text));
-  crashPoint('mailbox.compact.after_journal');
+  crashPoint(`${format.label}.compact.after_snapshot`);
+  const cursor = await writeJournal(journalPathOf(path), format, generation, Buffer.byteLength(text));
+  crashPoint(`${format.label}.compact.after_journal`);
   return cursor;
 }
 
@@ -231,7 +273,7 @@ export function shouldCompact(cursor: Cursor): boolean {
   return cursor.offset > Math.max(COMPACT_MIN_BYTES, cursor.snapshotBytes);
 }
 
-export type TailResult = { kind: 'replaced' } | { kind: 'tail'; ops: Op[]; offset: number; partial: number; damage?: string };
+export type TailResult<Op> = { kind: 'replaced' } | { kind: 'tail'; ops: Op[]; offset: number; partial: number; damage?: string };
 
 /*
  * The per-commit calls below (stat, open, read, write, close) are synchronous: each is a
@@ -240,7 +282,7 @@ export type TailResult = { kind: 'replaced' } | { kind: 'tail'; ops: Op[]; offse
  */
 
 /** Ops appended by other processes since `cursor`, or 'replaced' if the journal was swapped. */
-export function readTail(path: string, cursor: Cursor): TailResult {
+export function readTail<Op>(path: string, cursor: Cursor, opSchema: z.ZodType<Op>): TailResult<Op> {
   const journalPath = journalPathOf(path);
   let info;
   try {
@@ -257,7 +299,7 @@ export function readTail(path: string, cursor: Cursor): TailResult {
     if (fstatSync(fd).ino !== cursor.ino) return { kind: 'replaced' };
     const buffer = Buffer.allocUnsafe(info.size - cursor.offset);
     const bytesRead = readSync(fd, buffer, 0, buffer.length, cursor.offset);
-    const parsed = parseLines(buffer.subarray(0, bytesRead));
+    const parsed = parseLines(buffer.subarray(0, bytesRead), opSchema);
     return { kind: 'tail', ops: parsed.ops, offset: cursor.offset + parsed.consumed, partial: parsed.partial, ...(parsed.damage !== undefined && { damage: parsed.damage }) };
   } finally {
     closeSync(fd);
@@ -273,14 +315,14 @@ function datasync(fd: number): Promise<void> {
  * read the tail, so the cursor is the end of the valid journal; anything after it is a
  * torn append and is overwritten, then cut). Durable when this resolves.
  */
-export async function appendLines(path: string, cursor: Cursor, lines: string): Promise<Cursor> {
+export async function appendLines(path: string, cursor: Cursor, lines: string, crashLabel: string): Promise<Cursor> {
   const fd = openSync(journalPathOf(path), 'r+');
   try {
     const buffer = Buffer.from(lines, 'utf8');
     writeSync(fd, buffer, 0, buffer.length, cursor.offset);
     const end = cursor.offset + buffer.length;
     if (fstatSync(fd).size > end) ftruncateSync(fd, end);
-    crashPoint('mailbox.append.before_sync');
+    crashPoint(`${crashLabel}.append.before_sync`);
     await datasync(fd);
     return { ...cursor, offset: end };
   } finally {

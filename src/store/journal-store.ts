@@ -1,0 +1,166 @@
+/**
+ * A journaled store in use: the state in memory, kept in step with the files, and a
+ * commit queue.
+ *
+ * Ops from one process are grouped: ops submitted while a commit is being synced wait
+ * for it and then share the next append and fsync. Every commit runs under the store's
+ * sidecar lock and first reads what other processes appended, so several processes can
+ * share one store. A read-only view takes no lock and never writes.
+ */
+import { asStorageError } from '../errors.js';
+import { log } from '../log.js';
+import { crashPoint } from './crash-point.js';
+import type { Recovery } from './json-store.js';
+import { appendLines, compact, loadJournaled, readTail, shouldCompact, type JournalFormat, type Loaded } from './journal.js';
+import { withFileLock } from './lock.js';
+import { InterlinkError } from '../errors.js';
+
+export interface JournalStoreOptions {
+  readOnly?: boolean;
+  lockTimeoutMs?: number;
+}
+
+interface Job<Op, Result> {
+  op: Op;
+  resolve: (result: Result) => void;
+  reject: (error: unknown) => void;
+}
+
+export class JournalStore<State, Op, Result, Data> {
+  private loaded: Loaded<State> | undefined;
+  private queue: Job<Op, Result>[] = [];
+  private flushing = false;
+  private serial: Promise<unknown> = Promise.resolve();
+  /** Damaged files moved aside while this store was open. */
+  readonly recoveries: Recovery[] = [];
+
+  private constructor(
+    readonly path: string,
+    private readonly format: JournalFormat<State, Op, Result, Data>,
+    private readonly options: JournalStoreOptions,
+  ) {}
+
+  static async open<State, Op, Result, Data>(
+    path: string,
+    format: JournalFormat<State, Op, Result, Data>,
+    options: JournalStoreOptions = {},
+  ): Promise<JournalStore<State, Op, Result, Data>> {
+    const store = new JournalStore(path, format, options);
+    await store.exclusive(() => (options.readOnly ? store.refresh() : store.locked(() => store.syncUnderLock())));
+    return store;
+  }
+
+  /** Commits one op; resolves with its result once it is durable (or changed nothing). */
+  submit(op: Op): Promise<Result> {
+    if (this.options.readOnly) return Promise.reject(new InterlinkError('storage', `${this.path} is open read-only`));
+    return new Promise((resolve, reject) => {
+      this.queue.push({ op, resolve, reject });
+      if (!this.flushing) void this.drain();
+    });
+  }
+
+  /** Runs `fn` on the current state (brought up to date with the files first). */
+  read<T>(fn: (state: State) => T): Promise<T> {
+    return this.exclusive(async () => {
+      await this.refresh();
+      return fn(this.state());
+    });
+  }
+
+  private state(): State {
+    if (!this.loaded) throw new InterlinkError('storage', `${this.path} is not loaded`);
+    return this.loaded.state;
+  }
+
+  private async drain(): Promise<void> {
+    this.flushing = true;
+    try {
+      while (this.queue.length > 0) {
+        const batch = this.queue;
+        this.queue = [];
+        await this.exclusive(() => this.commit(batch)).catch((err: unknown) => {
+          for (const job of batch) job.reject(err);
+        });
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+
+  private async commit(batch: Job<Op, Result>[]): Promise<void> {
+    await this.locked(async () => {
+      await this.syncUnderLock();
+      const loaded = this.loaded!;
+      const results: Result[] = [];
+      let lines = '';
+      for (const job of batch) {
+        const result = this.format.apply(loaded.state, job.op);
+        results.push(result);
+        if (this.format.changes(result)) lines += JSON.stringify(job.op) + '\n';
+      }
+      if (lines.length > 0) {
+        try {
+          loaded.cursor = await appendLines(this.path, loaded.cursor, lines, this.format.label);
+        } catch (err) {
+          // Memory now runs ahead of disk; read the files again before the next commit.
+          this.loaded = undefined;
+          throw err;
+        }
+        crashPoint(`${this.format.label}.append.after_sync`);
+        if (shouldCompact(loaded.cursor)) await this.compactQuietly(loaded);
+      }
+      batch.forEach((job, i) => job.resolve(results[i]!));
+    });
+  }
+
+  /** Compaction only re-writes durable state; if it fails the journal still holds it all. */
+  private async compactQuietly(loaded: Loaded<State>): Promise<void> {
+    try {
+      loaded.cursor = await compact(this.path, this.format, loaded.state, loaded.cursor.generation + 1);
+    } catch (err) {
+      this.loaded = undefined;
+      log.warn('compaction_failed', { path: this.path, error: (err as Error).message });
+    }
+  }
+
+  /** Brings memory up to date with the files; the caller holds the lock, so it may repair. */
+  private async syncUnderLock(): Promise<void> {
+    if (this.loaded && this.applyTail(true)) return;
+    const loaded = await loadJournaled(this.path, this.format, true);
+    this.recoveries.push(...loaded.recoveries);
+    this.loaded = loaded;
+  }
+
+  /** Brings memory up to date without the lock, never writing. */
+  private async refresh(): Promise<void> {
+    if (this.loaded && this.applyTail(false)) return;
+    this.loaded = await loadJournaled(this.path, this.format, false);
+  }
+
+  /** Applies what others appended; false when the files must be read again whole. */
+  private applyTail(locked: boolean): boolean {
+    const loaded = this.loaded!;
+    const tail = readTail(this.path, loaded.cursor, this.format.opSchema);
+    // Under the lock, damage is repaired by a full load; a reader just stops before it.
+    if (tail.kind === 'replaced' || (locked && tail.damage !== undefined)) return false;
+    for (const op of tail.ops) this.format.apply(loaded.state, op);
+    loaded.cursor = { ...loaded.cursor, offset: tail.offset };
+    return true;
+  }
+
+  private locked<T>(fn: () => Promise<T>): Promise<T> {
+    return withFileLock(this.path, fn, this.options.lockTimeoutMs !== undefined ? { timeoutMs: this.options.lockTimeoutMs } : {});
+  }
+
+  /** In-process serialization of everything that touches the in-memory state. */
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.serial
+      .catch(() => undefined)
+      .then(fn)
+      .catch((err: unknown) => {
+        throw asStorageError(err, this.path);
+      });
+    this.serial = run;
+    return run;
+  }
+}
