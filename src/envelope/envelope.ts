@@ -20,6 +20,7 @@ import { InterlinkError } from '../errors.js';
 import { decodeBase64url, encodeBase64url, isBase64urlOfLength } from '../identity/base64url.js';
 import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES, signBytes, verifyBytes, type SigningKey } from '../identity/ed25519.js';
 import { isWellFormedUnicode, unsafeNameReason } from '../config/paths.js';
+import { lengthPrefixed, u64le } from './bytes.js';
 
 export const SIGNING_DOMAIN = 'interlink-v2\0';
 export const MAX_TEXT_BYTES = 256 * 1024;
@@ -80,21 +81,12 @@ export function newMsgId(): string {
   return randomBytes(16).toString('hex');
 }
 
-function lengthPrefixed(value: string | undefined): Buffer[] {
-  const bytes = Buffer.from(value ?? '', 'utf8');
-  const length = Buffer.allocUnsafe(4);
-  length.writeUInt32LE(bytes.length, 0);
-  return [length, bytes];
-}
-
 export function signedBytes(envelope: UnsignedEnvelope): Buffer {
-  const ts = Buffer.allocUnsafe(8);
-  ts.writeBigUInt64LE(BigInt(envelope.ts), 0);
   return Buffer.concat([
     Buffer.from(SIGNING_DOMAIN, 'utf8'),
     decodeBase64url(envelope.from, PUBLIC_KEY_BYTES, 'from'),
     decodeBase64url(envelope.to, PUBLIC_KEY_BYTES, 'to'),
-    ts,
+    u64le(envelope.ts),
     ...lengthPrefixed(envelope.kind),
     ...lengthPrefixed(envelope.msg_id),
     ...lengthPrefixed(envelope.text),

@@ -1,0 +1,63 @@
+/**
+ * Relay wire protocol, version 1 (docs/PROTOCOL.md, "Relay frames"): JSON text frames
+ * over one WebSocket. Every frame carries `v: 1` and a `type`. These schemas are the
+ * single definition of both directions; both ends validate every frame they receive.
+ */
+import { z } from 'zod';
+import { parseRoute } from '../envelope/envelope.js';
+import { isBase64urlOfLength } from '../identity/base64url.js';
+import { SIGNATURE_BYTES } from '../identity/ed25519.js';
+import { NONCE_BYTES } from './auth.js';
+
+export const PROTOCOL_VERSION = 1;
+/** Largest payload (the JSON of one signed envelope) a relay accepts. */
+export const MAX_PAYLOAD_BYTES = 512 * 1024;
+/** Largest frame; bigger than any valid frame so that oversized payloads get a clear refusal. */
+export const MAX_FRAME_BYTES = 2 * 1024 * 1024;
+
+const v = z.literal(PROTOCOL_VERSION);
+const route = z.string().refine((s) => parseRoute(s) !== undefined, 'must be "<public key>#<session id>"');
+const ref = z.string().min(1).max(64);
+const sig = z.string().refine((s) => isBase64urlOfLength(s, SIGNATURE_BYTES), 'must be a 64-byte base64url signature');
+/** Relay-assigned message id within a route: increasing, never reused. */
+const id = z.number().int().min(0);
+
+// ---- client → relay ----
+
+export const authFrame = z.object({ v, type: z.literal('auth'), route, sig });
+export const sendFrame = z.object({ v, type: z.literal('send'), ref, to: route, payload: z.record(z.string(), z.unknown()) });
+export const ackFrame = z.object({ v, type: z.literal('ack'), route, ids: z.array(id).min(1).max(1024) });
+export const announceFrame = z.object({ v, type: z.literal('announce'), announcement: z.unknown() });
+export const goodbyeFrame = z.object({ v, type: z.literal('goodbye'), goodbye: z.unknown() });
+export const rosterRequestFrame = z.object({ v, type: z.literal('roster'), ref });
+
+export const clientFrame = z.discriminatedUnion('type', [authFrame, sendFrame, ackFrame, announceFrame, goodbyeFrame, rosterRequestFrame]);
+export type ClientFrame = z.infer<typeof clientFrame>;
+
+// ---- relay → client ----
+
+export const REFUSAL_CODES = ['too_large', 'queue_full', 'rate_limited', 'bad_frame', 'auth_failed', 'not_authenticated', 'storage'] as const;
+export type RefusalCode = (typeof REFUSAL_CODES)[number];
+
+export const challengeFrame = z.object({ v, type: z.literal('challenge'), nonce: z.string().refine((s) => isBase64urlOfLength(s, NONCE_BYTES)) });
+export const authOkFrame = z.object({ v, type: z.literal('auth_ok'), route });
+export const acceptedFrame = z.object({ v, type: z.literal('accepted'), ref, id });
+export const refusedFrame = z.object({ v, type: z.literal('refused'), ref: ref.optional(), code: z.enum(REFUSAL_CODES), message: z.string() });
+export const deliverFrame = z.object({ v, type: z.literal('deliver'), route, id, payload: z.record(z.string(), z.unknown()) });
+export const rosterEntry = z.object({ announcement: z.unknown(), age_ms: z.number().int().min(0) });
+export const rosterFrame = z.object({ v, type: z.literal('roster'), ref, entries: z.array(rosterEntry) });
+
+export const relayFrame = z.discriminatedUnion('type', [challengeFrame, authOkFrame, acceptedFrame, refusedFrame, deliverFrame, rosterFrame]);
+export type RelayFrame = z.infer<typeof relayFrame>;
+
+/** Parses one text frame; undefined if it is not JSON or not a valid frame of `schema`. */
+export function parseFrame<T>(schema: z.ZodType<T>, text: string): T | undefined {
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const parsed = schema.safeParse(data);
+  return parsed.success ? parsed.data : undefined;
+}
