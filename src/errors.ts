@@ -20,6 +20,11 @@ export type ErrorCode =
   | 'corrupt'
   | 'storage'
   | 'mailbox_full'
+  // sending and reading
+  | 'no_route'
+  | 'idempotency_conflict'
+  | 'unknown_message'
+  | 'relay_unreachable'
   // usage
   | 'usage';
 

@@ -7,6 +7,7 @@ import { InterlinkError } from '../errors.js';
 import { demo, demoHelp } from './commands/demo.js';
 import { keygen, keygenHelp, whoami, whoamiHelp } from './commands/identity.js';
 import { peers, peersHelp } from './commands/peers.js';
+import { serve, serveHelp } from './commands/serve.js';
 
 const EXIT_FAILURE = 1;
 const EXIT_USAGE = 64;
@@ -18,6 +19,7 @@ interface Command {
 }
 
 const commands: Record<string, Command> = {
+  serve: { run: serve, help: serveHelp, summary: 'MCP server of one session over stdio (the default)' },
   keygen: { run: keygen, help: keygenHelp, summary: 'create this identity (refuses to overwrite without --force)' },
   whoami: { run: whoami, help: whoamiHelp, summary: 'print the public key and fingerprint' },
   peers: { run: peers, help: peersHelp, summary: 'list, add or remove peers' },
@@ -27,14 +29,16 @@ const commands: Record<string, Command> = {
 function usage(): string {
   const width = Math.max(...Object.keys(commands).map((c) => c.length));
   const lines = Object.entries(commands).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
-  return ['usage: interlink-mcp <command> [options]', '', 'commands:', ...lines, '', 'Every command takes --help.'].join('\n');
+  return ['usage: interlink-mcp [<command>] [options]', '', 'commands:', ...lines, '', 'Every command takes --help.'].join('\n');
 }
 
 async function main(argv: readonly string[]): Promise<number> {
-  const [name, ...rest] = argv;
-  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+  // With no command, or only options, this is an MCP server (what hosts start).
+  const first = argv[0];
+  const [name = 'serve', ...rest] = first === undefined || first.startsWith('--session') ? ['serve', ...argv] : argv;
+  if (name === '--help' || name === '-h' || name === 'help') {
     process.stdout.write(usage() + '\n');
-    return name === undefined ? EXIT_USAGE : 0;
+    return 0;
   }
   const command = commands[name];
   if (command === undefined) {

@@ -109,6 +109,14 @@ export class Mailbox {
     });
   }
 
+  /** msg_ids are random, so one id names one message whoever sent it. */
+  async findByMsgId(msgId: string): Promise<StoredRecord | undefined> {
+    return this.journal.read((state) => {
+      for (const record of state.all()) if (record.envelope.msg_id === msgId) return clone(record);
+      return undefined;
+    });
+  }
+
   async has(sender: string, msgId: string): Promise<boolean> {
     return this.journal.read((state) => state.has(sender, msgId));
   }

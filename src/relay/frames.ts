@@ -45,6 +45,7 @@ export const acceptedFrame = z.object({ v, type: z.literal('accepted'), ref, id 
 export const refusedFrame = z.object({ v, type: z.literal('refused'), ref: ref.optional(), code: z.enum(REFUSAL_CODES), message: z.string() });
 export const deliverFrame = z.object({ v, type: z.literal('deliver'), route, id, payload: z.record(z.string(), z.unknown()) });
 export const rosterEntry = z.object({ announcement: z.unknown(), age_ms: z.number().int().min(0) });
+export type RosterEntry = z.infer<typeof rosterEntry>;
 export const rosterFrame = z.object({ v, type: z.literal('roster'), ref, entries: z.array(rosterEntry) });
 
 export const relayFrame = z.discriminatedUnion('type', [challengeFrame, authOkFrame, acceptedFrame, refusedFrame, deliverFrame, rosterFrame]);

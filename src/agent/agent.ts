@@ -1,0 +1,317 @@
+/**
+ * One session of one identity, running: its mailbox and outbox, its relay connections
+ * and the loops that move messages (inbound, outbound, presence). The MCP tools and the
+ * CLI call the operations here; each returns plain data or throws an InterlinkError.
+ */
+import { stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { mailboxPath } from '../config/paths.js';
+import { MAX_TEXT_BYTES, parseRoute, signEnvelope, type Envelope, type Status } from '../envelope/envelope.js';
+import { InterlinkError } from '../errors.js';
+import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
+import { Mailbox } from '../mailbox/mailbox.js';
+import type { StoredRecord } from '../mailbox/format.js';
+import { currentState } from '../mailbox/state.js';
+import { Outbox, intentOf, type OutboxRecord } from '../outbox/outbox.js';
+import { PeerTable, addPeer, loadPeers, removePeer } from '../peers/peers.js';
+import { RelayClient } from '../relay/client.js';
+import { MAX_PAYLOAD_BYTES } from '../relay/frames.js';
+import { Inbound } from './inbound.js';
+import { Outbound } from './outbound.js';
+import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
+import { chooseSession } from './routing.js';
+
+export interface AgentOptions {
+  identity: Identity;
+  session: string;
+  stateDir: string;
+  peersPath: string;
+  relayUrls: readonly string[];
+  presence: PresenceInfo;
+  announceIntervalMs?: number;
+}
+
+export interface SendArgs {
+  to: string;
+  text: string;
+  session?: string;
+  task_id?: string;
+  status?: Status;
+  in_reply_to?: string;
+  idempotency_key?: string;
+}
+
+export interface SendReceipt {
+  msg_id: string;
+  to: string;
+  session: string;
+  state: 'pending' | 'bus_accepted';
+  duplicate: boolean;
+}
+
+export interface InboxMessage {
+  sender: string;
+  peer?: string;
+  msg_id: string;
+  text: string;
+  ts: number;
+  task_id?: string;
+  status?: Status;
+  in_reply_to?: string;
+  reply_to?: string;
+  receipt: { sender: string; msg_id: string };
+}
+
+export class Agent {
+  readonly route: string;
+  private peerCache: { stamp: string; table: PeerTable } | undefined;
+
+  private constructor(
+    readonly options: AgentOptions,
+    readonly mailbox: Mailbox,
+    readonly outbox: Outbox,
+    readonly relays: RelayClient[],
+    private readonly inbound: Inbound,
+    private readonly outbound: Outbound,
+    readonly presence: Presence,
+    /** The session each peer last wrote from (inbound keeps it current). */
+    private readonly sticky: Map<string, string>,
+  ) {
+    this.route = `${options.identity.key}#${options.session}`;
+  }
+
+  static async start(options: AgentOptions): Promise<Agent> {
+    const { identity, session, stateDir } = options;
+    const mailbox = await Mailbox.open(mailboxPath(stateDir, identity.key, session));
+    const outbox = await Outbox.open(join(stateDir, 'outbox', identity.key, `${session}.json`));
+    const route = `${identity.key}#${session}`;
+    const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route] }));
+    const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
+    const sticky = new Map<string, string>();
+    let agent: Agent | undefined;
+    const inbound = new Inbound({ me: identity, mailbox, peers: () => agent!.peers(), sticky });
+    const outbound = new Outbound(outbox, relays);
+    agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, sticky);
+    for (const relay of relays) {
+      inbound.attach(relay);
+      relay.start();
+    }
+    presence.start();
+    outbound.start();
+    return agent;
+  }
+
+  get identity(): Identity {
+    return this.options.identity;
+  }
+
+  get session(): string {
+    return this.options.session;
+  }
+
+  /** Waits until every relay is connected and authenticated (or the deadline passes). */
+  async ready(timeoutMs: number): Promise<boolean> {
+    const results = await Promise.all(this.relays.map((r) => r.ready(timeoutMs)));
+    return results.every(Boolean);
+  }
+
+  /** peers.json, read again whenever it changed on disk, so removals apply at once. */
+  async peers(): Promise<PeerTable> {
+    const path = this.options.peersPath;
+    const info = await stat(path).catch(() => undefined);
+    const stamp = info ? `${info.ino}:${info.size}:${info.mtimeMs}` : 'absent';
+    if (this.peerCache?.stamp !== stamp) this.peerCache = { stamp, table: (await loadPeers(path)).table };
+    return this.peerCache.table;
+  }
+
+  private async resolvePeer(to: string): Promise<{ key: string; petname?: string }> {
+    if (to === 'self') return { key: this.identity.key };
+    const key = (await this.peers()).keyOf(to);
+    if (key === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${to}; see list_peers (a person adds peers)`);
+    return { key, petname: to };
+  }
+
+  async send(args: SendArgs): Promise<SendReceipt> {
+    if (Buffer.byteLength(args.text, 'utf8') > MAX_TEXT_BYTES) {
+      throw new InterlinkError('too_large', `text is ${Buffer.byteLength(args.text, 'utf8')} bytes; the limit is ${MAX_TEXT_BYTES} bytes of UTF-8`);
+    }
+    const target = await this.resolvePeer(args.to);
+    const idempotency =
+      args.idempotency_key === undefined
+        ? undefined
+        : { key: args.idempotency_key, intent: intentOf({ to: target.key, session: args.session, text: args.text, ...optional(args) }) };
+    if (idempotency) {
+      const existing = await this.outbox.byIdempotencyKey(idempotency.key);
+      if (existing) return this.replay(existing, idempotency.intent, args.to);
+    }
+    const session = await this.chooseSession(target.key, args.session);
+    const envelope = signEnvelope(this.identity.signingKey, {
+      to: target.key,
+      text: args.text,
+      reply_to: this.route,
+      ...optional(args),
+    });
+    if (Buffer.byteLength(JSON.stringify(envelope), 'utf8') > MAX_PAYLOAD_BYTES) {
+      throw new InterlinkError('too_large', `the signed message is larger than a relay accepts (${MAX_PAYLOAD_BYTES} bytes)`);
+    }
+    const result = await this.outbox.add(envelope, `${target.key}#${session}`, idempotency);
+    if (result.outcome !== 'added') return this.replay(result.record, idempotency?.intent, args.to);
+    this.outbound.offer(result.record);
+    return { msg_id: envelope.msg_id, to: args.to, session, state: 'pending', duplicate: false };
+  }
+
+  private replay(record: OutboxRecord, intent: string | undefined, to: string): SendReceipt {
+    if (record.intent !== intent) {
+      throw new InterlinkError('idempotency_conflict', `idempotency key ${record.idempotency_key ?? ''} was used for a different message (${record.envelope.msg_id})`);
+    }
+    return { msg_id: record.envelope.msg_id, to, session: parseRoute(record.route)?.session ?? '', state: outboundState(record), duplicate: true };
+  }
+
+  private async chooseSession(key: string, hint: string | undefined): Promise<string> {
+    const roster = await this.presence.roster();
+    const sessions = roster.filter((r) => r.key === key && !(key === this.identity.key && r.session === this.session));
+    const sticky = this.sticky.get(key);
+    const decision = chooseSession({ sessions, ...(hint !== undefined && { hint }), ...(sticky !== undefined && { sticky }) });
+    if (decision.ok) return decision.session;
+    const list = decision.candidates.map((c) => `${c.session} (${c.state})`).join(', ');
+    throw new InterlinkError(
+      'no_route',
+      decision.reason === 'no_session' ? 'no session of that peer is on any relay roster; pass `session` to queue for a known session id' : `several sessions could be meant: ${list}; pass \`session\``,
+      { candidates: decision.candidates },
+    );
+  }
+
+  async cancelTask(args: { to: string; task_id: string; reason?: string; session?: string }): Promise<SendReceipt> {
+    return this.send({ to: args.to, text: args.reason ?? 'canceled', task_id: args.task_id, status: 'canceled', ...(args.session !== undefined && { session: args.session }) });
+  }
+
+  async messageStatus(msgId: string): Promise<{ msg_id: string; direction: 'outbound' | 'inbound'; state: string; history: { state: string; at: number }[] }> {
+    const outbound = await this.outbox.get(msgId);
+    if (outbound) return { msg_id: msgId, direction: 'outbound', state: outboundState(outbound), history: outbound.states };
+    const inbound = await this.mailbox.findByMsgId(msgId);
+    if (inbound) return { msg_id: msgId, direction: 'inbound', state: currentState(inbound), history: inbound.states };
+    throw new InterlinkError('unknown_message', `no message ${msgId} in this session's outbox or mailbox`);
+  }
+
+  async listPending(): Promise<{ msg_id: string; to: string; session: string; created_at: number; task_id?: string }[]> {
+    const table = await this.peers();
+    return (await this.outbox.pending()).map((r) => ({
+      msg_id: r.envelope.msg_id,
+      to: table.petnameOf(r.envelope.to) ?? (r.envelope.to === this.identity.key ? 'self' : r.envelope.to),
+      session: parseRoute(r.route)?.session ?? '',
+      created_at: r.created_at,
+      ...(r.envelope.task_id !== undefined && { task_id: r.envelope.task_id }),
+    }));
+  }
+
+  async receive(limit?: number): Promise<{ messages: InboxMessage[]; more: boolean }> {
+    const { messages, more } = await this.mailbox.fetch(limit);
+    return { messages: messages.map(inboxMessage), more };
+  }
+
+  async acknowledge(receipts: { sender: string; msg_id: string }[]) {
+    return this.mailbox.acknowledge(receipts);
+  }
+
+  /** Both directions with one peer, oldest first; `consume` acknowledges exactly the inbound ones returned. */
+  async history(peer: string, limit = 20, consume = false) {
+    const { key } = await this.resolvePeer(peer);
+    const inbound = await this.mailbox.history(key, { limit });
+    const outbound = (await this.outbox.all()).filter((r) => r.envelope.to === key).slice(-limit);
+    const merged = [
+      ...inbound.map((r) => ({ direction: 'inbound' as const, envelope: r.envelope, state: currentState(r) })),
+      ...outbound.map((r) => ({ direction: 'outbound' as const, envelope: r.envelope, state: outboundState(r) })),
+    ]
+      .sort((a, b) => a.envelope.ts - b.envelope.ts)
+      .slice(-limit);
+    if (consume) {
+      const receipts = merged.filter((m) => m.direction === 'inbound' && m.state !== 'receiver_acknowledged').map((m) => ({ sender: m.envelope.from, msg_id: m.envelope.msg_id }));
+      if (receipts.length > 0) await this.mailbox.acknowledge(receipts);
+      for (const m of merged) if (m.direction === 'inbound') m.state = 'receiver_acknowledged';
+    }
+    return {
+      messages: merged.map((m) => ({
+        direction: m.direction,
+        msg_id: m.envelope.msg_id,
+        text: m.envelope.text,
+        ts: m.envelope.ts,
+        state: m.state,
+        ...optional(m.envelope),
+        ...(m.direction === 'inbound' && { receipt: { sender: m.envelope.from, msg_id: m.envelope.msg_id } }),
+      })),
+    };
+  }
+
+  async listPeers() {
+    const table = await this.peers();
+    return { peers: table.peers.map((p) => ({ petname: p.petname, key: p.key, fingerprint: fingerprintOf(parsePublicKey(p.key)) })) };
+  }
+
+  async addPeer(petname: string, key: string) {
+    const result = await addPeer(this.options.peersPath, petname, key);
+    return { petname, key, outcome: result.outcome };
+  }
+
+  async removePeer(petname: string) {
+    const result = await removePeer(this.options.peersPath, petname);
+    return { petname, key: result.key, outcome: 'removed' as const };
+  }
+
+  async discover(peer?: string) {
+    const roster = await this.presence.roster({ fresh: true });
+    const table = await this.peers();
+    const only = peer === undefined ? undefined : (await this.resolvePeer(peer)).key;
+    const byKey = new Map<string, RosterSession[]>();
+    for (const entry of roster) {
+      if (only !== undefined && entry.key !== only) continue;
+      byKey.set(entry.key, [...(byKey.get(entry.key) ?? []), entry]);
+    }
+    return {
+      identities: [...byKey].map(([key, sessions]) => ({
+        key,
+        fingerprint: fingerprintOf(parsePublicKey(key)),
+        petname: key === this.identity.key ? 'self' : table.petnameOf(key),
+        trusted: key === this.identity.key || table.has(key),
+        sessions: sessions.map((s) => ({ session: s.session, state: s.state, name: s.name, cwd: s.cwd, git_root: s.git_root, summary: s.summary, age_ms: s.age_ms })),
+      })),
+    };
+  }
+
+  setSummary(summary: string) {
+    this.presence.setSummary(summary);
+    return { summary };
+  }
+
+  async close(): Promise<void> {
+    this.outbound.stop();
+    this.inbound.close();
+    await this.presence.goodbye().catch(() => undefined);
+    for (const relay of this.relays) relay.close();
+  }
+}
+
+function optional(fields: Pick<Envelope, 'task_id' | 'status' | 'in_reply_to'> | SendArgs) {
+  return {
+    ...(fields.task_id !== undefined && { task_id: fields.task_id }),
+    ...(fields.status !== undefined && { status: fields.status }),
+    ...(fields.in_reply_to !== undefined && { in_reply_to: fields.in_reply_to }),
+  };
+}
+
+function outboundState(record: OutboxRecord): 'pending' | 'bus_accepted' {
+  return record.accepted_by.length > 0 ? 'bus_accepted' : 'pending';
+}
+
+function inboxMessage(record: StoredRecord): InboxMessage {
+  const e = record.envelope;
+  return {
+    sender: e.from,
+    ...(record.peer !== undefined && { peer: record.peer }),
+    msg_id: e.msg_id,
+    text: e.text,
+    ts: e.ts,
+    ...optional(e),
+    ...(e.reply_to !== undefined && { reply_to: e.reply_to }),
+    receipt: { sender: e.from, msg_id: e.msg_id },
+  };
+}

@@ -1,0 +1,116 @@
+/**
+ * Relay delivery → trust gate → mailbox commit → relay acknowledgement.
+ *
+ * A message is acknowledged to the relay only after the mailbox commit returned, so a
+ * crash in between leaves it on the relay, which delivers it again (the mailbox refuses
+ * the duplicate). Messages the gate rejects are acknowledged too — dropped, with the
+ * verdict logged — so garbage is not redelivered forever. A message the mailbox cannot
+ * take (full, damaged, unwritable disk) is not acknowledged and is retried with backoff.
+ */
+import { parseEnvelope, replyToSession, type Envelope } from '../envelope/envelope.js';
+import { decide, type Verdict } from '../gate/decide.js';
+import type { Identity } from '../identity/identity.js';
+import { log } from '../log.js';
+import type { Mailbox } from '../mailbox/mailbox.js';
+import type { StoredRecord } from '../mailbox/format.js';
+import type { PeerTable } from '../peers/peers.js';
+import type { Delivery, RelayClient } from '../relay/client.js';
+
+const SEEN_LIMIT = 4096;
+const MAX_RETRY_MS = 30_000;
+
+export interface InboundDeps {
+  me: Identity;
+  mailbox: Mailbox;
+  peers: () => Promise<PeerTable>;
+  /** The sender's session from its last admitted message: where replies go by default. */
+  sticky: Map<string, string>;
+  onStored?: (record: StoredRecord) => void;
+}
+
+export class Inbound {
+  /** Admitted in this process; the mailbox remembers the rest across restarts. */
+  private readonly seen = new Set<string>();
+  private readonly retries = new Map<string, NodeJS.Timeout>();
+  private closed = false;
+
+  constructor(private readonly deps: InboundDeps) {}
+
+  attach(relay: RelayClient): void {
+    relay.on('delivery', (delivery: Delivery) => void this.handle(relay, delivery, 0));
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const timer of this.retries.values()) clearTimeout(timer);
+    this.retries.clear();
+  }
+
+  private async handle(relay: RelayClient, delivery: Delivery, attempt: number): Promise<void> {
+    if (this.closed) return;
+    let envelope: Envelope;
+    try {
+      envelope = parseEnvelope(delivery.payload);
+    } catch (err) {
+      log.warn('inbound_rejected', { relay: relay.url, code: 'bad_envelope', reason: (err as Error).message });
+      relay.ack(delivery.route, [delivery.id]);
+      return;
+    }
+    try {
+      const verdict = await this.judge(envelope);
+      if (!verdict.ok) {
+        if (verdict.code !== 'replay') log.warn('inbound_rejected', { relay: relay.url, code: verdict.code, reason: verdict.reason, from: envelope.from, msg_id: envelope.msg_id });
+        relay.ack(delivery.route, [delivery.id]);
+        return;
+      }
+      if (verdict.kind !== 'message') {
+        // Pairing control messages get their own handler with the pairing flow.
+        log.info('inbound_pairing_ignored', { kind: verdict.kind, from: envelope.from });
+        relay.ack(delivery.route, [delivery.id]);
+        return;
+      }
+      const stored = await this.deps.mailbox.store(envelope, verdict.petname !== undefined ? { peer: verdict.petname } : {});
+      if (stored.outcome === 'full') throw new Error(`mailbox full (${stored.reason})`);
+      this.remember(envelope);
+      relay.ack(delivery.route, [delivery.id]);
+      if (stored.outcome === 'stored') this.deps.onStored?.(stored.record);
+    } catch (err) {
+      this.retryLater(relay, delivery, attempt, err);
+    }
+  }
+
+  private async judge(envelope: Envelope): Promise<Verdict> {
+    const peers = await this.deps.peers();
+    const key = `${envelope.from} ${envelope.msg_id}`;
+    const inMailbox = this.seen.has(key) || (await this.deps.mailbox.has(envelope.from, envelope.msg_id));
+    return decide(envelope, {
+      me: this.deps.me.key,
+      peers: new Map(peers.peers.map((p) => [p.key, p.petname])),
+      outstandingRequests: [],
+      now: Date.now(),
+      seen: () => inMailbox,
+    });
+  }
+
+  private remember(envelope: Envelope): void {
+    const key = `${envelope.from} ${envelope.msg_id}`;
+    this.seen.add(key);
+    if (this.seen.size > SEEN_LIMIT) this.seen.delete(this.seen.values().next().value!);
+    const session = replyToSession(envelope);
+    if (session !== undefined) this.deps.sticky.set(envelope.from, session);
+  }
+
+  private retryLater(relay: RelayClient, delivery: Delivery, attempt: number, err: unknown): void {
+    const delay = Math.min(MAX_RETRY_MS, 250 * 2 ** attempt);
+    log.warn('inbound_storage_failed', { relay: relay.url, route: delivery.route, id: delivery.id, retry_ms: delay, error: (err as Error).message });
+    const key = `${delivery.relay} ${delivery.route} ${delivery.id}`;
+    clearTimeout(this.retries.get(key));
+    const timer = setTimeout(() => {
+      this.retries.delete(key);
+      // After a reconnect the relay redelivers on its own; retry only on the same connection.
+      if (relay.connected) void this.handle(relay, delivery, attempt + 1);
+    }, delay);
+    timer.unref();
+    this.retries.set(key, timer);
+  }
+}

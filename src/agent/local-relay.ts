@@ -1,0 +1,75 @@
+/**
+ * Zero-config local mode: with no INTERLINK_URL and no relay answering on
+ * ws://127.0.0.1:9440, start a detached durable relay under the state root, so sessions
+ * on one machine work with no setup. Two servers starting at once both try; the port is
+ * the lock — the second relay cannot bind and exits, and both servers use the first.
+ */
+import { spawn } from 'node:child_process';
+import { mkdirSync, openSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import WebSocket from 'ws';
+import { log } from '../log.js';
+
+export const DEFAULT_RELAY_ADDR = '127.0.0.1:9440';
+
+/** INTERLINK_LOCAL_RELAY moves the local relay (tests; several users on one machine). */
+export function localRelayAddr(env: NodeJS.ProcessEnv): string {
+  return env.INTERLINK_LOCAL_RELAY?.trim() || DEFAULT_RELAY_ADDR;
+}
+
+export function configuredRelays(env: NodeJS.ProcessEnv): string[] | undefined {
+  const raw = env.INTERLINK_URL?.trim();
+  if (!raw) return undefined;
+  return raw
+    .split(',')
+    .map((u) => u.trim())
+    .filter((u) => u.length > 0);
+}
+
+/** True if a relay answers at `url` (it greets every connection with a challenge). */
+export function relayAnswers(url: string, timeoutMs = 1_000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = new WebSocket(url, { handshakeTimeout: timeoutMs });
+    const timer = setTimeout(() => finish(false), timeoutMs);
+    const finish = (ok: boolean) => {
+      clearTimeout(timer);
+      socket.removeAllListeners('message');
+      socket.on('error', () => undefined);
+      socket.terminate();
+      resolve(ok);
+    };
+    socket.on('error', () => finish(false));
+    socket.on('message', () => finish(true));
+  });
+}
+
+function startDetachedRelay(stateDir: string, addr: string): void {
+  const dir = join(stateDir, 'relay');
+  mkdirSync(dir, { recursive: true });
+  const logFd = openSync(join(dir, 'relay.log'), 'a');
+  const main = fileURLToPath(new URL('../cli/main.js', import.meta.url));
+  const child = spawn(process.execPath, [main, 'relay', '--addr', addr, '--db', dir], {
+    detached: true,
+    stdio: ['ignore', logFd, logFd],
+  });
+  child.unref();
+  log.info('local_relay_started', { pid: child.pid, db: dir });
+}
+
+/** The relays to use; starts the local one first when nothing is configured or running. */
+export async function relayUrls(env: NodeJS.ProcessEnv, stateDir: string, deadlineMs = 5_000): Promise<string[]> {
+  const configured = configuredRelays(env);
+  if (configured !== undefined) return configured;
+  const addr = localRelayAddr(env);
+  const url = `ws://${addr}`;
+  if (await relayAnswers(url, 500)) return [url];
+  startDetachedRelay(stateDir, addr);
+  const deadline = Date.now() + deadlineMs;
+  while (Date.now() < deadline) {
+    if (await relayAnswers(url, 500)) return [url];
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  log.warn('local_relay_not_answering', { url, hint: `see ${join(stateDir, 'relay', 'relay.log')}` });
+  return [url];
+}

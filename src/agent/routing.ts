@@ -1,0 +1,50 @@
+/**
+ * Which session of a peer a message goes to, when the sender did not name one exactly.
+ * Pure: it takes what the roster and the sticky table say and returns a decision.
+ *
+ *   1. a session hint: an exact id, or a unique prefix of a session on the roster;
+ *   2. the sticky session (the one that peer last wrote from), if it is on the roster;
+ *   3. the single live session;
+ *   4. the single away session;
+ *   5. the sticky session even though it is gone (its queue waits on the relay);
+ *   otherwise an error listing the candidates.
+ */
+export type PresenceState = 'live' | 'away';
+
+export interface SessionView {
+  session: string;
+  state: PresenceState;
+}
+
+export type RouteDecision =
+  | { ok: true; session: string; reason: 'exact' | 'prefix' | 'offline_exact' | 'sticky' | 'single_live' | 'single_away' | 'sticky_gone' }
+  | { ok: false; reason: 'ambiguous' | 'no_session'; candidates: SessionView[] };
+
+export const LIVE_MS = 90_000;
+export const AWAY_MS = 3 * 24 * 60 * 60 * 1000;
+
+/** live under 90 s of silence, away up to 3 days, then gone (undefined). */
+export function presenceState(ageMs: number): PresenceState | undefined {
+  if (ageMs < LIVE_MS) return 'live';
+  if (ageMs < AWAY_MS) return 'away';
+  return undefined;
+}
+
+export function chooseSession(input: { hint?: string; sticky?: string; sessions: readonly SessionView[] }): RouteDecision {
+  const { hint, sticky, sessions } = input;
+  if (hint !== undefined) {
+    if (sessions.some((s) => s.session === hint)) return { ok: true, session: hint, reason: 'exact' };
+    const matches = sessions.filter((s) => s.session.startsWith(hint));
+    if (matches.length === 1) return { ok: true, session: matches[0]!.session, reason: 'prefix' };
+    if (matches.length > 1) return { ok: false, reason: 'ambiguous', candidates: matches };
+    // Not on the roster: store-and-forward to that exact id; the relay keeps it.
+    return { ok: true, session: hint, reason: 'offline_exact' };
+  }
+  if (sticky !== undefined && sessions.some((s) => s.session === sticky)) return { ok: true, session: sticky, reason: 'sticky' };
+  const live = sessions.filter((s) => s.state === 'live');
+  if (live.length === 1) return { ok: true, session: live[0]!.session, reason: 'single_live' };
+  const away = sessions.filter((s) => s.state === 'away');
+  if (live.length === 0 && away.length === 1) return { ok: true, session: away[0]!.session, reason: 'single_away' };
+  if (sessions.length === 0 && sticky !== undefined) return { ok: true, session: sticky, reason: 'sticky_gone' };
+  return { ok: false, reason: sessions.length === 0 ? 'no_session' : 'ambiguous', candidates: [...sessions] };
+}

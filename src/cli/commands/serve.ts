@@ -1,0 +1,84 @@
+/**
+ * `interlink-mcp serve`: the MCP server of one session over stdio. Stdout carries the
+ * protocol only; everything else goes to stderr.
+ */
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { hostname, userInfo } from 'node:os';
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { Agent } from '../../agent/agent.js';
+import { relayUrls } from '../../agent/local-relay.js';
+import { resolveSessionId } from '../../agent/session.js';
+import { keyPath, peersPath, stateDir } from '../../config/paths.js';
+import { loadOrCreateIdentity } from '../../identity/identity.js';
+import { log } from '../../log.js';
+import { createServer } from '../../mcp/server.js';
+import { expectPositionals, parse } from '../args.js';
+
+export const serveHelp = `usage: interlink-mcp serve [--session ID]
+
+The MCP server of one agent session, over stdio (what Claude Code and Codex start).
+Creates the identity on first run. Session id: --session, INTERLINK_SESSION,
+CLAUDE_CODE_SESSION_ID, else a generated one. Relays: INTERLINK_URL (comma-separated);
+without it, ws://127.0.0.1:9440, started as a durable local relay if none answers.`;
+
+export function packageVersion(): string {
+  try {
+    const data: unknown = JSON.parse(readFileSync(new URL('../../../../package.json', import.meta.url), 'utf8'));
+    return typeof data === 'object' && data !== null && 'version' in data && typeof data.version === 'string' ? data.version : '0.0.0';
+  } catch {
+    return '0.0.0';
+  }
+}
+
+function gitRoot(cwd: string): string {
+  try {
+    return execFileSync('git', ['rev-parse', '--show-toplevel'], { cwd, stdio: ['ignore', 'pipe', 'ignore'], timeout: 2_000 }).toString().trim();
+  } catch {
+    return '';
+  }
+}
+
+function personName(): string {
+  try {
+    return `${userInfo().username}@${hostname()}`;
+  } catch {
+    return hostname();
+  }
+}
+
+export async function serve(argv: readonly string[]): Promise<void> {
+  const args = parse(argv, { session: { type: 'string' } });
+  expectPositionals(args, 0, 'interlink-mcp serve [--session ID]');
+  const identity = await loadOrCreateIdentity(keyPath());
+  const { session, source } = resolveSessionId(typeof args.values.session === 'string' ? args.values.session : undefined);
+  const state = stateDir();
+  const urls = await relayUrls(process.env, state);
+  const cwd = process.cwd();
+  const agent = await Agent.start({
+    identity,
+    session,
+    stateDir: state,
+    peersPath: peersPath(),
+    relayUrls: urls,
+    presence: { name: personName(), cwd, gitRoot: gitRoot(cwd), summary: '' },
+  });
+  log.info('serving', { session, source, identity: identity.key, relays: urls });
+  const server = createServer(agent, packageVersion());
+  const transport = new StdioServerTransport();
+
+  let closing: Promise<void> | undefined;
+  const shutdown = () => {
+    closing ??= (async () => {
+      await agent.close();
+      await server.close().catch(() => undefined);
+      process.exit(0);
+    })();
+    return closing;
+  };
+  transport.onclose = () => void shutdown();
+  process.stdin.on('end', () => void shutdown());
+  process.on('SIGTERM', () => void shutdown());
+  process.on('SIGINT', () => void shutdown());
+  await server.connect(transport);
+}

@@ -1,0 +1,176 @@
+/**
+ * The durable outbox of one identity and session: `outbox/<identity>/<session>.json`
+ * (a journaled store). `send_message` commits the signed envelope here before it
+ * returns `pending`, so a message survives kill -9 and restart until a relay accepts it.
+ * Records stay 48 h after acceptance for `message_status` and idempotency keys.
+ */
+import { createHash } from 'node:crypto';
+import { z } from 'zod';
+import { envelopeSchema, type Envelope } from '../envelope/envelope.js';
+import { JournalStore } from '../store/journal-store.js';
+import type { JournalFormat } from '../store/journal.js';
+
+export const OUTBOX_RETENTION_MS = 48 * 60 * 60 * 1000;
+
+const stateEntry = z.object({ state: z.enum(['pending', 'bus_accepted']), at: z.number().int() });
+
+export const outboxRecordSchema = z.object({
+  envelope: envelopeSchema,
+  route: z.string(),
+  idempotency_key: z.string().optional(),
+  intent: z.string().optional(),
+  created_at: z.number().int(),
+  states: z.array(stateEntry).min(1),
+  accepted_by: z.array(z.string()),
+});
+export type OutboxRecord = z.infer<typeof outboxRecordSchema>;
+
+const addOp = z.object({
+  op: z.literal('add'),
+  at: z.number().int(),
+  envelope: envelopeSchema,
+  route: z.string(),
+  idempotency_key: z.string().optional(),
+  intent: z.string().optional(),
+});
+const acceptedOp = z.object({ op: z.literal('accepted'), at: z.number().int(), msg_id: z.string(), relay: z.string() });
+const outboxOp = z.discriminatedUnion('op', [addOp, acceptedOp]);
+type OutboxOp = z.infer<typeof outboxOp>;
+
+const dataSchema = z.object({ records: z.array(outboxRecordSchema) });
+type OutboxData = z.infer<typeof dataSchema>;
+
+export type AddResult = { outcome: 'added'; record: OutboxRecord } | { outcome: 'duplicate' | 'conflict'; record: OutboxRecord };
+type AcceptResult = { changed: boolean };
+type Result = AddResult | AcceptResult;
+
+/** What an idempotency key promises: the same target and the same content. */
+export function intentOf(fields: { to: string; session: string | undefined; text: string; task_id?: string; status?: string; in_reply_to?: string }): string {
+  const canonical = JSON.stringify([fields.to, fields.session ?? null, fields.text, fields.task_id ?? null, fields.status ?? null, fields.in_reply_to ?? null]);
+  return createHash('sha256').update(canonical).digest('base64url');
+}
+
+export class OutboxState {
+  readonly records = new Map<string, OutboxRecord>();
+  private readonly byKey = new Map<string, string>();
+
+  static fromData(data: OutboxData): OutboxState {
+    const state = new OutboxState();
+    for (const record of data.records) state.insert(record);
+    return state;
+  }
+
+  toData(): OutboxData {
+    return { records: [...this.records.values()] };
+  }
+
+  apply(op: OutboxOp): Result {
+    return op.op === 'add' ? this.add(op) : this.accept(op);
+  }
+
+  recordForKey(key: string): OutboxRecord | undefined {
+    const msgId = this.byKey.get(key);
+    return msgId === undefined ? undefined : this.records.get(msgId);
+  }
+
+  private add(op: z.infer<typeof addOp>): AddResult {
+    this.prune(op.at);
+    if (op.idempotency_key !== undefined) {
+      const existing = this.recordForKey(op.idempotency_key);
+      if (existing) return { outcome: existing.intent === op.intent ? 'duplicate' : 'conflict', record: existing };
+    }
+    const existing = this.records.get(op.envelope.msg_id);
+    if (existing) return { outcome: 'duplicate', record: existing };
+    const record: OutboxRecord = {
+      envelope: op.envelope,
+      route: op.route,
+      ...(op.idempotency_key !== undefined && { idempotency_key: op.idempotency_key }),
+      ...(op.intent !== undefined && { intent: op.intent }),
+      created_at: op.at,
+      states: [{ state: 'pending', at: op.at }],
+      accepted_by: [],
+    };
+    this.insert(record);
+    return { outcome: 'added', record };
+  }
+
+  private accept(op: z.infer<typeof acceptedOp>): AcceptResult {
+    const record = this.records.get(op.msg_id);
+    if (!record || record.accepted_by.includes(op.relay)) return { changed: false };
+    record.accepted_by.push(op.relay);
+    if (!record.states.some((s) => s.state === 'bus_accepted')) record.states.push({ state: 'bus_accepted', at: op.at });
+    return { changed: true };
+  }
+
+  private insert(record: OutboxRecord): void {
+    this.records.set(record.envelope.msg_id, record);
+    if (record.idempotency_key !== undefined) this.byKey.set(record.idempotency_key, record.envelope.msg_id);
+  }
+
+  /** Accepted records leave after the retention window; pending ones stay until accepted. */
+  private prune(now: number): void {
+    for (const [msgId, record] of this.records) {
+      const accepted = record.states.find((s) => s.state === 'bus_accepted');
+      if (accepted === undefined || accepted.at + OUTBOX_RETENTION_MS >= now) continue;
+      this.records.delete(msgId);
+      if (record.idempotency_key !== undefined) this.byKey.delete(record.idempotency_key);
+    }
+  }
+}
+
+export const outboxFormat: JournalFormat<OutboxState, OutboxOp, Result, OutboxData> = {
+  name: 'interlink-outbox',
+  label: 'outbox',
+  version: 1,
+  opSchema: outboxOp,
+  dataSchema,
+  empty: () => new OutboxState(),
+  fromData: (data) => OutboxState.fromData(data),
+  toData: (state) => state.toData(),
+  apply: (state, op) => state.apply(op),
+  changes: (result) => ('outcome' in result ? result.outcome === 'added' : result.changed),
+};
+
+export function isPending(record: OutboxRecord): boolean {
+  return record.accepted_by.length === 0;
+}
+
+export class Outbox {
+  private constructor(private readonly journal: JournalStore<OutboxState, OutboxOp, Result, OutboxData>) {}
+
+  static async open(path: string, options: { readOnly?: boolean } = {}): Promise<Outbox> {
+    return new Outbox(await JournalStore.open(path, outboxFormat, options));
+  }
+
+  /** Durable when it resolves. */
+  async add(envelope: Envelope, route: string, idempotency?: { key: string; intent: string }): Promise<AddResult> {
+    const op: OutboxOp = {
+      op: 'add',
+      at: Date.now(),
+      envelope,
+      route,
+      ...(idempotency && { idempotency_key: idempotency.key, intent: idempotency.intent }),
+    };
+    return (await this.journal.submit(op)) as AddResult;
+  }
+
+  async markAccepted(msgId: string, relay: string): Promise<void> {
+    await this.journal.submit({ op: 'accepted', at: Date.now(), msg_id: msgId, relay });
+  }
+
+  async get(msgId: string): Promise<OutboxRecord | undefined> {
+    return this.journal.read((state) => structuredClone(state.records.get(msgId)));
+  }
+
+  async byIdempotencyKey(key: string): Promise<OutboxRecord | undefined> {
+    return this.journal.read((state) => structuredClone(state.recordForKey(key)));
+  }
+
+  async pending(): Promise<OutboxRecord[]> {
+    return this.journal.read((state) => structuredClone([...state.records.values()].filter(isPending)));
+  }
+
+  async all(): Promise<OutboxRecord[]> {
+    return this.journal.read((state) => structuredClone([...state.records.values()]));
+  }
+}

@@ -1,0 +1,229 @@
+/**
+ * One connection to one relay, kept open: reconnects with backoff, authenticates the
+ * routes it reads, and turns frames into calls and events. Sends resolve with the
+ * relay's answer; nothing here retries a send — the outbox decides that.
+ */
+import { EventEmitter } from 'node:events';
+import WebSocket from 'ws';
+import { log } from '../log.js';
+import type { SigningKey } from '../identity/ed25519.js';
+import type { Announcement, Goodbye } from '../presence/announcement.js';
+import { signAuth } from './auth.js';
+import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RefusalCode, type RosterEntry } from './frames.js';
+
+export type SendOutcome = { accepted: true; id: number } | { accepted: false; code: RefusalCode | 'disconnected' | 'timeout'; message: string };
+
+export interface Delivery {
+  relay: string;
+  route: string;
+  id: number;
+  payload: Record<string, unknown>;
+}
+
+export interface RelayClientOptions {
+  url: string;
+  key: SigningKey;
+  /** Routes this client reads (authenticated after every (re)connect). */
+  routes: readonly string[];
+  requestTimeoutMs?: number;
+}
+
+interface Pending<T> {
+  resolve: (value: T) => void;
+  timer: NodeJS.Timeout;
+}
+
+const MAX_BACKOFF_MS = 5_000;
+
+/**
+ * Events: 'delivery' (Delivery), 'connected', 'disconnected', 'authenticated' (route).
+ */
+export class RelayClient extends EventEmitter {
+  private socket: WebSocket | undefined;
+  private closed = false;
+  private backoff = 100;
+  private nextRef = 0;
+  private readonly sends = new Map<string, Pending<SendOutcome>>();
+  private readonly rosters = new Map<string, Pending<RosterEntry[]>>();
+  private readonly authenticated = new Set<string>();
+  private reconnectTimer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly options: RelayClientOptions) {
+    super();
+  }
+
+  get url(): string {
+    return this.options.url;
+  }
+
+  get connected(): boolean {
+    return this.socket?.readyState === WebSocket.OPEN;
+  }
+
+  start(): void {
+    this.connect();
+  }
+
+  /** Resolves once every route is authenticated, or false at the deadline. */
+  ready(timeoutMs: number): Promise<boolean> {
+    if (this.isReady()) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => finish(false), timeoutMs);
+      const check = () => this.isReady() && finish(true);
+      const finish = (value: boolean) => {
+        clearTimeout(timer);
+        this.off('authenticated', check);
+        resolve(value);
+      };
+      this.on('authenticated', check);
+    });
+  }
+
+  private isReady(): boolean {
+    return this.connected && this.options.routes.every((r) => this.authenticated.has(r));
+  }
+
+  send(to: string, payload: Record<string, unknown>): Promise<SendOutcome> {
+    const ref = this.ref();
+    return this.request(this.sends, ref, { v: PROTOCOL_VERSION, type: 'send', ref, to, payload }, (message) => ({
+      accepted: false,
+      code: message === 'disconnected' ? 'disconnected' : 'timeout',
+      message: `relay ${this.url}: ${message}`,
+    }));
+  }
+
+  ack(route: string, ids: number[]): void {
+    this.write({ v: PROTOCOL_VERSION, type: 'ack', route, ids });
+  }
+
+  announce(announcement: Announcement): void {
+    this.write({ v: PROTOCOL_VERSION, type: 'announce', announcement });
+  }
+
+  goodbye(goodbye: Goodbye): Promise<void> {
+    return new Promise((resolve) => {
+      if (!this.connected) return resolve();
+      this.socket!.send(JSON.stringify({ v: PROTOCOL_VERSION, type: 'goodbye', goodbye }), () => resolve());
+    });
+  }
+
+  /** The relay's roster entries (unverified: the caller verifies each announcement). */
+  roster(): Promise<RosterEntry[]> {
+    const ref = this.ref();
+    return this.request(this.rosters, ref, { v: PROTOCOL_VERSION, type: 'roster', ref }, () => []);
+  }
+
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.reconnectTimer);
+    this.socket?.close();
+    this.failAll('disconnected');
+  }
+
+  private ref(): string {
+    return (++this.nextRef).toString(36);
+  }
+
+  private request<T>(table: Map<string, Pending<T>>, ref: string, frame: ClientFrame, fail: (message: string) => T): Promise<T> {
+    return new Promise((resolve) => {
+      if (!this.connected) return resolve(fail('disconnected'));
+      const timer = setTimeout(() => {
+        table.delete(ref);
+        resolve(fail('timeout'));
+      }, this.options.requestTimeoutMs ?? 10_000);
+      table.set(ref, { resolve, timer });
+      this.write(frame);
+    });
+  }
+
+  private write(frame: ClientFrame): void {
+    if (this.connected) this.socket!.send(JSON.stringify(frame));
+  }
+
+  private connect(): void {
+    if (this.closed) return;
+    const socket = new WebSocket(this.options.url, { maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, handshakeTimeout: 5_000 });
+    this.socket = socket;
+    socket.on('error', (err) => log.debug('relay_socket_error', { relay: this.url, error: err.message }));
+    socket.on('open', () => {
+      this.backoff = 100;
+      this.emit('connected');
+    });
+    socket.on('message', (data, isBinary) => {
+      if (!isBinary) this.onFrame(data.toString());
+    });
+    socket.on('close', () => {
+      this.authenticated.clear();
+      this.failAll('disconnected');
+      if (this.socket === socket) this.socket = undefined;
+      this.emit('disconnected');
+      this.scheduleReconnect();
+    });
+  }
+
+  private scheduleReconnect(): void {
+    if (this.closed) return;
+    const delay = this.backoff * (0.5 + Math.random());
+    this.backoff = Math.min(this.backoff * 2, MAX_BACKOFF_MS);
+    this.reconnectTimer = setTimeout(() => this.connect(), delay);
+    this.reconnectTimer.unref();
+  }
+
+  private failAll(message: string): void {
+    for (const [ref, pending] of this.sends) {
+      clearTimeout(pending.timer);
+      pending.resolve({ accepted: false, code: 'disconnected', message: `relay ${this.url}: ${message}` });
+      this.sends.delete(ref);
+    }
+    for (const [ref, pending] of this.rosters) {
+      clearTimeout(pending.timer);
+      pending.resolve([]);
+      this.rosters.delete(ref);
+    }
+  }
+
+  private onFrame(text: string): void {
+    const frame = parseFrame(relayFrame, text);
+    if (frame === undefined) {
+      log.warn('relay_bad_frame', { relay: this.url });
+      return;
+    }
+    switch (frame.type) {
+      case 'challenge':
+        for (const route of this.options.routes) {
+          this.write({ v: PROTOCOL_VERSION, type: 'auth', route, sig: signAuth(this.options.key, frame.nonce, route) });
+        }
+        return;
+      case 'auth_ok':
+        this.authenticated.add(frame.route);
+        this.emit('authenticated', frame.route);
+        return;
+      case 'accepted':
+        this.settle(this.sends, frame.ref, { accepted: true, id: frame.id });
+        return;
+      case 'refused':
+        if (frame.ref !== undefined && this.sends.has(frame.ref)) {
+          this.settle(this.sends, frame.ref, { accepted: false, code: frame.code, message: frame.message });
+        } else {
+          log.warn('relay_refused', { relay: this.url, code: frame.code, message: frame.message });
+        }
+        return;
+      case 'deliver': {
+        const delivery: Delivery = { relay: this.url, route: frame.route, id: frame.id, payload: frame.payload };
+        this.emit('delivery', delivery);
+        return;
+      }
+      case 'roster':
+        this.settle(this.rosters, frame.ref, frame.entries);
+        return;
+    }
+  }
+
+  private settle<T>(table: Map<string, Pending<T>>, ref: string, value: T): void {
+    const pending = table.get(ref);
+    if (pending === undefined) return;
+    clearTimeout(pending.timer);
+    table.delete(ref);
+    pending.resolve(value);
+  }
+}

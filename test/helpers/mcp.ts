@@ -1,0 +1,91 @@
+/**
+ * Real `interlink-mcp serve` processes driven by the official MCP SDK client, each with
+ * its own config and state directories.
+ */
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+
+export const MAIN = join(import.meta.dirname, '..', '..', 'dist', 'src', 'cli', 'main.js');
+
+export interface Peer {
+  client: Client;
+  transport: StdioClientTransport;
+  config: string;
+  state: string;
+  /** Calls a tool; resolves with its structured result, rejects on a tool error. */
+  call: <T = Record<string, unknown>>(name: string, args?: Record<string, unknown>) => Promise<T>;
+  /** Calls a tool that should fail; resolves with the error object. */
+  fail: (name: string, args?: Record<string, unknown>) => Promise<{ code: string; message: string }>;
+  pid: () => number | null;
+  close: () => Promise<void>;
+  stderr: () => string;
+}
+
+export interface PeerOptions {
+  root: string;
+  name: string;
+  session: string;
+  relays: string;
+  env?: Record<string, string>;
+  args?: string[];
+}
+
+export async function startPeer(options: PeerOptions): Promise<Peer> {
+  const config = join(options.root, options.name, 'config');
+  const state = join(options.root, options.name, 'state');
+  await mkdir(config, { recursive: true });
+  const env: Record<string, string> = {
+    PATH: process.env.PATH ?? '',
+    HOME: join(options.root, options.name),
+    INTERLINK_CONFIG_DIR: config,
+    INTERLINK_STATE_DIR: state,
+    INTERLINK_URL: options.relays,
+    INTERLINK_SESSION: options.session,
+    INTERLINK_LOG: 'warn',
+    ...options.env,
+  };
+  const transport = new StdioClientTransport({ command: process.execPath, args: [MAIN, ...(options.args ?? ['serve'])], env, stderr: 'pipe' });
+  let stderr = '';
+  transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const client = new Client({ name: `test-${options.name}`, version: '0.0.0' });
+  await client.connect(transport);
+
+  const raw = async (name: string, args: Record<string, unknown>) => {
+    const result = await client.callTool({ name, arguments: args });
+    return { isError: result.isError === true, data: result.structuredContent as Record<string, unknown> };
+  };
+  return {
+    client,
+    transport,
+    config,
+    state,
+    call: async <T>(name: string, args: Record<string, unknown> = {}) => {
+      const { isError, data } = await raw(name, args);
+      if (isError) throw new Error(`${name} failed: ${JSON.stringify(data)}`);
+      return data as T;
+    },
+    fail: async (name: string, args: Record<string, unknown> = {}) => {
+      const { isError, data } = await raw(name, args);
+      if (!isError) throw new Error(`${name} succeeded: ${JSON.stringify(data)}`);
+      return (data as { error: { code: string; message: string } }).error;
+    },
+    pid: () => transport.pid,
+    close: () => client.close(),
+    stderr: () => stderr,
+  };
+}
+
+/** Polls `check` until it returns a value (not undefined) or the deadline passes. */
+export async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs = 15_000, what = 'condition'): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let delay = 10;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, delay));
+    delay = Math.min(delay * 2, 200);
+  }
+}
