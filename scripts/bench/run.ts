@@ -15,18 +15,19 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { makeScratch, type Mount } from './disk.js';
+import { endToEnd } from './end-to-end.js';
 import { groupCommit } from './group-commit.js';
 import { mailboxCommit } from './mailbox.js';
 import { renderConsole, renderMarkdown, type Benchmark, type MachineInfo, type Section } from './report.js';
 import { signatures } from './signatures.js';
 import { SqliteRecords } from './sqlite.js';
 
-const BENCHMARKS: readonly Benchmark[] = [signatures, mailboxCommit, groupCommit];
 const COMMAND = 'npm run bench';
 
 /** dist/scripts/bench/run.js → the project root. */
 const PROJECT_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const DOCUMENT = join(PROJECT_ROOT, 'docs', 'PERFORMANCE.md');
+const BENCHMARKS: readonly Benchmark[] = [signatures, mailboxCommit, groupCommit, endToEnd(PROJECT_ROOT)];
 
 function packageVersion(name: string): string {
   try {

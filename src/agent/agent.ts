@@ -29,6 +29,8 @@ export interface AgentOptions {
   relayUrls: readonly string[];
   presence: PresenceInfo;
   announceIntervalMs?: number;
+  /** Called after each new message is committed to the mailbox (receiver_stored). */
+  onStored?: (record: StoredRecord) => void;
 }
 
 export interface SendArgs {
@@ -89,7 +91,7 @@ export class Agent {
     const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
     const sticky = new Map<string, string>();
     let agent: Agent | undefined;
-    const inbound = new Inbound({ me: identity, mailbox, peers: () => agent!.peers(), sticky });
+    const inbound = new Inbound({ me: identity, mailbox, peers: () => agent!.peers(), sticky, ...(options.onStored && { onStored: options.onStored }) });
     const outbound = new Outbound(outbox, relays);
     agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, sticky);
     for (const relay of relays) {
@@ -287,6 +289,7 @@ export class Agent {
     this.inbound.close();
     await this.presence.goodbye().catch(() => undefined);
     for (const relay of this.relays) relay.close();
+    await Promise.all([this.mailbox.close(), this.outbox.close()]);
   }
 }
 

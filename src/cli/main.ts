@@ -7,7 +7,9 @@ import { InterlinkError } from '../errors.js';
 import { demo, demoHelp } from './commands/demo.js';
 import { keygen, keygenHelp, whoami, whoamiHelp } from './commands/identity.js';
 import { peers, peersHelp } from './commands/peers.js';
+import { relay, relayHelp } from './commands/relay.js';
 import { serve, serveHelp } from './commands/serve.js';
+import { inbox, inboxHelp, status, statusHelp } from './commands/status.js';
 
 const EXIT_FAILURE = 1;
 const EXIT_USAGE = 64;
@@ -23,6 +25,9 @@ const commands: Record<string, Command> = {
   keygen: { run: keygen, help: keygenHelp, summary: 'create this identity (refuses to overwrite without --force)' },
   whoami: { run: whoami, help: whoamiHelp, summary: 'print the public key and fingerprint' },
   peers: { run: peers, help: peersHelp, summary: 'list, add or remove peers' },
+  status: { run: status, help: statusHelp, summary: 'identity, peers, relays, unread and unsent messages' },
+  inbox: { run: inbox, help: inboxHelp, summary: 'messages in the mailboxes and their states (reads only)' },
+  relay: { run: relay, help: relayHelp, summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR for durable queues)' },
   demo: { run: demo, help: demoHelp, summary: 'show a signed message go through the gate into a mailbox' },
 };
 

@@ -125,6 +125,11 @@ export class Mailbox {
     return this.journal.read((state) => state.stats);
   }
 
+  /** Waits for pending commits and releases the journal's file descriptor. */
+  close(): Promise<void> {
+    return this.journal.close();
+  }
+
   async all(): Promise<StoredRecord[]> {
     return this.journal.read((state) => [...state.all()].map(clone));
   }

@@ -170,6 +170,10 @@ export class Outbox {
     return this.journal.read((state) => structuredClone([...state.records.values()].filter(isPending)));
   }
 
+  close(): Promise<void> {
+    return this.journal.close();
+  }
+
   async all(): Promise<OutboxRecord[]> {
     return this.journal.read((state) => structuredClone([...state.records.values()]));
   }

@@ -77,13 +77,26 @@ export function signGoodbye(key: SigningKey, session: string, now = Date.now()):
   return { ...unsigned, sig: encodeBase64url(signBytes(key, goodbyeBytes(unsigned))) };
 }
 
+/**
+ * Announcements are re-read every few seconds from every relay; each distinct one is
+ * verified once. The key is the whole parsed announcement, signature included, so a
+ * changed field is never mistaken for a verified one.
+ */
+const VERIFIED_CACHE_LIMIT = 4096;
+const verifiedCache = new Set<string>();
+
 /** Parses and verifies; undefined for anything that is not a valid, signed announcement. */
 export function verifiedAnnouncement(data: unknown): Announcement | undefined {
   const parsed = announcementSchema.safeParse(data);
   if (!parsed.success) return undefined;
   const a = parsed.data;
+  const id = JSON.stringify([a.key, a.name, a.session, a.cwd, a.git_root, a.summary, a.ts, a.sig]);
+  if (verifiedCache.has(id)) return a;
   const ok = verifyBytes(decodeBase64url(a.key, PUBLIC_KEY_BYTES, 'key'), announcementBytes(a), decodeBase64url(a.sig, SIGNATURE_BYTES, 'sig'));
-  return ok ? a : undefined;
+  if (!ok) return undefined;
+  if (verifiedCache.size >= VERIFIED_CACHE_LIMIT) verifiedCache.delete(verifiedCache.values().next().value!);
+  verifiedCache.add(id);
+  return a;
 }
 
 export function verifiedGoodbye(data: unknown): Goodbye | undefined {

@@ -11,7 +11,8 @@ import { asStorageError } from '../errors.js';
 import { log } from '../log.js';
 import { crashPoint } from './crash-point.js';
 import type { Recovery } from './json-store.js';
-import { appendLines, compact, loadJournaled, readTail, shouldCompact, type JournalFormat, type Loaded } from './journal.js';
+import { closeSync } from 'node:fs';
+import { appendLines, compact, loadJournaled, openJournal, readTail, shouldCompact, type JournalFormat, type Loaded } from './journal.js';
 import { withFileLock } from './lock.js';
 import { InterlinkError } from '../errors.js';
 
@@ -31,6 +32,8 @@ export class JournalStore<State, Op, Result, Data> {
   private queue: Job<Op, Result>[] = [];
   private flushing = false;
   private serial: Promise<unknown> = Promise.resolve();
+  /** The journal kept open between commits (opening it each time costs more than the write). */
+  private journal: { fd: number; ino: number } | undefined;
   /** Damaged files moved aside while this store was open. */
   readonly recoveries: Recovery[] = [];
 
@@ -100,10 +103,11 @@ export class JournalStore<State, Op, Result, Data> {
       }
       if (lines.length > 0) {
         try {
-          loaded.cursor = await appendLines(this.path, loaded.cursor, lines, this.format.label);
+          loaded.cursor = await appendLines(this.journalFd(loaded.cursor.ino), loaded.cursor, lines, this.format.label);
         } catch (err) {
           // Memory now runs ahead of disk; read the files again before the next commit.
           this.loaded = undefined;
+          this.closeJournal();
           throw err;
         }
         crashPoint(`${this.format.label}.append.after_sync`);
@@ -146,6 +150,26 @@ export class JournalStore<State, Op, Result, Data> {
     for (const op of tail.ops) this.format.apply(loaded.state, op);
     loaded.cursor = { ...loaded.cursor, offset: tail.offset };
     return true;
+  }
+
+  /** The open journal of inode `ino` (the cursor's), reopened after a compaction replaced it. */
+  private journalFd(ino: number): number {
+    if (this.journal?.ino !== ino) {
+      this.closeJournal();
+      this.journal = openJournal(this.path);
+    }
+    return this.journal.fd;
+  }
+
+  private closeJournal(): void {
+    if (this.journal) closeSync(this.journal.fd);
+    this.journal = undefined;
+  }
+
+  /** Waits for queued commits, then lets go of the journal. The store can still be read. */
+  async close(): Promise<void> {
+    while (this.flushing) await this.exclusive(async () => undefined);
+    await this.exclusive(async () => this.closeJournal());
   }
 
   private locked<T>(fn: () => Promise<T>): Promise<T> {

@@ -310,22 +310,23 @@ function datasync(fd: number): Promise<void> {
   return new Promise((resolve, reject) => fs.fdatasync(fd, (err) => (err ? reject(err) : resolve())));
 }
 
+/** Opens the journal for appending; the caller holds the lock, so it is the cursor's file. */
+export function openJournal(path: string): { fd: number; ino: number } {
+  const fd = openSync(journalPathOf(path), 'r+');
+  return { fd, ino: fstatSync(fd).ino };
+}
+
 /**
  * Appends complete lines at the cursor and syncs them (caller holds the lock and has
  * read the tail, so the cursor is the end of the valid journal; anything after it is a
  * torn append and is overwritten, then cut). Durable when this resolves.
  */
-export async function appendLines(path: string, cursor: Cursor, lines: string, crashLabel: string): Promise<Cursor> {
-  const fd = openSync(journalPathOf(path), 'r+');
-  try {
-    const buffer = Buffer.from(lines, 'utf8');
-    writeSync(fd, buffer, 0, buffer.length, cursor.offset);
-    const end = cursor.offset + buffer.length;
-    if (fstatSync(fd).size > end) ftruncateSync(fd, end);
-    crashPoint(`${crashLabel}.append.before_sync`);
-    await datasync(fd);
-    return { ...cursor, offset: end };
-  } finally {
-    closeSync(fd);
-  }
+export async function appendLines(fd: number, cursor: Cursor, lines: string, crashLabel: string): Promise<Cursor> {
+  const buffer = Buffer.from(lines, 'utf8');
+  writeSync(fd, buffer, 0, buffer.length, cursor.offset);
+  const end = cursor.offset + buffer.length;
+  if (fstatSync(fd).size > end) ftruncateSync(fd, end);
+  crashPoint(`${crashLabel}.append.before_sync`);
+  await datasync(fd);
+  return { ...cursor, offset: end };
 }

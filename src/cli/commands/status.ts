@@ -1,0 +1,136 @@
+/**
+ * `status` and `inbox`: what people ask at a terminal. Both only read: mailboxes and
+ * outboxes are opened as read-only views, nothing is acknowledged or repaired.
+ */
+import { readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { configuredRelays, localRelayAddr, relayAnswers } from '../../agent/local-relay.js';
+import { keyPath, peersPath, stateDir } from '../../config/paths.js';
+import { InterlinkError, isInterlinkError } from '../../errors.js';
+import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
+import { Mailbox } from '../../mailbox/mailbox.js';
+import { currentState } from '../../mailbox/state.js';
+import { Outbox, isPending } from '../../outbox/outbox.js';
+import { loadPeers, type PeerTable } from '../../peers/peers.js';
+import { expectPositionals, parse, print } from '../args.js';
+
+async function sessionsIn(dir: string): Promise<string[]> {
+  const names = await readdir(dir).catch(() => [] as string[]);
+  return names.filter((n) => n.endsWith('.json') && !n.includes('.corrupt-')).map((n) => n.slice(0, -'.json'.length));
+}
+
+async function identityOrNull(): Promise<Identity | undefined> {
+  try {
+    return await loadIdentity(keyPath());
+  } catch (err) {
+    if (isInterlinkError(err, 'key_missing')) return undefined;
+    throw err;
+  }
+}
+
+export const statusHelp = `usage: interlink-mcp status [--json]
+
+This identity, its peers, the relays and whether each answers, and per session the
+unread messages and the messages no relay has accepted yet. Reads only.`;
+
+export async function status(argv: readonly string[]): Promise<void> {
+  const args = parse(argv, { json: { type: 'boolean' } });
+  expectPositionals(args, 0, 'interlink-mcp status [--json]');
+  const identity = await identityOrNull();
+  const { table } = await loadPeers(peersPath());
+  const urls = configuredRelays(process.env) ?? [`ws://${localRelayAddr(process.env)}`];
+  const relays = await Promise.all(urls.map(async (url) => ({ url, answers: await relayAnswers(url, 1_000) })));
+  const state = stateDir();
+  const sessions: { session: string; unread: number; stored: number; pending: number }[] = [];
+  if (identity) {
+    const names = new Set([...(await sessionsIn(join(state, 'mailbox', identity.key))), ...(await sessionsIn(join(state, 'outbox', identity.key)))]);
+    for (const session of [...names].sort()) {
+      const mailbox = await Mailbox.open(join(state, 'mailbox', identity.key, `${session}.json`), { readOnly: true });
+      const outbox = await Outbox.open(join(state, 'outbox', identity.key, `${session}.json`), { readOnly: true });
+      const stats = await mailbox.stats();
+      sessions.push({ session, unread: stats.unread, stored: stats.records, pending: (await outbox.all()).filter(isPending).length });
+    }
+  }
+  const data = {
+    identity: identity ? { key: identity.key, fingerprint: identity.fingerprint } : null,
+    peers: table.peers.map((p) => ({ petname: p.petname, fingerprint: fingerprintOf(parsePublicKey(p.key)) })),
+    relays,
+    state_dir: state,
+    sessions,
+  };
+  print(args.values.json === true, data, () => {
+    const lines = [identity ? `identity     ${identity.fingerprint}  ${identity.key}` : 'identity     none yet (`interlink-mcp keygen`, or start the server once)'];
+    lines.push(`peers        ${data.peers.length === 0 ? 'none' : data.peers.map((p) => `${p.petname} (${p.fingerprint})`).join(', ')}`);
+    for (const r of relays) lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : 'does not answer'}`);
+    lines.push(`state        ${state}`);
+    if (sessions.length === 0) lines.push('sessions     none yet');
+    for (const s of sessions) lines.push(`session      ${s.session}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay`);
+    return lines.join('\n');
+  });
+}
+
+export const inboxHelp = `usage: interlink-mcp inbox [--session ID] [--peer PETNAME] [--json]
+
+Messages in this identity's mailboxes and their delivery states, oldest first. Reads
+only: nothing is acknowledged.`;
+
+function senderName(key: string, me: Identity, table: PeerTable): string {
+  if (key === me.key) return 'self';
+  return table.petnameOf(key) ?? `stranger ${fingerprintOf(parsePublicKey(key))}`;
+}
+
+interface InboxRow {
+  session: string;
+  from: string;
+  sender: string;
+  msg_id: string;
+  ts: number;
+  state: string;
+  task_id?: string;
+  status?: string;
+  text: string;
+}
+
+export async function inbox(argv: readonly string[]): Promise<void> {
+  const args = parse(argv, { session: { type: 'string' }, peer: { type: 'string' }, json: { type: 'boolean' } });
+  expectPositionals(args, 0, 'interlink-mcp inbox [--session ID] [--peer PETNAME] [--json]');
+  const identity = await loadIdentity(keyPath());
+  const { table } = await loadPeers(peersPath());
+  const peer = typeof args.values.peer === 'string' ? args.values.peer : undefined;
+  const peerKey = peer === undefined ? undefined : peer === 'self' ? identity.key : table.keyOf(peer);
+  if (peer !== undefined && peerKey === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${peer}`);
+  const dir = join(stateDir(), 'mailbox', identity.key);
+  const only = typeof args.values.session === 'string' ? args.values.session : undefined;
+  const sessions = only !== undefined ? [only] : await sessionsIn(dir);
+  const rows: InboxRow[] = [];
+  for (const session of sessions) {
+    const mailbox = await Mailbox.open(join(dir, `${session}.json`), { readOnly: true });
+    for (const record of await mailbox.all()) {
+      if (peerKey !== undefined && record.envelope.from !== peerKey) continue;
+      const e = record.envelope;
+      rows.push({
+        session,
+        from: senderName(e.from, identity, table),
+        sender: e.from,
+        msg_id: e.msg_id,
+        ts: e.ts,
+        state: record.superseded_by !== undefined ? `${currentState(record)} (superseded)` : currentState(record),
+        ...(e.task_id !== undefined && { task_id: e.task_id }),
+        ...(e.status !== undefined && { status: e.status }),
+        text: e.text,
+      });
+    }
+  }
+  rows.sort((a, b) => a.ts - b.ts);
+  print(args.values.json === true, { messages: rows }, () =>
+    rows.length === 0
+      ? 'no messages'
+      : rows
+          .map((r) => {
+            const task = r.task_id !== undefined ? ` [${r.task_id}${r.status !== undefined ? ` ${r.status}` : ''}]` : '';
+            const text = r.text.length > 200 ? `${r.text.slice(0, 200)}…` : r.text;
+            return `${new Date(r.ts).toISOString()}  ${r.session}  ${r.from}${task}  ${r.state}  ${r.msg_id}\n    ${text.replace(/\n/g, '\n    ')}`;
+          })
+          .join('\n'),
+  );
+}

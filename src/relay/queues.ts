@@ -1,0 +1,245 @@
+/**
+ * The relay's queues in memory: one keep-until-acknowledged queue per route
+ * (`<recipient key>#<session>`), in id order. No I/O. The same ops in the same order
+ * always give the same state, so `JournalStore` can replay them after a crash
+ * (`relayQueueFormat`), and the relay runs the very same state in memory without `--db`.
+ *
+ * Message ids come from one counter per state: increasing across all routes and never
+ * reused, also after every message was acknowledged (the snapshot keeps the counter).
+ * An enqueue beyond a bound is refused (`queue_full`); an accepted message is never
+ * dropped to make room. Only an acknowledgement removes one.
+ */
+import { z } from 'zod';
+import { parseRoute } from '../envelope/envelope.js';
+import type { JournalFormat } from '../store/journal.js';
+
+export interface QueueLimits {
+  /** messages queued for one route */
+  routeMessages: number;
+  /** messages queued in all */
+  messages: number;
+  /** bytes of payload JSON (UTF-8) queued in all */
+  bytes: number;
+}
+
+export const DEFAULT_QUEUE_LIMITS: Readonly<QueueLimits> = { routeMessages: 10_000, messages: 100_000, bytes: 512 * 1024 * 1024 };
+
+const route = z.string().refine((s) => parseRoute(s) !== undefined, 'must be "<public key>#<session id>"');
+const at = z.number().int();
+const id = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+/** The JSON text of the `send` frame's payload object, delivered exactly as stored. */
+const payload = z.string().refine((s) => s.startsWith('{') && s.endsWith('}'), 'must be the JSON text of an object');
+
+const enqOpSchema = z.object({ op: z.literal('enq'), at, route, id, payload });
+const ackOpSchema = z.object({ op: z.literal('ack'), at, route, ids: z.array(id).min(1) });
+export const queueOpSchema = z.discriminatedUnion('op', [enqOpSchema, ackOpSchema]);
+export type QueueOp = z.infer<typeof queueOpSchema>;
+export type EnqueueOp = z.infer<typeof enqOpSchema>;
+export type AckOp = z.infer<typeof ackOpSchema>;
+
+const queuedSchema = z.object({ id, at, payload });
+/** The snapshot: the id counter and every queued message, per route in id order. */
+export const queueDataSchema = z
+  .object({ next_id: id, routes: z.array(z.object({ route, messages: z.array(queuedSchema).min(1) })) })
+  .refine((data) => new Set(data.routes.map((r) => r.route)).size === data.routes.length, 'routes must be unique')
+  .refine(
+    (data) => data.routes.every((r) => r.messages.every((m, i) => m.id < data.next_id && (i === 0 || m.id > r.messages[i - 1]!.id))),
+    'message ids must increase within a route and stay below next_id',
+  );
+export type QueueData = z.infer<typeof queueDataSchema>;
+
+export interface QueuedMessage {
+  readonly id: number;
+  /** relay clock when it was accepted */
+  readonly at: number;
+  readonly payload: string;
+  /** UTF-8 bytes of `payload`: the unit of the byte bound */
+  readonly bytes: number;
+}
+
+export type EnqueueResult =
+  | { outcome: 'enqueued'; id: number }
+  | { outcome: 'queue_full'; limit: keyof QueueLimits }
+  /** the op's id is not above every id issued so far: refused, never journaled */
+  | { outcome: 'id_reused'; id: number };
+export interface AckResult {
+  outcome: 'acked';
+  removed: number;
+}
+export type QueueResult = EnqueueResult | AckResult;
+
+/** One route's messages. Ids arrive in increasing order; acknowledgements remove any of them. */
+class RouteQueue {
+  /** Increasing ids, including some already removed, which are swept out lazily. */
+  private order: number[] = [];
+  private readonly byId = new Map<number, QueuedMessage>();
+
+  get size(): number {
+    return this.byId.size;
+  }
+
+  has(id: number): boolean {
+    return this.byId.has(id);
+  }
+
+  push(message: QueuedMessage): void {
+    this.order.push(message.id);
+    this.byId.set(message.id, message);
+  }
+
+  remove(id: number): QueuedMessage | undefined {
+    const message = this.byId.get(id);
+    if (message === undefined) return undefined;
+    this.byId.delete(id);
+    // Sweeping once removed ids outnumber live ones keeps `order` within twice the queue.
+    if (this.order.length > 64 && this.order.length > 2 * this.byId.size) this.order = this.order.filter((i) => this.byId.has(i));
+    return message;
+  }
+
+  /** The first message with `after` < id < `below`. */
+  nextAfter(after: number, below: number): QueuedMessage | undefined {
+    let lo = 0;
+    let hi = this.order.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.order[mid]! > after) hi = mid;
+      else lo = mid + 1;
+    }
+    for (let i = lo; i < this.order.length; i++) {
+      const id = this.order[i]!;
+      if (id >= below) return undefined;
+      const message = this.byId.get(id);
+      if (message !== undefined) return message;
+    }
+    return undefined;
+  }
+
+  *messages(): IterableIterator<QueuedMessage> {
+    for (const id of this.order) {
+      const message = this.byId.get(id);
+      if (message !== undefined) yield message;
+    }
+  }
+}
+
+export class RelayQueueState {
+  /** Only routes with at least one queued message. */
+  private readonly routes = new Map<string, RouteQueue>();
+  private next = 0;
+  private count = 0;
+  private bytes = 0;
+
+  constructor(readonly limits: Readonly<QueueLimits> = DEFAULT_QUEUE_LIMITS) {}
+
+  /** Loads whatever the snapshot holds, even beyond the limits: accepted messages are never dropped. */
+  static fromData(data: QueueData, limits: Readonly<QueueLimits> = DEFAULT_QUEUE_LIMITS): RelayQueueState {
+    const state = new RelayQueueState(limits);
+    state.next = data.next_id;
+    for (const r of data.routes) for (const m of r.messages) state.insert(r.route, m.id, m.at, m.payload);
+    return state;
+  }
+
+  toData(): QueueData {
+    const routes = [...this.routes].map(([route, queue]) => ({ route, messages: [...queue.messages()].map((m) => ({ id: m.id, at: m.at, payload: m.payload })) }));
+    return { next_id: this.next, routes };
+  }
+
+  /** The id the next enqueue must use (or exceed). */
+  get nextId(): number {
+    return this.next;
+  }
+
+  get stats(): { routes: number; messages: number; bytes: number } {
+    return { routes: this.routes.size, messages: this.count, bytes: this.bytes };
+  }
+
+  size(route: string): number {
+    return this.routes.get(route)?.size ?? 0;
+  }
+
+  has(route: string, id: number): boolean {
+    return this.routes.get(route)?.has(id) ?? false;
+  }
+
+  /** The route's first queued message with `after` < id < `below`, in id order. */
+  nextAfter(route: string, after: number, below = Number.POSITIVE_INFINITY): QueuedMessage | undefined {
+    return this.routes.get(route)?.nextAfter(after, below);
+  }
+
+  /** The route's queued messages in id order. */
+  messages(route: string): QueuedMessage[] {
+    const queue = this.routes.get(route);
+    return queue ? [...queue.messages()] : [];
+  }
+
+  apply(op: QueueOp): QueueResult {
+    return op.op === 'enq' ? this.enqueue(op) : this.acknowledge(op);
+  }
+
+  private enqueue(op: EnqueueOp): EnqueueResult {
+    if (op.id < this.next) return { outcome: 'id_reused', id: op.id };
+    const size = payloadBytes(op.payload);
+    if (this.size(op.route) >= this.limits.routeMessages) return { outcome: 'queue_full', limit: 'routeMessages' };
+    if (this.count >= this.limits.messages) return { outcome: 'queue_full', limit: 'messages' };
+    if (this.bytes + size > this.limits.bytes) return { outcome: 'queue_full', limit: 'bytes' };
+    this.insert(op.route, op.id, op.at, op.payload, size);
+    this.next = op.id + 1;
+    return { outcome: 'enqueued', id: op.id };
+  }
+
+  private acknowledge(op: AckOp): AckResult {
+    const queue = this.routes.get(op.route);
+    let removed = 0;
+    if (queue === undefined) return { outcome: 'acked', removed };
+    for (const id of op.ids) {
+      const message = queue.remove(id);
+      if (message === undefined) continue;
+      removed++;
+      this.count--;
+      this.bytes -= message.bytes;
+    }
+    if (queue.size === 0) this.routes.delete(op.route);
+    return { outcome: 'acked', removed };
+  }
+
+  private insert(route: string, id: number, at: number, payload: string, bytes = payloadBytes(payload)): void {
+    let queue = this.routes.get(route);
+    if (queue === undefined) {
+      queue = new RouteQueue();
+      this.routes.set(route, queue);
+    }
+    queue.push({ id, at, payload, bytes });
+    this.count++;
+    this.bytes += bytes;
+  }
+}
+
+export function payloadBytes(payload: string): number {
+  return Buffer.byteLength(payload, 'utf8');
+}
+
+export type RelayQueueFormat = JournalFormat<RelayQueueState, QueueOp, QueueResult, QueueData>;
+
+/**
+ * The durable form (`<db>/queues.json` + `queues.journal`). `onState` sees every state
+ * the store builds — at open, and again if it reloads the files after a failed write —
+ * which is the object its later commits change: the relay reads deliveries from it.
+ */
+export function relayQueueFormat(limits: Readonly<QueueLimits> = DEFAULT_QUEUE_LIMITS, onState: (state: RelayQueueState) => void = () => {}): RelayQueueFormat {
+  const track = (state: RelayQueueState): RelayQueueState => {
+    onState(state);
+    return state;
+  };
+  return {
+    name: 'interlink-relay-queues',
+    label: 'relay',
+    version: 1,
+    opSchema: queueOpSchema,
+    dataSchema: queueDataSchema,
+    empty: () => track(new RelayQueueState(limits)),
+    fromData: (data) => track(RelayQueueState.fromData(data, limits)),
+    toData: (state) => state.toData(),
+    apply: (state, op) => state.apply(op),
+    changes: (result) => (result.outcome === 'enqueued' ? true : result.outcome === 'acked' && result.removed > 0),
+  };
+}

@@ -1,0 +1,204 @@
+/**
+ * A minimal raw WebSocket client for relay tests: it speaks the frames by hand, records
+ * every frame the relay sends (validated by the relay frame schema) and waits on
+ * conditions with deadlines, never on sleeps.
+ */
+import WebSocket from 'ws';
+import { signAuth } from '../../src/relay/auth.js';
+import { MAX_FRAME_BYTES, PROTOCOL_VERSION, relayFrame, type RelayFrame } from '../../src/relay/frames.js';
+import { encodeBase64url } from '../../src/identity/base64url.js';
+import { generateSigningKey, type SigningKey } from '../../src/identity/ed25519.js';
+
+export type Deliver = Extract<RelayFrame, { type: 'deliver' }>;
+export type Refused = Extract<RelayFrame, { type: 'refused' }>;
+export type Accepted = Extract<RelayFrame, { type: 'accepted' }>;
+
+export interface Reader {
+  key: SigningKey;
+  route: string;
+}
+
+export function newReader(session = 'main'): Reader {
+  const key = generateSigningKey();
+  return { key, route: `${encodeBase64url(key.publicKey)}#${session}` };
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Waits until `check` returns a value other than undefined, or fails at the deadline. */
+export async function until<T>(what: string, check: () => T | undefined, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+export class TestClient {
+  readonly frames: RelayFrame[] = [];
+  /** Text frames that did not parse as relay frames (must stay empty). */
+  readonly invalid: string[] = [];
+  pings = 0;
+  readonly closed: Promise<{ code: number; reason: string }>;
+  private readonly delivered = new Map<string | undefined, Deliver[]>();
+  private readonly replies = new Map<string, Accepted | Refused>();
+  private readonly replyWaiters = new Map<string, (frame: Accepted | Refused) => void>();
+  private readonly waiters = new Set<() => void>();
+  private refs = 0;
+
+  private constructor(
+    readonly ws: WebSocket,
+    readonly nonce: string,
+    private readonly autoAck: boolean,
+  ) {
+    this.closed = new Promise((resolve) => ws.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+    ws.on('message', (data) => {
+      const text = data.toString();
+      const parsed = relayFrame.safeParse(parseJson(text));
+      if (parsed.success) this.record(parsed.data);
+      else this.invalid.push(text);
+      this.notify();
+    });
+    ws.on('ping', () => {
+      this.pings++;
+      this.notify();
+    });
+    ws.on('close', () => this.notify());
+  }
+
+  private record(frame: RelayFrame): void {
+    this.frames.push(frame);
+    if (frame.type === 'deliver') {
+      if (this.autoAck) this.ack(frame.route, [frame.id]);
+      for (const key of [undefined, frame.route]) {
+        const list = this.delivered.get(key) ?? [];
+        list.push(frame);
+        this.delivered.set(key, list);
+      }
+    } else if ((frame.type === 'accepted' || frame.type === 'refused') && frame.ref !== undefined && !this.replies.has(frame.ref)) {
+      this.replies.set(frame.ref, frame);
+      this.replyWaiters.get(frame.ref)?.(frame);
+    }
+  }
+
+  /** Connects and waits for the challenge. With `autoAck`, every delivery is acknowledged on arrival. */
+  static async connect(url: string, options: { autoPong?: boolean; autoAck?: boolean } = {}): Promise<TestClient> {
+    const ws = new WebSocket(url, { maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, autoPong: options.autoPong ?? true });
+    ws.on('error', () => undefined);
+    const challenge = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('no challenge within 5 s')), 5_000);
+      ws.once('message', (data) => {
+        clearTimeout(timer);
+        const parsed = relayFrame.safeParse(parseJson(data.toString()));
+        if (parsed.success && parsed.data.type === 'challenge') resolve(parsed.data.nonce);
+        else reject(new Error(`expected a challenge, got ${data.toString()}`));
+      });
+      ws.once('close', () => reject(new Error('closed before the challenge')));
+    });
+    return new TestClient(ws, challenge, options.autoAck ?? false);
+  }
+
+  get isOpen(): boolean {
+    return this.ws.readyState === WebSocket.OPEN;
+  }
+
+  raw(text: string | Buffer): void {
+    this.ws.send(text);
+  }
+
+  frame(frame: Record<string, unknown>): void {
+    this.raw(JSON.stringify({ v: PROTOCOL_VERSION, ...frame }));
+  }
+
+  /** The first frame from index `from` on that matches, once it arrives. */
+  waitFor(what: string, match: (f: RelayFrame) => boolean, from = 0, timeoutMs = 10_000): Promise<RelayFrame> {
+    return this.when(what, () => this.frames.slice(from).find(match), timeoutMs);
+  }
+
+  when<T>(what: string, check: () => T | undefined, timeoutMs = 10_000): Promise<T> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => finish(new Error(`timed out waiting for ${what}; frames: ${JSON.stringify(this.frames.slice(-5))}`)), timeoutMs);
+      const finish = (error?: Error, value?: T) => {
+        clearTimeout(timer);
+        this.waiters.delete(test);
+        if (error) reject(error);
+        else resolve(value as T);
+      };
+      const test = () => {
+        const value = check();
+        if (value !== undefined) finish(undefined, value);
+      };
+      this.waiters.add(test);
+      test();
+    });
+  }
+
+  /** auth with `reader`'s key (or `signer`'s, to test a wrong key); resolves with auth_ok or the refusal. */
+  async auth(reader: Reader, signer: SigningKey = reader.key): Promise<RelayFrame> {
+    const from = this.frames.length;
+    this.frame({ type: 'auth', route: reader.route, sig: signAuth(signer, this.nonce, reader.route) });
+    return this.waitFor('auth reply', (f) => f.type === 'auth_ok' || (f.type === 'refused' && f.ref === undefined), from);
+  }
+
+  /** Sends and resolves with the `accepted` or `refused` frame that carries its ref. */
+  send(to: string, payload: Record<string, unknown>, ref = `r${this.refs++}`, timeoutMs = 10_000): Promise<Accepted | Refused> {
+    this.frame({ type: 'send', ref, to, payload });
+    return this.reply(ref, timeoutMs);
+  }
+
+  /** The first `accepted` or `refused` frame that carries `ref`. */
+  reply(ref: string, timeoutMs = 10_000): Promise<Accepted | Refused> {
+    const known = this.replies.get(ref);
+    if (known !== undefined) return Promise.resolve(known);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.replyWaiters.delete(ref);
+        reject(new Error(`timed out waiting for the reply to ${ref}`));
+      }, timeoutMs);
+      this.replyWaiters.set(ref, (frame) => {
+        clearTimeout(timer);
+        this.replyWaiters.delete(ref);
+        resolve(frame);
+      });
+    });
+  }
+
+  ack(route: string, ids: number[]): void {
+    this.frame({ type: 'ack', route, ids });
+  }
+
+  deliveries(route?: string): Deliver[] {
+    return [...(this.delivered.get(route) ?? [])];
+  }
+
+  refusals(): Refused[] {
+    return this.frames.filter((f): f is Refused => f.type === 'refused');
+  }
+
+  waitForDeliveries(count: number, route?: string, timeoutMs = 10_000): Promise<Deliver[]> {
+    return this.when(`${count} deliveries`, () => ((this.delivered.get(route)?.length ?? 0) >= count ? this.deliveries(route) : undefined), timeoutMs);
+  }
+
+  async close(): Promise<void> {
+    if (this.ws.readyState === WebSocket.OPEN || this.ws.readyState === WebSocket.CONNECTING) this.ws.close();
+    await this.closed;
+  }
+
+  /** Cuts the connection without a closing handshake. */
+  async terminate(): Promise<void> {
+    this.ws.terminate();
+    await this.closed;
+  }
+
+  private notify(): void {
+    for (const waiter of [...this.waiters]) waiter();
+  }
+}
