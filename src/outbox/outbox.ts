@@ -154,8 +154,13 @@ export class Outbox {
     return (await this.journal.submit(op)) as AddResult;
   }
 
+  /**
+   * Records that a relay accepted a message. Committed lazily (with the next commit, or
+   * within a few milliseconds): if the record is lost in a crash, the message is offered
+   * again after restart and the receiver's mailbox drops the copy.
+   */
   async markAccepted(msgId: string, relay: string): Promise<void> {
-    await this.journal.submit({ op: 'accepted', at: Date.now(), msg_id: msgId, relay });
+    await this.journal.submitLazily({ op: 'accepted', at: Date.now(), msg_id: msgId, relay });
   }
 
   async get(msgId: string): Promise<OutboxRecord | undefined> {

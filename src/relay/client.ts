@@ -146,13 +146,15 @@ export class RelayClient extends EventEmitter {
     this.socket = socket;
     socket.on('error', (err) => log.debug('relay_socket_error', { relay: this.url, error: err.message }));
     socket.on('open', () => {
+      log.debug('relay_open', { relay: this.url });
       this.backoff = 100;
       this.emit('connected');
     });
     socket.on('message', (data, isBinary) => {
       if (!isBinary) this.onFrame(data.toString());
     });
-    socket.on('close', () => {
+    socket.on('close', (code) => {
+      log.debug('relay_closed', { relay: this.url, code });
       this.authenticated.clear();
       this.failAll('disconnected');
       if (this.socket === socket) this.socket = undefined;

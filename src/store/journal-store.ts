@@ -16,6 +16,9 @@ import { appendLines, compact, loadJournaled, openJournal, readTail, shouldCompa
 import { withFileLock } from './lock.js';
 import { InterlinkError } from '../errors.js';
 
+/** How long a lazily submitted op may wait for company before it is committed alone. */
+const LINGER_MS = 20;
+
 export interface JournalStoreOptions {
   readOnly?: boolean;
   lockTimeoutMs?: number;
@@ -31,6 +34,7 @@ export class JournalStore<State, Op, Result, Data> {
   private loaded: Loaded<State> | undefined;
   private queue: Job<Op, Result>[] = [];
   private flushing = false;
+  private lingerTimer: NodeJS.Timeout | undefined;
   private serial: Promise<unknown> = Promise.resolve();
   /** The journal kept open between commits (opening it each time costs more than the write). */
   private journal: { fd: number; ino: number } | undefined;
@@ -58,7 +62,25 @@ export class JournalStore<State, Op, Result, Data> {
     if (this.options.readOnly) return Promise.reject(new InterlinkError('storage', `${this.path} is open read-only`));
     return new Promise((resolve, reject) => {
       this.queue.push({ op, resolve, reject });
+      this.cancelLinger();
       if (!this.flushing) void this.drain();
+    });
+  }
+
+  /**
+   * Commits an op that nobody waits on, within `LINGER_MS` or with the next commit,
+   * whichever comes first: records of facts already true elsewhere (a relay accepted a
+   * message) share a commit instead of each costing one. Resolves when durable.
+   */
+  submitLazily(op: Op): Promise<Result> {
+    if (this.options.readOnly) return Promise.reject(new InterlinkError('storage', `${this.path} is open read-only`));
+    return new Promise((resolve, reject) => {
+      this.queue.push({ op, resolve, reject });
+      if (this.flushing || this.lingerTimer !== undefined) return;
+      this.lingerTimer = setTimeout(() => {
+        this.lingerTimer = undefined;
+        if (!this.flushing) void this.drain();
+      }, LINGER_MS);
     });
   }
 
@@ -152,6 +174,11 @@ export class JournalStore<State, Op, Result, Data> {
     return true;
   }
 
+  private cancelLinger(): void {
+    clearTimeout(this.lingerTimer);
+    this.lingerTimer = undefined;
+  }
+
   /** The open journal of inode `ino` (the cursor's), reopened after a compaction replaced it. */
   private journalFd(ino: number): number {
     if (this.journal?.ino !== ino) {
@@ -168,6 +195,8 @@ export class JournalStore<State, Op, Result, Data> {
 
   /** Waits for queued commits, then lets go of the journal. The store can still be read. */
   async close(): Promise<void> {
+    this.cancelLinger();
+    if (this.queue.length > 0 && !this.flushing) void this.drain();
     while (this.flushing) await this.exclusive(async () => undefined);
     await this.exclusive(async () => this.closeJournal());
   }

@@ -1,0 +1,72 @@
+/**
+ * Relay resident memory with 10,000 messages queued for a reader that is away, durable
+ * and in memory, beside the same relay idle.
+ */
+import { mkdtemp } from 'node:fs/promises';
+import { join } from 'node:path';
+import { generateSigningKey } from '../../src/identity/ed25519.js';
+import { RelayClient } from '../../src/relay/client.js';
+import { startRelayProcess } from './relay-process.js';
+import type { BenchContext, Benchmark, Section } from './report.js';
+import { makeEnvelopes, newCorrespondents } from './records.js';
+import { formatCount } from './stats.js';
+
+const QUEUED = 10_000;
+const IN_FLIGHT = 64;
+
+function mib(bytes: number): string {
+  return (bytes / (1024 * 1024)).toFixed(1);
+}
+
+async function fill(url: string, route: string, payloads: readonly Record<string, unknown>[]): Promise<void> {
+  const client = new RelayClient({ url, key: generateSigningKey(), routes: [] });
+  client.start();
+  await new Promise<void>((resolve) => client.once('connected', () => resolve()));
+  let next = 0;
+  const lane = async () => {
+    while (next < payloads.length) {
+      const payload = payloads[next++]!;
+      for (;;) {
+        const outcome = await client.send(route, payload);
+        if (outcome.accepted) break;
+        if (outcome.code !== 'rate_limited') throw new Error(`relay refused: ${outcome.code} ${outcome.message}`);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: IN_FLIGHT }, lane));
+  client.close();
+}
+
+export function relayMemory(projectRoot: string): Benchmark {
+  return {
+    id: 'relay-memory',
+    async run(context: BenchContext): Promise<Section> {
+      const who = newCorrespondents();
+      const payloads = makeEnvelopes(who, QUEUED) as unknown as Record<string, unknown>[];
+      const route = `${who.recipient}#away`;
+      const rows: string[][] = [];
+      const measured: Record<string, number> = {};
+      for (const mode of ['durable', 'in memory'] as const) {
+        context.progress(`relay memory: ${mode}`);
+        const db = mode === 'durable' ? await mkdtemp(join(context.scratch, 'relay-mem-')) : undefined;
+        const relay = await startRelayProcess(projectRoot, db);
+        try {
+          const idle = relay.rss();
+          await fill(relay.url, route, payloads);
+          const loaded = relay.rss();
+          measured[mode] = loaded;
+          rows.push([mode, mib(idle), mib(loaded), mib(loaded - idle), formatCount(Math.round((loaded - idle) / QUEUED))]);
+        } finally {
+          await relay.stop();
+        }
+      }
+      return {
+        title: 'Relay memory with 10,000 queued messages',
+        measures: `Resident set size (VmRSS) of a relay process, idle and after ${formatCount(QUEUED)} signed envelopes of about 1 KiB were accepted for one route whose reader is away. Durable (--db) and in memory.`,
+        tables: [{ headers: ['Relay:', 'Idle MiB', 'With 10,000 queued MiB', 'Growth MiB', 'Bytes per queued message'], rows }],
+        checks: [],
+        notes: [`Durable / in memory, resident with 10,000 queued: ${(measured['durable']! / measured['in memory']!).toFixed(2)}×.`],
+      };
+    },
+  };
+}
