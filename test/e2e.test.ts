@@ -182,3 +182,44 @@ describe('end to end through a relay', () => {
     expect((await bob.call<Inbox>('receive_messages')).messages.map((m) => m.msg_id)).toEqual([sent.msg_id, marker.msg_id]);
   });
 });
+
+interface Discovered {
+  identities: { key: string; petname?: string; trusted: boolean; sessions: { session: string; state: string; summary: string }[] }[];
+}
+
+describe('presence and routing', () => {
+  it('shows the verified roster, re-announces a summary at once, and routes to the only live session', async () => {
+    const r = await relay();
+    const alice = await peer('alice', 'a1', r.url);
+    const bob = await peer('bob', 'b1', r.url);
+    const { bKey } = await pair(alice, bob);
+    await bob.call('set_summary', { summary: 'fixing the flaky test' });
+    const found = await eventually(async () => {
+      const d = await alice.call<Discovered>('discover', { peer: 'bob' });
+      const session = d.identities[0]?.sessions.find((s) => s.session === 'b1');
+      return session?.summary === 'fixing the flaky test' ? d : undefined;
+    });
+    expect(found.identities).toHaveLength(1);
+    expect(found.identities[0]).toMatchObject({ key: bKey, petname: 'bob', trusted: true });
+    expect(found.identities[0]!.sessions[0]).toMatchObject({ session: 'b1', state: 'live' });
+
+    // No session named: the single live one.
+    const sent = await alice.call<Receipt>('send_message', { to: 'bob', text: 'no session given' });
+    expect(sent.session).toBe('b1');
+
+    // Two live sessions and no sticky one: the caller must choose, and is told the candidates.
+    const bob2 = await peer('bob', 'b2', r.url);
+    await eventually(async () => ((await alice.call<Discovered>('discover', { peer: 'bob' })).identities[0]?.sessions.length === 2 ? true : undefined));
+    const error = await alice.fail('send_message', { to: 'bob', text: 'which one?' });
+    expect(error.code).toBe('no_route');
+    expect(error.message).toMatch(/b1.*b2|b2.*b1/);
+    // Naming the session picks one.
+    expect((await alice.call<Receipt>('send_message', { to: 'bob', session: 'b2', text: 'to b2' })).session).toBe('b2');
+
+    // A clean exit says goodbye: b2 leaves the roster at once, and b1 is the only one again.
+    await bob2.close();
+    peers.splice(peers.indexOf(bob2), 1);
+    await eventually(async () => ((await alice.call<Discovered>('discover', { peer: 'bob' })).identities[0]?.sessions.length === 1 ? true : undefined));
+    expect((await alice.call<Receipt>('send_message', { to: 'bob', text: 'back to one' })).session).toBe('b1');
+  });
+});

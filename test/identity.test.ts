@@ -3,7 +3,6 @@
  * strictly; fingerprints; public keys that could never be anyone's; and first-run
  * creation racing across processes.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmod, mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -11,6 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { InterlinkError, type ErrorCode } from '../src/errors.js';
+import { rejectsWith } from './helpers/assert.js';
 import { encodeBase64url } from '../src/identity/base64url.js';
 import { signingKeyFromSeed } from '../src/identity/ed25519.js';
 import {
@@ -21,6 +21,7 @@ import {
   normalizeFingerprint,
   parsePublicKey,
 } from '../src/identity/identity.js';
+import { reapChildren, startChild } from './helpers/children.js';
 
 const DIST_IDENTITY = fileURLToPath(new URL('../dist/src/identity/identity.js', import.meta.url));
 const FINGERPRINT = /^[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}$/;
@@ -28,7 +29,6 @@ const SEED_LINE = /^[A-Za-z0-9_-]{43}\n$/;
 
 let dir: string;
 let keyFile: string;
-const children = new Set<ChildProcess>();
 
 beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), 'interlink-identity-'));
@@ -36,35 +36,9 @@ beforeEach(async () => {
 });
 
 afterEach(async () => {
-  await Promise.all([...children].map(reap));
+  await reapChildren();
   await rm(dir, { recursive: true, force: true });
 });
-
-/** Kills a child that is still running and waits until it has been reaped. */
-function reap(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) {
-      children.delete(child);
-      resolve();
-      return;
-    }
-    child.once('exit', () => {
-      children.delete(child);
-      resolve();
-    });
-    child.kill('SIGKILL');
-  });
-}
-
-async function rejectsWith(promise: Promise<unknown>, code: ErrorCode): Promise<InterlinkError> {
-  const err: unknown = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(InterlinkError);
-  expect((err as InterlinkError).code).toBe(code);
-  return err as InterlinkError;
-}
 
 function throwsWith(fn: () => unknown, code: ErrorCode): InterlinkError {
   try {
@@ -318,44 +292,3 @@ describe('loadOrCreateIdentity', () => {
     expect(await readdir(dir)).toEqual(['id.key', 'race.mjs']);
   });
 });
-
-interface RunningChild {
-  child: ChildProcess;
-  waitFor: (text: string) => Promise<void>;
-  done: Promise<{ code: number | null; stdout: string; stderr: string }>;
-}
-
-function startChild(script: string, args: string[]): RunningChild {
-  const child = spawn(process.execPath, [script, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
-  children.add(child);
-  let stdout = '';
-  let stderr = '';
-  const listeners = new Set<() => void>();
-  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
-    stdout += chunk;
-    for (const listener of listeners) listener();
-  });
-  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
-    stderr += chunk;
-  });
-  const done = new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    child.once('close', (code) => {
-      children.delete(child);
-      resolve({ code, stdout, stderr });
-    });
-  });
-  const waitFor = (text: string): Promise<void> =>
-    new Promise((resolve, reject) => {
-      const check = (): void => {
-        if (!stdout.includes(text)) return;
-        listeners.delete(check);
-        resolve();
-      };
-      listeners.add(check);
-      check();
-      void done.then(() => {
-        if (listeners.delete(check)) reject(new Error(`child exited before printing ${JSON.stringify(text)}: ${stderr}`));
-      });
-    });
-  return { child, waitFor, done };
-}

@@ -4,7 +4,6 @@
  * writers in different processes lose nothing, and a lock outlives neither its holder's
  * crash nor a live holder's deadline.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, readFile, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { hostname, tmpdir } from 'node:os';
@@ -12,17 +11,18 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { InterlinkError, type ErrorCode } from '../src/errors.js';
+import { rejectsWith } from './helpers/assert.js';
 import { encodeBase64url } from '../src/identity/base64url.js';
 import { generateSigningKey } from '../src/identity/ed25519.js';
 import { addPeer, checkPetname, loadPeers, removePeer } from '../src/peers/peers.js';
 import { withFileLock } from '../src/store/lock.js';
+import { raceChildren, reapChildren, startChild, startLine, writeScript } from './helpers/children.js';
 
 const DIST = fileURLToPath(new URL('../dist/src/', import.meta.url));
 const ASIDE = /^peers\.json\.corrupt-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z-[0-9a-f]{6}$/;
 
 let dir: string;
 let peersFile: string;
-const children = new Set<ChildProcess>();
 
 beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), 'interlink-peers-'));
@@ -31,21 +31,11 @@ beforeEach(async () => {
 
 afterEach(async () => {
   vi.restoreAllMocks();
-  await Promise.all([...children].map(reap));
+  await reapChildren();
   await rm(dir, { recursive: true, force: true });
 });
 
 const newKey = (): string => encodeBase64url(generateSigningKey().publicKey);
-
-async function rejectsWith(promise: Promise<unknown>, code: ErrorCode): Promise<InterlinkError> {
-  const err: unknown = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(InterlinkError);
-  expect((err as InterlinkError).code).toBe(code);
-  return err as InterlinkError;
-}
 
 /** Captures the structured log lines that a recovery writes to stderr. */
 function captureStderr(): string[] {
@@ -246,89 +236,9 @@ describe('a damaged peers.json', () => {
 // Processes.
 // ---------------------------------------------------------------------------------------
 
-/** Kills a child that is still running and waits until it has been reaped. */
-function reap(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) {
-      children.delete(child);
-      resolve();
-      return;
-    }
-    child.once('exit', () => {
-      children.delete(child);
-      resolve();
-    });
-    child.kill('SIGKILL');
-  });
-}
-
-interface RunningChild {
-  child: ChildProcess;
-  waitFor: (text: string) => Promise<void>;
-  exited: Promise<void>;
-  done: Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }>;
-}
-
-function startChild(script: string, args: string[]): RunningChild {
-  const child = spawn(process.execPath, [script, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
-  children.add(child);
-  let stdout = '';
-  let stderr = '';
-  const listeners = new Set<() => void>();
-  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
-    stdout += chunk;
-    for (const listener of listeners) listener();
-  });
-  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
-    stderr += chunk;
-  });
-  // 'exit' comes once the process has been reaped; 'close' once its output is drained too.
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }>((resolve) => {
-    child.once('close', (code, signal) => {
-      children.delete(child);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
-  const waitFor = (text: string): Promise<void> =>
-    new Promise((resolve, reject) => {
-      const check = (): void => {
-        if (!stdout.includes(text)) return;
-        listeners.delete(check);
-        resolve();
-      };
-      listeners.add(check);
-      check();
-      void done.then(() => {
-        if (listeners.delete(check)) reject(new Error(`child exited before printing ${JSON.stringify(text)}: ${stderr}`));
-      });
-    });
-  return { child, waitFor, exited, done };
-}
-
-/** Starts children that each wait at a start line, then releases them all at once. */
-async function raceChildren(script: string, argsFor: (i: number) => string[], count: number): Promise<string[]> {
-  const racers = Array.from({ length: count }, (_, i) => startChild(script, argsFor(i)));
-  await Promise.all(racers.map((r) => r.waitFor('ready\n')));
-  for (const r of racers) r.child.stdin?.end('go\n');
-  const results = await Promise.all(racers.map((r) => r.done));
-  return results.map(({ code, stdout, stderr }) => {
-    expect(code, stderr).toBe(0);
-    return stdout.slice('ready\n'.length);
-  });
-}
-
-async function writeScript(name: string, lines: string[]): Promise<string> {
-  const path = join(dir, name);
-  await writeFile(path, lines.join('\n') + '\n');
-  return path;
-}
-
-const startLine = [`process.stdout.write('ready\\n');`, `await new Promise((resolve) => process.stdin.once('data', resolve));`];
-
 describe('peers.json across processes', () => {
   it('keeps all 60 peers when 6 processes each add 10 at once', async () => {
-    const script = await writeScript('add-peers.mjs', [
+    const script = await writeScript(dir, 'add-peers.mjs', [
       `import { addPeer } from ${JSON.stringify(join(DIST, 'peers/peers.js'))};`,
       `import { generateSigningKey } from ${JSON.stringify(join(DIST, 'identity/ed25519.js'))};`,
       ...startLine,
@@ -355,7 +265,7 @@ describe('peers.json across processes', () => {
 
 describe('withFileLock', () => {
   const holderScript = (): Promise<string> =>
-    writeScript('hold.mjs', [
+    writeScript(dir, 'hold.mjs', [
       `import { withFileLock } from ${JSON.stringify(join(DIST, 'store/lock.js'))};`,
       `await withFileLock(process.argv[2], async () => {`,
       `  process.stdout.write('held\\n');`,
@@ -405,7 +315,7 @@ describe('withFileLock', () => {
   it('keeps 4 processes incrementing one counter 50 times each from losing an update', async () => {
     const counter = join(dir, 'counter');
     await writeFile(counter, '0');
-    const script = await writeScript('count.mjs', [
+    const script = await writeScript(dir, 'count.mjs', [
       `import { readFile, writeFile } from 'node:fs/promises';`,
       `import { withFileLock } from ${JSON.stringify(join(DIST, 'store/lock.js'))};`,
       ...startLine,

@@ -18,3 +18,4 @@ export async function tempDir(prefix = 'interlink-test-'): Promise<{ path: strin
   const path = await mkdtemp(join(tmpdir(), prefix));
   return { path, remove: () => rm(path, { recursive: true, force: true }) };
 }
+
