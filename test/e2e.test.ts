@@ -3,7 +3,7 @@
  * messages through real relays, each session a real `interlink-mcp serve` process driven
  * by the official MCP SDK client.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -221,5 +221,28 @@ describe('presence and routing', () => {
     peers.splice(peers.indexOf(bob2), 1);
     await eventually(async () => ((await alice.call<Discovered>('discover', { peer: 'bob' })).identities[0]?.sessions.length === 1 ? true : undefined));
     expect((await alice.call<Receipt>('send_message', { to: 'bob', text: 'back to one' })).session).toBe('b1');
+  });
+});
+
+describe('a damaged peers.json', () => {
+  it('holds messages on the relay instead of dropping them, until a person restores it', async () => {
+    const r = await relay();
+    const alice = await peer('alice', 'a1', r.url);
+    const bob = await peer('bob', 'b1', r.url);
+    await pair(alice, bob);
+    const peersFile = join(bob.config, 'peers.json');
+    const good = await readFile(peersFile, 'utf8');
+    await writeFile(peersFile, '{"alice": {"key": ');
+    const sent = await alice.call<Receipt>('send_message', { to: 'bob', session: 'b1', text: 'while peers.json is broken' });
+    await eventually(async () => ((await stateOf(alice, sent.msg_id)) === 'bus_accepted' ? true : undefined));
+    // Bob's server has seen the damage (it moved the file aside) and has not dropped the message.
+    await eventually(async () => ((await bob.call<{ peers: unknown[] }>('list_peers')).peers.length === 0 ? true : undefined));
+    expect((await bob.call<Inbox>('receive_messages')).messages).toEqual([]);
+    await writeFile(peersFile, good);
+    const inbox = await eventually(async () => {
+      const fetched = await bob.call<Inbox>('receive_messages');
+      return fetched.messages.length > 0 ? fetched : undefined;
+    }, 20_000);
+    expect(inbox.messages.map((m) => m.msg_id)).toEqual([sent.msg_id]);
   });
 });

@@ -67,6 +67,8 @@ export interface InboxMessage {
 export class Agent {
   readonly route: string;
   private peerCache: { stamp: string; table: PeerTable } | undefined;
+  /** The stamp of peers.json right after it was found damaged; damaged while unchanged. */
+  private damagedPeersStamp: string | undefined;
 
   private constructor(
     readonly options: AgentOptions,
@@ -91,7 +93,7 @@ export class Agent {
     const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
     const sticky = new Map<string, string>();
     let agent: Agent | undefined;
-    const inbound = new Inbound({ me: identity, mailbox, peers: () => agent!.peers(), sticky, ...(options.onStored && { onStored: options.onStored }) });
+    const inbound = new Inbound({ me: identity, mailbox, trust: () => agent!.trust(), sticky, ...(options.onStored && { onStored: options.onStored }) });
     const outbound = new Outbound(outbox, relays);
     agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, sticky);
     for (const relay of relays) {
@@ -119,11 +121,28 @@ export class Agent {
 
   /** peers.json, read again whenever it changed on disk, so removals apply at once. */
   async peers(): Promise<PeerTable> {
+    return (await this.trust()).table;
+  }
+
+  /**
+   * The peer table and whether it can be trusted to be complete. When peers.json was
+   * found damaged (and moved aside), the table is empty until a person writes it again;
+   * meanwhile a message from an unknown key may come from a peer whose entry was lost,
+   * so inbound holds such messages on the relay instead of dropping them.
+   */
+  async trust(): Promise<{ table: PeerTable; damaged: boolean }> {
     const path = this.options.peersPath;
-    const info = await stat(path).catch(() => undefined);
-    const stamp = info ? `${info.ino}:${info.size}:${info.mtimeMs}` : 'absent';
-    if (this.peerCache?.stamp !== stamp) this.peerCache = { stamp, table: (await loadPeers(path)).table };
-    return this.peerCache.table;
+    const stampOf = async () => {
+      const info = await stat(path).catch(() => undefined);
+      return info ? `${info.ino}:${info.size}:${info.mtimeMs}` : 'absent';
+    };
+    const stamp = await stampOf();
+    if (this.peerCache?.stamp !== stamp) {
+      const { table, recovered } = await loadPeers(path);
+      this.peerCache = { stamp: recovered ? await stampOf() : stamp, table };
+      if (recovered) this.damagedPeersStamp = this.peerCache.stamp;
+    }
+    return { table: this.peerCache.table, damaged: this.damagedPeersStamp === this.peerCache.stamp };
   }
 
   private async resolvePeer(to: string): Promise<{ key: string; petname?: string }> {

@@ -5,7 +5,9 @@
  * crash in between leaves it on the relay, which delivers it again (the mailbox refuses
  * the duplicate). Messages the gate rejects are acknowledged too — dropped, with the
  * verdict logged — so garbage is not redelivered forever. A message the mailbox cannot
- * take (full, damaged, unwritable disk) is not acknowledged and is retried with backoff.
+ * take (full, damaged, unwritable disk) is not acknowledged and is retried with backoff,
+ * and so is a message from an unknown key while peers.json is damaged (it may come
+ * from a peer whose entry was lost).
  */
 import { parseEnvelope, replyToSession, type Envelope } from '../envelope/envelope.js';
 import { decide, type Verdict } from '../gate/decide.js';
@@ -22,7 +24,7 @@ const MAX_RETRY_MS = 30_000;
 export interface InboundDeps {
   me: Identity;
   mailbox: Mailbox;
-  peers: () => Promise<PeerTable>;
+  trust: () => Promise<{ table: PeerTable; damaged: boolean }>;
   /** The sender's session from its last admitted message: where replies go by default. */
   sticky: Map<string, string>;
   onStored?: (record: StoredRecord) => void;
@@ -80,16 +82,20 @@ export class Inbound {
   }
 
   private async judge(envelope: Envelope): Promise<Verdict> {
-    const peers = await this.deps.peers();
+    const { table, damaged } = await this.deps.trust();
     const key = `${envelope.from} ${envelope.msg_id}`;
     const inMailbox = this.seen.has(key) || (await this.deps.mailbox.has(envelope.from, envelope.msg_id));
-    return decide(envelope, {
+    const verdict = decide(envelope, {
       me: this.deps.me.key,
-      peers: new Map(peers.peers.map((p) => [p.key, p.petname])),
+      peers: new Map(table.peers.map((p) => [p.key, p.petname])),
       outstandingRequests: [],
       now: Date.now(),
       seen: () => inMailbox,
     });
+    if (!verdict.ok && verdict.code === 'not_allowlisted' && damaged) {
+      throw new Error('peers.json was damaged and moved aside; holding messages from unknown keys until a person restores it');
+    }
+    return verdict;
   }
 
   private remember(envelope: Envelope): void {
