@@ -26,7 +26,14 @@ export interface RelayClientOptions {
   /** Routes this client reads (authenticated after every (re)connect). */
   routes: readonly string[];
   requestTimeoutMs?: number;
+  /**
+   * A relay pings every 15 s; a connection silent this long is presumed dead (a relay
+   * host that vanished without closing TCP) and replaced.
+   */
+  silenceMs?: number;
 }
+
+const DEFAULT_SILENCE_MS = 35_000;
 
 interface Pending<T> {
   resolve: (value: T) => void;
@@ -47,6 +54,7 @@ export class RelayClient extends EventEmitter {
   private readonly rosters = new Map<string, Pending<RosterEntry[]>>();
   private readonly authenticated = new Set<string>();
   private reconnectTimer: NodeJS.Timeout | undefined;
+  private silenceTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly options: RelayClientOptions) {
     super();
@@ -116,6 +124,7 @@ export class RelayClient extends EventEmitter {
   close(): void {
     this.closed = true;
     clearTimeout(this.reconnectTimer);
+    clearTimeout(this.silenceTimer);
     this.socket?.close();
     this.failAll('disconnected');
   }
@@ -148,19 +157,33 @@ export class RelayClient extends EventEmitter {
     socket.on('open', () => {
       log.debug('relay_open', { relay: this.url });
       this.backoff = 100;
+      this.heard(socket);
       this.emit('connected');
     });
+    socket.on('ping', () => this.heard(socket));
     socket.on('message', (data, isBinary) => {
+      this.heard(socket);
       if (!isBinary) this.onFrame(data.toString());
     });
     socket.on('close', (code) => {
       log.debug('relay_closed', { relay: this.url, code });
+      clearTimeout(this.silenceTimer);
       this.authenticated.clear();
       this.failAll('disconnected');
       if (this.socket === socket) this.socket = undefined;
       this.emit('disconnected');
       this.scheduleReconnect();
     });
+  }
+
+  /** Restarts the silence deadline; past it the connection is dropped and replaced. */
+  private heard(socket: WebSocket): void {
+    clearTimeout(this.silenceTimer);
+    this.silenceTimer = setTimeout(() => {
+      log.warn('relay_silent', { relay: this.url, silence_ms: this.options.silenceMs ?? DEFAULT_SILENCE_MS });
+      socket.terminate();
+    }, this.options.silenceMs ?? DEFAULT_SILENCE_MS);
+    this.silenceTimer.unref();
   }
 
   private scheduleReconnect(): void {
