@@ -12,11 +12,7 @@ function thresholdFromEnv(): number {
   return LEVELS.warn;
 }
 
-let threshold = thresholdFromEnv();
-
-export function setLogLevel(level: keyof typeof LEVELS): void {
-  threshold = LEVELS[level];
-}
+const threshold = thresholdFromEnv();
 
 function emit(level: LogLevel, event: string, fields: Record<string, unknown>): void {
   if (LEVELS[level] < threshold) return;
