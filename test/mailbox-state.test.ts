@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import type { Envelope, Status } from '../src/envelope/envelope.js';
 import type { Op, StoredRecord } from '../src/mailbox/format.js';
 import { RETENTION_MS, isProgress, isTerminal, supersessionKey, type Limits } from '../src/mailbox/rules.js';
-import { MailboxState, isAcknowledged, isUnread, type AckCounts, type StoreOutcome } from '../src/mailbox/state.js';
+import { MailboxState, isAcknowledged, isUnread, type AckCounts, type NoticeChange, type StoreOutcome } from '../src/mailbox/state.js';
 import { message, newIdentity } from './helpers/fixtures.js';
 
 const receiver = newIdentity(1);
@@ -68,7 +68,7 @@ function ackedKeys(state: MailboxState): Set<string> {
 function run(
   actions: Action[],
   limits: Limits,
-  check: (r: Run, op: Op, result: StoreOutcome | AckCounts, ackedBefore: Set<string>, readBefore: Set<string>) => void,
+  check: (r: Run, op: Op, result: StoreOutcome | AckCounts | NoticeChange, ackedBefore: Set<string>, readBefore: Set<string>) => void,
 ): Run {
   const r: Run = { state: new MailboxState(limits), ops: [], sent: [] };
   let now = T0;
@@ -169,13 +169,13 @@ describe('mailbox state', () => {
     fc.assert(
       fc.property(fc.array(actionArb, { maxLength: 60 }), (actions) => {
         run(actions, { maxRecords: 4096, maxBytes: 1 << 30 }, (r, op, result, ackedBefore) => {
-          if (op.op !== 'ack' || 'outcome' in result) return;
+          if (op.op !== 'ack' || !('acknowledged' in result)) return;
           expect(result.acknowledged + result.already_acknowledged + result.unknown).toBe(op.receipts.length);
           const named = new Set(op.receipts.map((x) => key({ from: x.sender, msg_id: x.msg_id })));
           // A second identical ack changes nothing.
           const before = JSON.stringify(records(r.state));
           const again = r.state.apply({ ...op });
-          expect('outcome' in again ? -1 : again.acknowledged).toBe(0);
+          expect('acknowledged' in again ? again.acknowledged : -1).toBe(0);
           expect(JSON.stringify(records(r.state))).toBe(before);
           // Exactly the named, not yet acknowledged records became acknowledged.
           const newlyAcked = [...ackedKeys(r.state)].filter((k) => !ackedBefore.has(k));

@@ -16,6 +16,7 @@ import { Outbox, intentOf, type OutboxRecord } from '../outbox/outbox.js';
 import { PeerTable, addPeer, loadPeers, removePeer } from '../peers/peers.js';
 import { RelayClient } from '../relay/client.js';
 import { MAX_PAYLOAD_BYTES } from '../relay/frames.js';
+import { Notifier, type NoticeSink } from '../notices/notifier.js';
 import { Inbound } from './inbound.js';
 import { Outbound } from './outbound.js';
 import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
@@ -67,6 +68,7 @@ export interface InboxMessage {
 export class Agent {
   readonly route: string;
   private peerCache: { stamp: string; table: PeerTable } | undefined;
+  private notifier: Notifier | undefined;
   /** The stamp of peers.json right after it was found damaged; damaged while unchanged. */
   private damagedPeersStamp: string | undefined;
 
@@ -93,7 +95,16 @@ export class Agent {
     const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
     const sticky = new Map<string, string>();
     let agent: Agent | undefined;
-    const inbound = new Inbound({ me: identity, mailbox, trust: () => agent!.trust(), sticky, ...(options.onStored && { onStored: options.onStored }) });
+    const inbound = new Inbound({
+      me: identity,
+      mailbox,
+      trust: () => agent!.trust(),
+      sticky,
+      onStored: (record) => {
+        agent?.notifier?.kick();
+        options.onStored?.(record);
+      },
+    });
     const outbound = new Outbound(outbox, relays);
     agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, sticky);
     for (const relay of relays) {
@@ -103,6 +114,17 @@ export class Agent {
     presence.start();
     outbound.start();
     return agent;
+  }
+
+  /** Starts waking the host through `sink` (the Claude inbox, a channel, or Codex). */
+  startNotices(sink: NoticeSink): void {
+    this.notifier = new Notifier({
+      mailbox: this.mailbox,
+      session: this.session,
+      sink,
+      senderName: async (key) => (key === this.identity.key ? 'self' : ((await this.peers()).petnameOf(key) ?? fingerprintOf(parsePublicKey(key)))),
+    });
+    this.notifier.start();
   }
 
   get identity(): Identity {
@@ -225,13 +247,20 @@ export class Agent {
     }));
   }
 
-  async receive(limit?: number): Promise<{ messages: InboxMessage[]; more: boolean }> {
+  async receive(limit?: number, resetNotice = false): Promise<{ messages: InboxMessage[]; more: boolean }> {
+    if (resetNotice) {
+      await this.mailbox.resetNotice();
+      this.notifier?.kick();
+    }
     const { messages, more } = await this.mailbox.fetch(limit);
     return { messages: messages.map(inboxMessage), more };
   }
 
   async acknowledge(receipts: { sender: string; msg_id: string }[]) {
-    return this.mailbox.acknowledge(receipts);
+    const counts = await this.mailbox.acknowledge(receipts);
+    // The reservation may have ended; anything that arrived meanwhile gets its notice now.
+    this.notifier?.kick();
+    return counts;
   }
 
   /** Both directions with one peer, oldest first; `consume` acknowledges exactly the inbound ones returned. */
@@ -304,6 +333,7 @@ export class Agent {
   }
 
   async close(): Promise<void> {
+    await this.notifier?.stop();
     this.outbound.stop();
     this.inbound.close();
     await this.presence.goodbye().catch(() => undefined);

@@ -36,11 +36,20 @@ export type StoredRecord = z.infer<typeof recordSchema>;
 const tombstoneSchema = z.object({ sender: z.string(), msg_id: z.string(), until: z.number().int() });
 export type Tombstone = z.infer<typeof tombstoneSchema>;
 
+/** The current notice reservation (seed 003): at most one per session. */
+const reservationSchema = z.object({
+  id: z.string(),
+  at: z.number().int(),
+  attempt: z.number().int().min(0),
+  covered: z.array(z.string()),
+});
+
 /** The snapshot's data: everything the state holds. */
 export const mailboxDataSchema = z.object({
   next_seq: z.number().int().min(0),
   records: z.array(recordSchema),
   tombstones: z.array(tombstoneSchema),
+  notice: reservationSchema.nullable().default(null),
 });
 export type MailboxData = z.infer<typeof mailboxDataSchema>;
 
@@ -58,7 +67,32 @@ const ackOpSchema = z.object({
   receipts: z.array(receiptSchema).min(1),
 });
 
-export const opSchema = z.discriminatedUnion('op', [storeOpSchema, ackOpSchema]);
+/** A notice reservation was made: the host is about to be told about `covered`. */
+const noticeReserveOpSchema = z.object({
+  op: z.literal('notice_reserve'),
+  at: z.number().int(),
+  id: z.string().min(1).max(64),
+  attempt: z.number().int().min(0),
+  covered: z.array(receiptSchema),
+});
+
+/** What became of the reservation's notice (recorded on the records it covered). */
+export const NOTICE_OUTCOMES = ['inbox_queued', 'notification_sent', 'host_queued', 'delivery_failed', 'delivery_unknown'] as const;
+const noticeOutcomeOpSchema = z.object({
+  op: z.literal('notice_outcome'),
+  at: z.number().int(),
+  id: z.string(),
+  state: z.enum(NOTICE_OUTCOMES),
+});
+
+/** receive_messages with reset_notification: forget the reservation so a new notice may follow. */
+const noticeResetOpSchema = z.object({ op: z.literal('notice_reset'), at: z.number().int() });
+
+export const opSchema = z.discriminatedUnion('op', [storeOpSchema, ackOpSchema, noticeReserveOpSchema, noticeOutcomeOpSchema, noticeResetOpSchema]);
 export type Op = z.infer<typeof opSchema>;
 export type StoreOp = z.infer<typeof storeOpSchema>;
 export type AckOp = z.infer<typeof ackOpSchema>;
+export type NoticeReserveOp = z.infer<typeof noticeReserveOpSchema>;
+export type NoticeOutcomeOp = z.infer<typeof noticeOutcomeOpSchema>;
+export type NoticeOutcome = (typeof NOTICE_OUTCOMES)[number];
+export type Reservation = z.infer<typeof reservationSchema>;

@@ -10,9 +10,9 @@ import type { Envelope } from '../envelope/envelope.js';
 import { JournalStore } from '../store/journal-store.js';
 import type { JournalFormat } from '../store/journal.js';
 import type { Recovery } from '../store/json-store.js';
-import { mailboxDataSchema, opSchema, type MailboxData, type Op, type Receipt, type StoredRecord } from './format.js';
+import { mailboxDataSchema, opSchema, type MailboxData, type NoticeOutcome, type Op, type Receipt, type Reservation, type StoredRecord } from './format.js';
 import { DEFAULT_FETCH_LIMIT, DEFAULT_LIMITS, clampFetchLimit, type Limits } from './rules.js';
-import { MailboxState, isAcknowledged, type AckCounts, type StoreOutcome } from './state.js';
+import { MailboxState, isAcknowledged, type AckCounts, type NoticeChange, type StoreOutcome } from './state.js';
 
 export interface MailboxOptions {
   limits?: Limits;
@@ -27,7 +27,8 @@ export interface FetchResult {
   more: boolean;
 }
 
-type MailboxFormat = JournalFormat<MailboxState, Op, StoreOutcome | AckCounts, MailboxData>;
+type Result = StoreOutcome | AckCounts | NoticeChange;
+type MailboxFormat = JournalFormat<MailboxState, Op, Result, MailboxData>;
 
 export function mailboxFormat(limits: Limits): MailboxFormat {
   return {
@@ -40,13 +41,13 @@ export function mailboxFormat(limits: Limits): MailboxFormat {
     fromData: (data) => MailboxState.fromData(data, limits),
     toData: (state) => state.toData(),
     apply: (state, op) => state.apply(op),
-    changes: (result) => ('outcome' in result ? result.outcome === 'stored' : result.acknowledged > 0),
+    changes: (result) => ('outcome' in result ? result.outcome === 'stored' : 'notice' in result ? result.notice : result.acknowledged > 0),
   };
 }
 
 export class Mailbox {
   private constructor(
-    private readonly journal: JournalStore<MailboxState, Op, StoreOutcome | AckCounts, MailboxData>,
+    private readonly journal: JournalStore<MailboxState, Op, Result, MailboxData>,
     private readonly now: () => number,
   ) {}
 
@@ -78,6 +79,30 @@ export class Mailbox {
     if (receipts.length === 0) return { acknowledged: 0, already_acknowledged: 0, unknown: 0 };
     const op: Op = { op: 'ack', at: this.now(), receipts: receipts.map((r) => ({ sender: r.sender, msg_id: r.msg_id })) };
     return (await this.journal.submit(op)) as AckCounts;
+  }
+
+  /** What a notifier decides from: the reservation and the messages that deserve a notice. */
+  async noticeState(): Promise<{ reservation: Reservation | undefined; attention: string[] }> {
+    return this.journal.read((state) => ({ reservation: state.notice && structuredClone(state.notice), attention: state.attention() }));
+  }
+
+  /** Makes the session's notice reservation; durable before the notice is handed to the host. */
+  async reserveNotice(id: string, attempt: number, covered: readonly string[]): Promise<void> {
+    const receipts = covered.map((key) => {
+      const [sender = '', msg_id = ''] = key.split(' ');
+      return { sender, msg_id };
+    });
+    await this.journal.submit({ op: 'notice_reserve', at: this.now(), id, attempt, covered: receipts });
+  }
+
+  /** Records what became of a notice (inbox_queued, notification_sent, …) on the messages it covered. */
+  async recordNoticeOutcome(id: string, state: NoticeOutcome): Promise<void> {
+    await this.journal.submitLazily({ op: 'notice_outcome', at: this.now(), id, state });
+  }
+
+  /** Forgets the reservation, so the next reconciliation may notify again at once. */
+  async resetNotice(): Promise<void> {
+    await this.journal.submit({ op: 'notice_reset', at: this.now() });
   }
 
   /** Current unread messages, non-progress first; consumes nothing. */

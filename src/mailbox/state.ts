@@ -3,11 +3,16 @@
  * No I/O. Applying the same operations in the same order always gives the same state,
  * which is what lets the journal be replayed after a crash.
  */
-import type { AckOp, MailboxData, Op, RecordState, StoreOp, StoredRecord, Tombstone } from './format.js';
+import type { AckOp, MailboxData, NoticeOutcomeOp, NoticeReserveOp, Op, RecordState, Reservation, StoreOp, StoredRecord, Tombstone } from './format.js';
 import { type Limits, RETENTION_MS, admit, isProgress, supersede, supersessionKey } from './rules.js';
 import { MAX_PAST_MS } from '../gate/decide.js';
 
 export type StoreOutcome = { outcome: 'stored'; record: StoredRecord } | { outcome: 'duplicate' } | { outcome: 'full'; reason: 'records' | 'bytes' };
+
+/** Whether a notice op changed anything (and so must be journaled). */
+export interface NoticeChange {
+  notice: boolean;
+}
 
 export interface AckCounts {
   acknowledged: number;
@@ -52,6 +57,7 @@ export class MailboxState {
    * store skips the scan that would find nothing: pruning stays O(1) per arrival.
    */
   private pruneNotBefore = -Infinity;
+  private reservation: Reservation | undefined;
 
   constructor(readonly limits: Limits) {}
 
@@ -60,11 +66,12 @@ export class MailboxState {
     state.nextSeq = data.next_seq;
     for (const record of data.records) state.insert(record);
     for (const t of data.tombstones) state.tombstones.set(receiptKey(t.sender, t.msg_id), t);
+    state.reservation = data.notice ?? undefined;
     return state;
   }
 
   toData(): MailboxData {
-    return { next_seq: this.nextSeq, records: [...this.records.values()], tombstones: [...this.tombstones.values()] };
+    return { next_seq: this.nextSeq, records: [...this.records.values()], tombstones: [...this.tombstones.values()], notice: this.reservation ?? null };
   }
 
   get stats(): { records: number; unread: number; bytes: number; tombstones: number } {
@@ -85,8 +92,62 @@ export class MailboxState {
     return this.records.values();
   }
 
-  apply(op: Op): StoreOutcome | AckCounts {
-    return op.op === 'store' ? this.store(op) : this.acknowledge(op);
+  apply(op: Op): StoreOutcome | AckCounts | NoticeChange {
+    switch (op.op) {
+      case 'store':
+        return this.store(op);
+      case 'ack':
+        return this.acknowledge(op);
+      case 'notice_reserve':
+        return this.reserveNotice(op);
+      case 'notice_outcome':
+        return this.recordNoticeOutcome(op);
+      case 'notice_reset': {
+        const had = this.reservation !== undefined;
+        this.reservation = undefined;
+        return { notice: had };
+      }
+    }
+  }
+
+  /** The current notice reservation, if one is outstanding. */
+  get notice(): Reservation | undefined {
+    return this.reservation;
+  }
+
+  /** Receipt keys of unread messages that deserve a notice (everything but progress). */
+  attention(): string[] {
+    const keys: string[] = [];
+    for (const [key, record] of this.records) if (isUnread(record) && !isProgress(record.envelope)) keys.push(key);
+    return keys;
+  }
+
+  private reserveNotice(op: NoticeReserveOp): NoticeChange {
+    this.reservation = { id: op.id, at: op.at, attempt: op.attempt, covered: op.covered.map((r) => receiptKey(r.sender, r.msg_id)) };
+    return { notice: true };
+  }
+
+  /** Records the notice's fate on the covered messages that are still unread. */
+  private recordNoticeOutcome(op: NoticeOutcomeOp): NoticeChange {
+    if (this.reservation?.id !== op.id) return { notice: false };
+    let changed = false;
+    for (const key of this.reservation.covered) {
+      const record = this.records.get(key);
+      if (record === undefined || !isUnread(record)) continue;
+      record.states.push({ state: op.state, at: op.at });
+      changed = true;
+    }
+    return { notice: changed };
+  }
+
+  /** A reservation ends once everything it covered is acknowledged, superseded or gone. */
+  private releaseNoticeIfDone(): void {
+    if (this.reservation === undefined) return;
+    const open = this.reservation.covered.some((key) => {
+      const record = this.records.get(key);
+      return record !== undefined && isUnread(record);
+    });
+    if (!open) this.reservation = undefined;
   }
 
   store(op: StoreOp): StoreOutcome {
@@ -106,6 +167,7 @@ export class MailboxState {
     };
     this.applySupersession(record);
     this.insert(record);
+    this.releaseNoticeIfDone();
     return { outcome: 'stored', record };
   }
 
@@ -128,6 +190,7 @@ export class MailboxState {
       this.becamePrunable(record);
       counts.acknowledged++;
     }
+    this.releaseNoticeIfDone();
     return counts;
   }
 

@@ -9,6 +9,7 @@ import { z } from 'zod';
 import type { Agent } from '../agent/agent.js';
 import { InterlinkError } from '../errors.js';
 import { log } from '../log.js';
+import type { NoticeSink } from '../notices/notifier.js';
 import { TOOLS } from './tools.js';
 
 export const SERVER_NAME = 'interlink';
@@ -33,8 +34,14 @@ function jsonSchema(schema: z.ZodObject): { type: 'object'; [key: string]: unkno
   return { ...rest, type: 'object' };
 }
 
-export function createServer(agent: Agent, version: string): Server {
-  const server = new Server({ name: SERVER_NAME, version }, { capabilities: { tools: {} }, instructions: INSTRUCTIONS });
+/**
+ * With `channels`, the server declares Claude Code's `claude/channel` capability and
+ * notices go out as channel notifications (never in Codex mode). Claude gives no receipt
+ * for them: a sent notification is `notification_sent`, nothing more.
+ */
+export function createServer(agent: Agent, version: string, options: { channels?: boolean } = {}): Server {
+  const capabilities = options.channels === true ? { tools: {}, experimental: { 'claude/channel': {} } } : { tools: {} };
+  const server = new Server({ name: SERVER_NAME, version }, { capabilities, instructions: INSTRUCTIONS });
   const byName = new Map(TOOLS.map((t) => [t.name, t]));
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
     tools: TOOLS.map((t) => ({ name: t.name, description: t.description, inputSchema: jsonSchema(t.input) })),
@@ -57,4 +64,18 @@ export function createServer(agent: Agent, version: string): Server {
     }
   });
   return server;
+}
+
+/** Notices as Claude channel notifications; meta keys are identifiers, as Claude requires. */
+export function channelSink(server: Server): NoticeSink {
+  return {
+    name: 'claude-channel',
+    deliver: async (notice, text) => {
+      await server.notification({
+        method: 'notifications/claude/channel',
+        params: { content: text, meta: { notification_id: notice.notification_id, count: String(notice.count) } },
+      });
+      return 'notification_sent';
+    },
+  };
 }

@@ -60,11 +60,11 @@ export const TOOLS: ToolDefinition[] = [
     z
       .object({
         notification_id: z.string().optional().describe('from the notice that woke you; advisory'),
-        reset_notification: z.boolean().optional(),
+        reset_notification: z.boolean().optional().describe('forget the current notice so the next one can come at once'),
         limit: z.number().int().min(1).max(100).optional().describe('default 20'),
       })
       .strict(),
-    (agent, args) => agent.receive(args.limit),
+    (agent, args) => agent.receive(args.limit, args.reset_notification === true),
   ),
   tool(
     'acknowledge_messages',

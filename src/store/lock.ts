@@ -225,3 +225,20 @@ export async function withFileLock<T>(file: string, fn: () => Promise<T>, option
     if (queues.get(lockPath) === run) queues.delete(lockPath);
   }
 }
+
+/**
+ * Takes `<file>.lock` and keeps it until the returned release is called (or the process
+ * dies, after which the next taker recovers it). For locks held for a process's
+ * lifetime, such as the notifier's; short critical sections use withFileLock.
+ * Throws `busy` if a live holder keeps it past `timeoutMs` (0: try once).
+ */
+export async function holdFileLock(file: string, timeoutMs: number): Promise<() => void> {
+  const lockPath = `${file}.lock`;
+  await acquire(lockPath, timeoutMs);
+  let released = false;
+  return () => {
+    if (released) return;
+    released = true;
+    releaseLock(lockPath);
+  };
+}

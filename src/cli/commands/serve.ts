@@ -12,7 +12,7 @@ import { resolveSessionId } from '../../agent/session.js';
 import { keyPath, peersPath, stateDir } from '../../config/paths.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
 import { log } from '../../log.js';
-import { createServer } from '../../mcp/server.js';
+import { channelSink, createServer } from '../../mcp/server.js';
 import { expectPositionals, parse } from '../args.js';
 
 export const serveHelp = `usage: interlink-mcp serve [--session ID]
@@ -64,7 +64,9 @@ export async function serve(argv: readonly string[]): Promise<void> {
     presence: { name: personName(), cwd, gitRoot: gitRoot(cwd), summary: '' },
   });
   log.info('serving', { session, source, identity: identity.key, relays: urls });
-  const server = createServer(agent, packageVersion());
+  const channels = process.env.INTERLINK_CHANNELS === '1';
+  const server = createServer(agent, packageVersion(), { channels });
+  if (channels) agent.startNotices(channelSink(server));
   const transport = new StdioServerTransport();
 
   let closing: Promise<void> | undefined;

@@ -1,0 +1,119 @@
+/**
+ * Wakes the host when attention-worthy messages are unread, on the schedule of
+ * schedule.ts. One notifier per session wakes the host: it holds the session's notifier
+ * lock (`<mailbox>.notifier.lock`); other MCP processes of the session keep trying to
+ * take it, so one of them carries on if the holder dies.
+ *
+ * A pass: read the reservation and the unread messages, decide; to notify, first commit
+ * the reservation (so a crash cannot cause a notice storm), then hand the notice to the
+ * host sink, then record what happened on the messages it covered. A startup pass and a
+ * one-second reconciliation loop recover lost notices and interrupted handoffs.
+ */
+import { randomBytes } from 'node:crypto';
+import { isInterlinkError } from '../errors.js';
+import { log } from '../log.js';
+import type { NoticeOutcome } from '../mailbox/format.js';
+import type { Mailbox } from '../mailbox/mailbox.js';
+import { holdFileLock } from '../store/lock.js';
+import { renderNotice, type Notice } from './notice.js';
+import { decideNotice } from './schedule.js';
+
+/** Where notices go: the Claude inbox, a Claude channel, or (later) `codex queue`. */
+export interface NoticeSink {
+  readonly name: string;
+  /** Hands the notice over; returns the state to record, or throws (recorded as delivery_failed). */
+  deliver(notice: Notice, text: string): Promise<NoticeOutcome>;
+}
+
+export interface NotifierOptions {
+  mailbox: Mailbox;
+  session: string;
+  sink: NoticeSink;
+  /** A short name for a sender key (petname, or a fingerprint). */
+  senderName: (key: string) => Promise<string>;
+  intervalMs?: number;
+  now?: () => number;
+}
+
+const RECONCILE_MS = 1_000;
+
+export class Notifier {
+  private timer: NodeJS.Timeout | undefined;
+  private release: (() => void) | undefined;
+  private running: Promise<void> | undefined;
+  private again = false;
+  private stopped = false;
+
+  constructor(private readonly options: NotifierOptions) {}
+
+  start(): void {
+    this.timer = setInterval(() => this.kick(), this.options.intervalMs ?? RECONCILE_MS);
+    this.timer.unref();
+    this.kick();
+  }
+
+  /** Runs a pass soon (after a store or an acknowledgement). Passes never overlap. */
+  kick(): void {
+    void this.reconcile();
+  }
+
+  /** Runs a pass now, or after the one under way; resolves when it is done. */
+  reconcile(): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    if (this.running) {
+      this.again = true;
+      return this.running;
+    }
+    this.running = this.pass()
+      .catch((err: unknown) => log.warn('notifier_pass_failed', { session: this.options.session, error: (err as Error).message }))
+      .finally(() => {
+        this.running = undefined;
+        if (this.again) {
+          this.again = false;
+          this.kick();
+        }
+      });
+    return this.running;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    await this.running;
+    this.release?.();
+    this.release = undefined;
+  }
+
+  private async holdsLock(): Promise<boolean> {
+    if (this.release) return true;
+    try {
+      this.release = await holdFileLock(`${this.options.mailbox.path}.notifier`, 0);
+      return true;
+    } catch (err) {
+      if (isInterlinkError(err, 'busy')) return false;
+      throw err;
+    }
+  }
+
+  private async pass(): Promise<void> {
+    if (!(await this.holdsLock())) return;
+    const { mailbox, sink, session } = this.options;
+    const now = (this.options.now ?? Date.now)();
+    const { reservation, attention } = await mailbox.noticeState();
+    const decision = decideNotice({ now, attention, reservation });
+    if (decision.action !== 'reserve') return;
+    const id = `n-${randomBytes(8).toString('hex')}`;
+    await mailbox.reserveNotice(id, decision.attempt, decision.covered);
+    const senderKeys = [...new Set(decision.covered.map((key) => key.split(' ')[0] ?? ''))];
+    const senders = await Promise.all(senderKeys.map((key) => this.options.senderName(key)));
+    const notice: Notice = { notification_id: id, session, count: decision.covered.length, senders, at: now };
+    let outcome: NoticeOutcome;
+    try {
+      outcome = await sink.deliver(notice, renderNotice(notice));
+    } catch (err) {
+      log.warn('notice_failed', { sink: sink.name, session, notification_id: id, error: (err as Error).message });
+      outcome = 'delivery_failed';
+    }
+    await mailbox.recordNoticeOutcome(id, outcome);
+  }
+}

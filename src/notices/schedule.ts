@@ -1,0 +1,38 @@
+/**
+ * When to wake the host (seed 003, "Shared inbox and consumption"), as a pure function.
+ *
+ * There is one notice reservation per session. A reservation covers the attention-worthy
+ * unread messages (everything but progress) at the time it is made, and holds for 30 s;
+ * while attention-worthy messages remain unread, the next reservations follow after 60,
+ * 120, 240 and then at most 300 s. Messages that arrive while a reservation is
+ * outstanding wait for it (a host may already be reading them). A reservation ends when
+ * everything it covered is acknowledged or superseded; the next one starts the
+ * schedule again.
+ */
+
+/** How long reservation number `attempt` (0 = the first) holds before the next may be made. */
+export function holdFor(attempt: number): number {
+  const steps = [30_000, 60_000, 120_000, 240_000];
+  return attempt < steps.length ? steps[attempt]! : 300_000;
+}
+
+export interface Reservation {
+  id: string;
+  at: number;
+  attempt: number;
+  /** receipt keys (`<sender> <msg_id>`) the reservation's notice pointed at. */
+  covered: readonly string[];
+}
+
+export type NoticeDecision = { action: 'wait'; until?: number } | { action: 'reserve'; attempt: number; covered: string[] };
+
+export function decideNotice(input: { now: number; attention: readonly string[]; reservation: Reservation | undefined }): NoticeDecision {
+  const { now, attention, reservation } = input;
+  if (attention.length === 0) return { action: 'wait' };
+  if (reservation !== undefined) {
+    const until = reservation.at + holdFor(reservation.attempt);
+    if (now < until) return { action: 'wait', until };
+    return { action: 'reserve', attempt: reservation.attempt + 1, covered: [...attention] };
+  }
+  return { action: 'reserve', attempt: 0, covered: [...attention] };
+}
