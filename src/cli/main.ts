@@ -10,6 +10,7 @@ import { peers, peersHelp } from './commands/peers.js';
 import { relay, relayHelp } from './commands/relay.js';
 import { serve, serveHelp } from './commands/serve.js';
 import { inbox, inboxHelp, status, statusHelp } from './commands/status.js';
+import { wait, waitHelp } from './commands/wait.js';
 
 const EXIT_FAILURE = 1;
 const EXIT_USAGE = 64;
@@ -29,6 +30,7 @@ const commands: Record<string, Command> = {
   inbox: { run: inbox, help: inboxHelp, summary: 'messages in the mailboxes and their states (reads only)' },
   relay: { run: relay, help: relayHelp, summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR for durable queues)' },
   demo: { run: demo, help: demoHelp, summary: 'show a signed message go through the gate into a mailbox' },
+  wait: { run: wait, help: waitHelp, summary: "Claude's Stop-hook listener: exit 2 with this session's notices on stderr" },
 };
 
 function usage(): string {

@@ -206,9 +206,9 @@ function releaseLock(lockPath: string): void {
 
 const queues = new Map<string, Promise<unknown>>();
 
-/** Runs `fn` while holding the sidecar lock of `file` (`<file>.lock`). */
-export async function withFileLock<T>(file: string, fn: () => Promise<T>, options: { timeoutMs?: number } = {}): Promise<T> {
-  const lockPath = `${file}.lock`;
+/** Runs `fn` while holding the sidecar lock of `file` (`<file>.lock`, unless `lockPath` names another). */
+export async function withFileLock<T>(file: string, fn: () => Promise<T>, options: { timeoutMs?: number; lockPath?: string } = {}): Promise<T> {
+  const lockPath = options.lockPath ?? `${file}.lock`;
   const previous = queues.get(lockPath) ?? Promise.resolve();
   const run = previous.catch(() => undefined).then(async () => {
     await acquire(lockPath, options.timeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS);

@@ -13,6 +13,7 @@ import { keyPath, peersPath, stateDir } from '../../config/paths.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
 import { log } from '../../log.js';
 import { channelSink, createServer } from '../../mcp/server.js';
+import { inboxSink } from '../../notices/sinks.js';
 import { expectPositionals, parse } from '../args.js';
 
 export const serveHelp = `usage: interlink-mcp serve [--session ID]
@@ -66,7 +67,7 @@ export async function serve(argv: readonly string[]): Promise<void> {
   log.info('serving', { session, source, identity: identity.key, relays: urls });
   const channels = process.env.INTERLINK_CHANNELS === '1';
   const server = createServer(agent, packageVersion(), { channels });
-  if (channels) agent.startNotices(channelSink(server));
+  agent.startNotices(channels ? channelSink(server) : inboxSink(state, session));
   const transport = new StdioServerTransport();
 
   let closing: Promise<void> | undefined;

@@ -1,0 +1,264 @@
+/**
+ * `interlink-mcp wait`: Claude's async Stop-hook listener (seed 003, "Claude default:
+ * inbox and Stop listener"). Claude starts it after every turn with `asyncRewake`; exit 2
+ * wakes the session and shows it this process's stderr.
+ *
+ * What it guarantees:
+ * - Exit 2 only after notices (or the renewal notice) were written to stderr and the write
+ *   completed; for notices, the cursor is then committed past exactly the lines shown.
+ * - Exit 0 for everything else: channel mode, another live listener on the session,
+ *   SIGTERM/SIGINT/SIGHUP, and every failure of its own (logged as one JSON line). A
+ *   failing asyncRewake hook must never wake Claude, or each wake would start a loop.
+ * - Bad arguments are its own failure too: logged, exit 0 (CONTRACT: 2 or 0, nothing else).
+ * - Right before exit 2 it prints WAKE_MARKER on stdout for the plugin's hook wrapper.
+ * - At most one listener per session waits (`inbox/<session>.lock`, never waited for);
+ *   a killed listener's lock is broken by the next one, which loses nothing.
+ * - While idle it sleeps on an inotify-style watch of the inbox directory, with a slow
+ *   poll as a safety net; no busy loop.
+ */
+import { watch, type FSWatcher } from 'node:fs';
+import { basename } from 'node:path';
+import { z } from 'zod';
+import { checkSafeName, stateDir, unsafeNameReason, type Env } from '../../config/paths.js';
+import { InterlinkError } from '../../errors.js';
+import { log } from '../../log.js';
+import { commitCursor, inboxPaths, readInboxBatch, withListenerLock } from '../../notices/inbox.js';
+import { expectPositionals, parse } from '../args.js';
+
+const EXIT_QUIET = 0;
+const EXIT_WAKE = 2;
+const DEFAULT_RENEW_AFTER_SECS = 3000;
+const MAX_RENEW_AFTER_SECS = 3000;
+/** How often the inbox is looked at even if the watch said nothing. */
+const SAFETY_POLL_MS = 2_000;
+/** The hook hands over its JSON at once; never wait on stdin longer than this. */
+const STDIN_BOUND_MS = 1_000;
+const STDIN_MAX_BYTES = 8 * 1024 * 1024;
+const DEFAULT_SESSION = 'main';
+
+export const RENEWAL_NOTICE = [
+  'Interlink: no messages are waiting. The background listener that wakes this session',
+  'when a message arrives must be renewed before its hook times out. Nothing else needs',
+  'doing: end this turn now (a one-line reply is enough) and the Stop hook starts a',
+  'fresh listener.',
+].join('\n');
+
+export const waitHelp = `usage: interlink-mcp wait [--session ID] [--renew-after-secs N]
+
+Claude's async Stop-hook listener (asyncRewake). Waits for notices in this session's
+inbox, writes them to stderr and exits 2, which wakes Claude. After N idle seconds
+(1-3000, default 3000) it writes a renewal notice and exits 2 so Stop re-arms it
+before the hook's one-hour timeout. Exits 0 without output when INTERLINK_CHANNELS=1,
+when another listener already waits for the session, and on its own errors.
+Session: --session, INTERLINK_SESSION, the Stop payload's session_id on stdin, else main.`;
+
+type Outcome = 'delivered' | 'renewed' | 'busy' | 'disabled' | 'terminated';
+
+function renewAfterMs(value: string | boolean | undefined): number {
+  if (value === undefined) return DEFAULT_RENEW_AFTER_SECS * 1000;
+  const secs = typeof value === 'string' && /^[0-9]{1,4}$/.test(value) ? Number(value) : NaN;
+  if (!(secs >= 1 && secs <= MAX_RENEW_AFTER_SECS)) {
+    throw new InterlinkError('usage', `--renew-after-secs takes a whole number of seconds from 1 to ${MAX_RENEW_AFTER_SECS}`);
+  }
+  return secs * 1000;
+}
+
+function sessionFlag(value: string | boolean | undefined): string | undefined {
+  if (typeof value !== 'string') return undefined;
+  const reason = unsafeNameReason(value);
+  if (reason !== undefined) throw new InterlinkError('usage', `--session ${JSON.stringify(value.slice(0, 40))} is not allowed: ${reason}`);
+  return value;
+}
+
+/** Reads stdin until it ends, holds a whole JSON document, or the bound passes. */
+function readStdinBounded(): Promise<string> {
+  const stdin = process.stdin;
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let bytes = 0;
+    const finish = (): void => {
+      clearTimeout(timer);
+      stdin.off('data', onData).off('end', finish).off('error', finish);
+      stdin.destroy();
+      resolve(bytes > STDIN_MAX_BYTES ? '' : Buffer.concat(chunks).toString('utf8'));
+    };
+    const onData = (chunk: Buffer): void => {
+      chunks.push(chunk);
+      bytes += chunk.length;
+      if (bytes > STDIN_MAX_BYTES || (chunk.toString('utf8').trimEnd().endsWith('}') && parsesAsJson(Buffer.concat(chunks).toString('utf8')))) finish();
+    };
+    const timer = setTimeout(finish, STDIN_BOUND_MS);
+    stdin.on('data', onData).on('end', finish).on('error', finish);
+  });
+}
+
+function parsesAsJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const stopPayloadSchema = z.object({ session_id: z.string().min(1) });
+
+/** The Stop payload's `session_id`, when stdin carries a usable one. */
+async function sessionFromStopPayload(): Promise<string | undefined> {
+  if (process.stdin.isTTY) return undefined;
+  const text = await readStdinBounded();
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const parsed = stopPayloadSchema.safeParse(data);
+  if (!parsed.success) return undefined;
+  const reason = unsafeNameReason(parsed.data.session_id);
+  if (reason === undefined) return parsed.data.session_id;
+  log.warn('listener_payload_session_unusable', { reason });
+  return undefined;
+}
+
+async function resolveSession(flag: string | undefined, env: Env): Promise<string> {
+  if (flag !== undefined) return flag;
+  const fromEnv = env.INTERLINK_SESSION;
+  if (fromEnv !== undefined && fromEnv !== '') return checkSafeName(fromEnv, 'session id');
+  return (await sessionFromStopPayload()) ?? DEFAULT_SESSION;
+}
+
+/** Resolves once the write reached the OS, so exiting afterwards loses nothing. */
+function writeStderr(text: string): Promise<void> {
+  return new Promise((resolve, reject) => process.stderr.write(text, (err) => (err ? reject(err) : resolve())));
+}
+
+/** A one-slot doorbell: a ring while nobody waits is kept for the next wait. */
+class Doorbell {
+  private rung = false;
+  private waiter: (() => void) | undefined;
+
+  ring(): void {
+    this.rung = true;
+    this.waiter?.();
+  }
+
+  next(): Promise<void> {
+    return new Promise((resolve) => {
+      this.waiter = () => {
+        this.waiter = undefined;
+        this.rung = false;
+        resolve();
+      };
+      if (this.rung) this.waiter();
+    });
+  }
+}
+
+function watchInbox(dir: string, file: string, bell: Doorbell): FSWatcher | undefined {
+  const name = basename(file);
+  try {
+    const watcher = watch(dir, (_event, changed) => {
+      if (changed === null || String(changed) === name) bell.ring();
+    });
+    watcher.on('error', (err) => {
+      log.warn('listener_watch_failed', { dir, message: err.message });
+      watcher.close();
+    });
+    return watcher;
+  } catch (err) {
+    log.warn('listener_watch_failed', { dir, message: (err as Error).message });
+    return undefined;
+  }
+}
+
+/** Holding the listener lock: hands over the next batch, or waits until there is one. */
+async function listen(state: string, session: string, renewMs: number, stop: AbortSignal): Promise<Outcome> {
+  const paths = inboxPaths(state, session);
+  const bell = new Doorbell();
+  let renewDue = false;
+  let announced = false;
+  // The watch starts before the first read, so an append in between still rings.
+  const watcher = watchInbox(paths.dir, paths.file, bell);
+  const poll = setInterval(() => bell.ring(), SAFETY_POLL_MS);
+  const renew = setTimeout(() => {
+    renewDue = true;
+    bell.ring();
+  }, renewMs);
+  const onStop = (): void => bell.ring();
+  stop.addEventListener('abort', onStop);
+  try {
+    for (;;) {
+      if (stop.aborted) return 'terminated';
+      const batch = await readInboxBatch(state, session);
+      if (batch.records.length > 0) {
+        await writeStderr(batch.text + '\n');
+        await commitCursor(state, session, batch.endOffset);
+        return 'delivered';
+      }
+      // Only invalid lines: consume them so they are not read again.
+      if (batch.endOffset !== batch.startOffset) await commitCursor(state, session, batch.endOffset);
+      if (renewDue) {
+        await writeStderr(RENEWAL_NOTICE + '\n');
+        return 'renewed';
+      }
+      if (!announced) log.debug('listener_waiting', { session, pid: process.pid });
+      announced = true;
+      await bell.next();
+    }
+  } finally {
+    watcher?.close();
+    clearInterval(poll);
+    clearTimeout(renew);
+    stop.removeEventListener('abort', onStop);
+  }
+}
+
+async function run(flagSession: string | undefined, renewMs: number, stop: AbortSignal): Promise<Outcome> {
+  if (process.env.INTERLINK_CHANNELS === '1') return 'disabled';
+  const session = await resolveSession(flagSession, process.env);
+  if (stop.aborted) return 'terminated';
+  const held = await withListenerLock(stateDir(), session, () => listen(stateDir(), session, renewMs, stop));
+  return held.held ? held.value : 'busy';
+}
+
+/** A first signal stops the wait cleanly (lock released); a second one exits at once. */
+function stopOnSignals(): AbortSignal {
+  const controller = new AbortController();
+  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
+    process.on(signal, () => {
+      if (controller.signal.aborted) process.exit(EXIT_QUIET);
+      controller.abort();
+    });
+  }
+  return controller.signal;
+}
+
+/**
+ * Printed on stdout right before exit 2, after the notices were flushed to stderr. The
+ * plugin's hook wrapper passes status 2 on only when it saw this line, so a launcher
+ * failure that happens to exit 2 cannot start a wake loop. (Claude shows stderr, not
+ * stdout, when stderr has text.)
+ */
+export const WAKE_MARKER = 'INTERLINK_NOTICES';
+
+export async function wait(argv: readonly string[]): Promise<void> {
+  const stop = stopOnSignals();
+  let code = EXIT_QUIET;
+  try {
+    // Even a bad argument exits 0: a hook that fails must not wake Claude (CONTRACT).
+    const args = parse(argv, { session: { type: 'string' }, 'renew-after-secs': { type: 'string' } });
+    expectPositionals(args, 0, 'interlink-mcp wait [--session ID] [--renew-after-secs N]');
+    const renewMs = renewAfterMs(args.values['renew-after-secs']);
+    const flagSession = sessionFlag(args.values.session);
+    const outcome = await run(flagSession, renewMs, stop);
+    if (outcome === 'delivered' || outcome === 'renewed') {
+      await new Promise<void>((resolve) => process.stdout.write(`${WAKE_MARKER}\n`, () => resolve()));
+      code = EXIT_WAKE;
+    }
+  } catch (err) {
+    const fields = err instanceof InterlinkError ? { code: err.code, message: err.message } : { message: err instanceof Error ? err.message : String(err) };
+    log.error('listener_failed', fields);
+  }
+  process.exit(code);
+}

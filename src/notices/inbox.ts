@@ -1,0 +1,350 @@
+/**
+ * The Claude listener inbox (seed 003, "Claude default: inbox and Stop listener"):
+ * `inbox/<session>.jsonl` under the state root holds one JSON record per line; the MCP
+ * server's notifier appends, `interlink-mcp wait` reads from the byte offset kept in
+ * `inbox/<session>.cursor`.
+ *
+ * What it guarantees:
+ * - Writers take `<session>.io-lock` (a name no other session's listener lock can have). Each first cuts back a partial final line left by a
+ *   writer that died mid-append, so the file is always complete lines plus at most one
+ *   partial tail, and a partial line is never glued to the next record.
+ * - `appendInboxRecord` resolves only once its line is complete and fdatasynced.
+ * - Readers return complete lines only and never consume a partial tail; a complete line
+ *   that is not a valid record is skipped but consumed, so it cannot wedge the inbox.
+ * - The cursor is replaced atomically and names the byte just after the last line
+ *   returned, so a record appended while a batch was being read is never skipped.
+ * - A damaged or implausible cursor reads as 0: re-showing notices beats losing them.
+ * - The cursor belongs to the listener: call `readInboxBatch` and `commitCursor` while
+ *   holding `withListenerLock` (`<session>.lock`), which at most one listener holds.
+ */
+import { constants } from 'node:fs';
+import { mkdir, open, readFile, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import { z } from 'zod';
+import { checkSafeName } from '../config/paths.js';
+import { asStorageError, errnoCode, InterlinkError, isInterlinkError } from '../errors.js';
+import { log } from '../log.js';
+import { fsyncDirectory, writeFileAtomic } from '../store/atomic.js';
+import { describeSchemaError, moveAside } from '../store/json-store.js';
+import { withFileLock } from '../store/lock.js';
+
+export const NOTICE_TEXT_MAX_BYTES = 12 * 1024;
+export const INBOX_BATCH_MAX_RECORDS = 64;
+export const INBOX_BATCH_MAX_BYTES = 256 * 1024;
+/** Far beyond any record written here; a longer line is damage and is skipped unread. */
+const MAX_LINE_BYTES = 1024 * 1024;
+const READ_CHUNK_BYTES = 64 * 1024;
+const NEWLINE = 0x0a;
+
+const noticeRecordSchema = z.object({
+  v: z.literal(1),
+  kind: z.literal('notice'),
+  notification_id: z.string().min(1).max(256),
+  session: z.string().min(1),
+  count: z.number().int().nonnegative(),
+  at: z.number().int().nonnegative(),
+  text: z.string().refine((text) => Buffer.byteLength(text, 'utf8') <= NOTICE_TEXT_MAX_BYTES, {
+    message: `longer than ${NOTICE_TEXT_MAX_BYTES} bytes`,
+  }),
+});
+
+/** One inbox line. Discriminated on `kind` so later kinds can join; only notices exist now. */
+export const inboxRecordSchema = z.discriminatedUnion('kind', [noticeRecordSchema]);
+export type InboxRecord = z.infer<typeof inboxRecordSchema>;
+
+const cursorSchema = z.object({ offset: z.number().int().nonnegative() });
+
+export interface InboxPaths {
+  dir: string;
+  file: string;
+  cursor: string;
+  /** The listener's exclusive lock. */
+  lock: string;
+  /** Serializes writers (and their tail repair). */
+  ioLock: string;
+}
+
+export function inboxPaths(stateDir: string, session: string): InboxPaths {
+  checkSafeName(session, 'session id');
+  const dir = join(stateDir, 'inbox');
+  return {
+    dir,
+    file: join(dir, `${session}.jsonl`),
+    cursor: join(dir, `${session}.cursor`),
+    lock: join(dir, `${session}.lock`),
+    ioLock: join(dir, `${session}.io-lock`),
+  };
+}
+
+/** `withFileLock` takes the file a lock guards and adds `.lock` itself. */
+function lockTarget(lockFile: string): string {
+  return lockFile.slice(0, -'.lock'.length);
+}
+
+/**
+ * Runs `fn` holding the session's listener lock, without waiting for it: when a live
+ * process holds it, resolves `{held: false}` at once. A dead holder's lock is broken.
+ */
+export async function withListenerLock<T>(stateDir: string, session: string, fn: () => Promise<T>): Promise<{ held: true; value: T } | { held: false }> {
+  const paths = inboxPaths(stateDir, session);
+  let entered = false;
+  try {
+    const value = await withFileLock(
+      lockTarget(paths.lock),
+      () => {
+        entered = true;
+        return fn();
+      },
+      { timeoutMs: 0 },
+    );
+    return { held: true, value };
+  } catch (err) {
+    if (!entered && isInterlinkError(err, 'busy')) return { held: false };
+    throw err;
+  }
+}
+
+function encodeRecord(session: string, record: InboxRecord): Buffer {
+  const parsed = inboxRecordSchema.safeParse(record);
+  if (!parsed.success) {
+    const tooLarge = parsed.error.issues.some((issue) => issue.path[0] === 'text' && issue.code === 'custom');
+    throw new InterlinkError(tooLarge ? 'too_large' : 'usage', `inbox record refused: ${describeSchemaError(parsed.error)}`);
+  }
+  if (parsed.data.session !== session) {
+    throw new InterlinkError('usage', `inbox record for session ${JSON.stringify(parsed.data.session)} refused by the inbox of ${JSON.stringify(session)}`);
+  }
+  return Buffer.from(JSON.stringify(parsed.data) + '\n', 'utf8');
+}
+
+/** Length of the file's complete lines: everything up to and including its last newline. */
+async function completeLength(handle: FileHandle, size: number): Promise<number> {
+  const buf = Buffer.alloc(Math.min(READ_CHUNK_BYTES, size));
+  let end = size;
+  while (end > 0) {
+    const start = Math.max(0, end - buf.length);
+    const { bytesRead } = await handle.read(buf, 0, end - start, start);
+    const newline = buf.subarray(0, bytesRead).lastIndexOf(NEWLINE);
+    if (newline >= 0) return start + newline + 1;
+    end = start;
+  }
+  return 0;
+}
+
+async function writeAll(handle: FileHandle, data: Buffer): Promise<void> {
+  let written = 0;
+  while (written < data.length) {
+    const { bytesWritten } = await handle.write(data, written, data.length - written);
+    written += bytesWritten;
+  }
+}
+
+async function appendLine(paths: InboxPaths, line: Buffer): Promise<void> {
+  await mkdir(paths.dir, { recursive: true });
+  const handle = await open(paths.file, constants.O_RDWR | constants.O_APPEND | constants.O_CREAT, 0o600);
+  let size: number;
+  try {
+    size = (await handle.stat()).size;
+    const complete = await completeLength(handle, size);
+    if (complete < size) {
+      await handle.truncate(complete);
+      log.warn('inbox_tail_repaired', { file: paths.file, dropped_bytes: size - complete });
+    }
+    try {
+      await writeAll(handle, line);
+    } catch (err) {
+      // Leave no partial line behind when we can; the next writer repairs it otherwise.
+      await handle.truncate(complete).catch(() => undefined);
+      throw err;
+    }
+    await handle.datasync();
+  } finally {
+    await handle.close();
+  }
+  // A new (or emptied) file: make its directory entry durable too.
+  if (size === 0) await fsyncDirectory(paths.dir);
+}
+
+/**
+ * Appends one record as one line. Durable when it resolves: the line is complete and
+ * fdatasynced (and a new file's directory entry synced), so the notifier may report
+ * `inbox_queued`. Creates the inbox directory on first use.
+ */
+export async function appendInboxRecord(stateDir: string, session: string, record: InboxRecord): Promise<void> {
+  const paths = inboxPaths(stateDir, session);
+  const line = encodeRecord(session, record);
+  await withFileLock(paths.file, async () => {
+    try {
+      await appendLine(paths, line);
+    } catch (err) {
+      throw asStorageError(err, paths.file);
+    }
+  }, { lockPath: paths.ioLock });
+}
+
+async function readCursor(paths: InboxPaths): Promise<number> {
+  let text: string;
+  try {
+    text = await readFile(paths.cursor, 'utf8');
+  } catch (err) {
+    if (errnoCode(err) === 'ENOENT') return 0;
+    throw err;
+  }
+  let reason: string;
+  try {
+    const parsed = cursorSchema.safeParse(JSON.parse(text));
+    if (parsed.success) return parsed.data.offset;
+    reason = describeSchemaError(parsed.error);
+  } catch (err) {
+    reason = `not JSON: ${(err as Error).message}`;
+  }
+  await moveAside(paths.cursor, reason);
+  return 0;
+}
+
+/** The cursor if it sits at a line boundary inside the file, else 0 (re-show, never lose). */
+async function checkedStart(handle: FileHandle, paths: InboxPaths, cursor: number): Promise<number> {
+  if (cursor === 0) return 0;
+  const size = (await handle.stat()).size;
+  let boundary = false;
+  if (cursor <= size) {
+    const byte = Buffer.alloc(1);
+    await handle.read(byte, 0, 1, cursor - 1);
+    boundary = byte[0] === NEWLINE;
+  }
+  if (!boundary) log.warn('inbox_cursor_reset', { file: paths.cursor, offset: cursor, size, reason: 'not at a line boundary of the inbox' });
+  return boundary ? cursor : 0;
+}
+
+function parseLine(line: Buffer): { record: InboxRecord } | { reason: string } {
+  let data: unknown;
+  try {
+    data = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(line));
+  } catch (err) {
+    return { reason: `not JSON: ${(err as Error).message}` };
+  }
+  const parsed = inboxRecordSchema.safeParse(data);
+  return parsed.success ? { record: parsed.data } : { reason: describeSchemaError(parsed.error) };
+}
+
+export interface InboxBatch {
+  records: InboxRecord[];
+  /** The records' texts, one paragraph each: what the listener shows. */
+  text: string;
+  /** Where this batch began (the cursor, or 0 where the cursor was unusable). */
+  startOffset: number;
+  /** The byte just after the last line consumed; equals `startOffset` when nothing was. */
+  endOffset: number;
+  /** Complete lines consumed that were not valid records. */
+  skipped: number;
+}
+
+export interface BatchLimits {
+  maxRecords?: number;
+  maxBytes?: number;
+}
+
+/** Collects complete lines from `start` until a limit is reached or only a partial tail is left. */
+class BatchScan {
+  readonly records: InboxRecord[] = [];
+  skipped = 0;
+  end: number;
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+  private oversized = false;
+
+  constructor(
+    private readonly file: string,
+    private readonly start: number,
+    private readonly limits: Required<BatchLimits>,
+  ) {
+    this.end = start;
+  }
+
+  get full(): boolean {
+    return this.records.length >= this.limits.maxRecords || this.end - this.start >= this.limits.maxBytes;
+  }
+
+  /** Feeds bytes that begin at file offset `at`; returns false once the batch is full. */
+  feed(chunk: Buffer, at: number): boolean {
+    let lineStart = 0;
+    for (let newline = chunk.indexOf(NEWLINE); newline >= 0; newline = chunk.indexOf(NEWLINE, lineStart)) {
+      this.takeLine(chunk.subarray(lineStart, newline), at + newline + 1);
+      lineStart = newline + 1;
+      if (this.full) return false;
+    }
+    this.keepTail(chunk.subarray(lineStart));
+    return true;
+  }
+
+  private takeLine(lastPart: Buffer, lineEnd: number): void {
+    const result = this.oversized ? { reason: `longer than ${MAX_LINE_BYTES} bytes` } : parseLine(Buffer.concat([...this.pending, lastPart]));
+    if ('record' in result) {
+      this.records.push(result.record);
+    } else {
+      this.skipped++;
+      log.warn('inbox_record_skipped', { file: this.file, offset: this.end, reason: result.reason });
+    }
+    this.end = lineEnd;
+    this.pending = [];
+    this.pendingBytes = 0;
+    this.oversized = false;
+  }
+
+  private keepTail(tail: Buffer): void {
+    if (this.oversized || tail.length === 0) return;
+    this.pendingBytes += tail.length;
+    if (this.pendingBytes > MAX_LINE_BYTES) {
+      this.oversized = true;
+      this.pending = [];
+      return;
+    }
+    this.pending.push(Buffer.from(tail));
+  }
+}
+
+/**
+ * The next batch after the cursor: complete records only, at most 64, stopping once
+ * the lines consumed reach 256 KiB (so one large record still comes alone). Reads only;
+ * the caller commits `endOffset` with `commitCursor` after handing the batch over.
+ */
+export async function readInboxBatch(stateDir: string, session: string, limits: BatchLimits = {}): Promise<InboxBatch> {
+  const paths = inboxPaths(stateDir, session);
+  const bounds = { maxRecords: limits.maxRecords ?? INBOX_BATCH_MAX_RECORDS, maxBytes: limits.maxBytes ?? INBOX_BATCH_MAX_BYTES };
+  try {
+    const cursor = await readCursor(paths);
+    let handle: FileHandle;
+    try {
+      handle = await open(paths.file, 'r');
+    } catch (err) {
+      if (errnoCode(err) === 'ENOENT') return { records: [], text: '', startOffset: cursor, endOffset: cursor, skipped: 0 };
+      throw err;
+    }
+    try {
+      const start = await checkedStart(handle, paths, cursor);
+      const scan = new BatchScan(paths.file, start, bounds);
+      const buf = Buffer.alloc(READ_CHUNK_BYTES);
+      for (let at = start; ; ) {
+        const { bytesRead } = await handle.read(buf, 0, buf.length, at);
+        if (bytesRead === 0 || !scan.feed(buf.subarray(0, bytesRead), at)) break;
+        at += bytesRead;
+      }
+      const records = scan.records;
+      return { records, text: records.map((r) => r.text).join('\n\n'), startOffset: start, endOffset: scan.end, skipped: scan.skipped };
+    } finally {
+      await handle.close();
+    }
+  } catch (err) {
+    throw asStorageError(err, paths.file);
+  }
+}
+
+/** Replaces the cursor atomically (temp, fsync, rename, fsync of the directory). */
+export async function commitCursor(stateDir: string, session: string, endOffset: number): Promise<void> {
+  const paths = inboxPaths(stateDir, session);
+  if (!Number.isSafeInteger(endOffset) || endOffset < 0) throw new InterlinkError('usage', `inbox cursor ${endOffset} is not a byte offset`);
+  try {
+    await writeFileAtomic(paths.cursor, JSON.stringify({ offset: endOffset }) + '\n', { mode: 0o600 });
+  } catch (err) {
+    throw asStorageError(err, paths.cursor);
+  }
+}

@@ -1,0 +1,25 @@
+/**
+ * The Claude default sink: notices are appended to the session's inbox
+ * (`inbox/<session>.jsonl`) and synced, for the Stop-hook listener (`interlink-mcp wait`)
+ * to hand to Claude. Appended is all we can know: `inbox_queued`.
+ */
+import { appendInboxRecord } from './inbox.js';
+import type { NoticeSink } from './notifier.js';
+
+export function inboxSink(stateDir: string, session: string): NoticeSink {
+  return {
+    name: 'claude-inbox',
+    deliver: async (notice, text) => {
+      await appendInboxRecord(stateDir, session, {
+        v: 1,
+        kind: 'notice',
+        notification_id: notice.notification_id,
+        session,
+        count: notice.count,
+        at: notice.at,
+        text,
+      });
+      return 'inbox_queued';
+    },
+  };
+}

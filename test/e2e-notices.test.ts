@@ -1,0 +1,86 @@
+/**
+ * The Claude default path end to end, without the Claude CLI: a peer's message is stored,
+ * the receiving server appends a notice to the session inbox, and the Stop-hook listener
+ * (`interlink-mcp wait`) hands it over and exits 2. The notice is a pointer; the agent
+ * then receives and acknowledges.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { MAIN, eventually, startPeer, type Peer } from './helpers/mcp.js';
+import { reapAll, spawnNode } from './helpers/process.js';
+import { startRelay } from './helpers/spawn-relay.js';
+
+let root: string;
+const peers: Peer[] = [];
+beforeEach(async () => {
+  root = await mkdtemp(join(tmpdir(), 'interlink-notices-'));
+});
+afterEach(async () => {
+  await Promise.all(peers.splice(0).map((p) => p.close().catch(() => undefined)));
+  await reapAll();
+  await rm(root, { recursive: true, force: true });
+});
+
+interface Inbox {
+  messages: { msg_id: string; text: string; receipt: { sender: string; msg_id: string } }[];
+}
+
+describe('notices for Claude', () => {
+  it('wakes a waiting listener with a pointer, and records inbox_queued then receiver_acknowledged', async () => {
+    const relay = await startRelay();
+    const alice = await startPeer({ root, name: 'alice', session: 'a1', relays: relay.url });
+    const bob = await startPeer({ root, name: 'bob', session: 'b1', relays: relay.url });
+    peers.push(alice, bob);
+    const aliceKey = (await alice.call<{ identity: string }>('get_my_session_id')).identity;
+    const bobKey = (await bob.call<{ identity: string }>('get_my_session_id')).identity;
+    await alice.call('add_peer', { petname: 'bob', key: bobKey });
+    await bob.call('add_peer', { petname: 'alice', key: aliceKey });
+
+    const listener = spawnNode(MAIN, ['wait', '--session', 'b1'], { INTERLINK_STATE_DIR: bob.state, INTERLINK_CONFIG_DIR: bob.config });
+    const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'PRIVATE BODY: review PR 42', status: 'needs_input', task_id: 't1' });
+    const exit = await listener.exited;
+    expect(exit.code).toBe(2);
+    const notice = listener.stderr();
+    expect(notice).toMatch(/notification_id n-[0-9a-f]{16}/);
+    expect(notice).toContain('receive_messages');
+    expect(notice).not.toContain('PRIVATE BODY');
+
+    const inbox = await bob.call<Inbox>('receive_messages', { notification_id: /n-[0-9a-f]{16}/.exec(notice)![0] });
+    expect(inbox.messages.map((m) => m.msg_id)).toEqual([sent.msg_id]);
+    await bob.call('acknowledge_messages', { messages: [inbox.messages[0]!.receipt] });
+    const status = await eventually(async () => {
+      const s = await bob.call<{ history: { state: string }[] }>('message_status', { msg_id: sent.msg_id });
+      return s.history.length >= 3 ? s : undefined;
+    });
+    expect(status.history.map((h) => h.state)).toEqual(['receiver_stored', 'inbox_queued', 'receiver_acknowledged']);
+
+    // Nothing more to say: the next listener waits (it is still running when we stop it).
+    const next = spawnNode(MAIN, ['wait', '--session', 'b1', '--renew-after-secs', '2'], { INTERLINK_STATE_DIR: bob.state, INTERLINK_CONFIG_DIR: bob.config });
+    const renewal = await next.exited;
+    expect(renewal.code).toBe(2);
+    expect(next.stderr()).not.toMatch(/notification_id/);
+  });
+
+  it('does not wake for progress', async () => {
+    const relay = await startRelay();
+    const alice = await startPeer({ root, name: 'alice', session: 'a1', relays: relay.url });
+    const bob = await startPeer({ root, name: 'bob', session: 'b1', relays: relay.url });
+    peers.push(alice, bob);
+    const aliceKey = (await alice.call<{ identity: string }>('get_my_session_id')).identity;
+    const bobKey = (await bob.call<{ identity: string }>('get_my_session_id')).identity;
+    await alice.call('add_peer', { petname: 'bob', key: bobKey });
+    await bob.call('add_peer', { petname: 'alice', key: aliceKey });
+    const progress = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: '40% done', task_id: 't1', status: 'update' });
+    await eventually(async () => ((await bob.call<Inbox>('receive_messages')).messages.some((m) => m.msg_id === progress.msg_id) ? true : undefined));
+    const question = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'a question', task_id: 't2', status: 'needs_input' });
+    const listener = spawnNode(MAIN, ['wait', '--session', 'b1'], { INTERLINK_STATE_DIR: bob.state, INTERLINK_CONFIG_DIR: bob.config });
+    expect((await listener.exited).code).toBe(2);
+    // The one notice covers the question only.
+    expect(listener.stderr()).toMatch(/^1 unread Interlink message /m);
+    const status = await bob.call<{ history: { state: string }[] }>('message_status', { msg_id: progress.msg_id });
+    expect(status.history.map((h) => h.state)).toEqual(['receiver_stored']);
+    void question;
+  });
+});
