@@ -83,4 +83,30 @@ describe('notices for Claude', () => {
     expect(status.history.map((h) => h.state)).toEqual(['receiver_stored']);
     void question;
   });
+
+  it('follows a rebind by the hooks (after /clear the hooks see a new session id) and re-sends the open notice there', async () => {
+    const relay = await startRelay();
+    const alice = await startPeer({ root, name: 'alice', session: 'a1', relays: relay.url });
+    const bob = await startPeer({ root, name: 'bob', session: 'spawn-id', relays: relay.url });
+    peers.push(alice, bob);
+    const aliceKey = (await alice.call<{ identity: string }>('get_my_session_id')).identity;
+    const bobKey = (await bob.call<{ identity: string }>('get_my_session_id')).identity;
+    await alice.call('add_peer', { petname: 'bob', key: bobKey });
+    await bob.call('add_peer', { petname: 'alice', key: aliceKey });
+    const env = { INTERLINK_STATE_DIR: bob.state, INTERLINK_CONFIG_DIR: bob.config };
+
+    // Before the rebind the notice goes to the spawn-time session's inbox...
+    await alice.call('send_message', { to: 'bob', session: 'spawn-id', text: 'before /clear' });
+    const old = spawnNode(MAIN, ['wait', '--session', 'spawn-id'], env);
+    expect((await old.exited).code).toBe(2);
+
+    // ...after it, the still-unread message is announced again in the new session's inbox.
+    expect(await bob.call('bind_claude_session', { session_id: 'after-clear' })).toEqual({ session_id: 'after-clear', mailbox_session: 'spawn-id', changed: true });
+    const fresh = spawnNode(MAIN, ['wait', '--session', 'after-clear'], env);
+    expect((await fresh.exited).code).toBe(2);
+    expect(fresh.stderr()).toMatch(/^1 unread Interlink message from alice/m);
+    // Binding again to the same id is idempotent.
+    expect(await bob.call('bind_claude_session', { session_id: 'after-clear' })).toMatchObject({ changed: false });
+    expect((await bob.fail('bind_claude_session', { session_id: '../escape' })).code).toBe('bad_name');
+  });
 });

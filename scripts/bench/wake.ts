@@ -66,7 +66,7 @@ export function wakeLatency(projectRoot: string): Benchmark {
       const bobState = join(dir, 'bob');
       const sender = await Agent.start({ identity: alice, session: 'a', stateDir: join(dir, 'alice'), peersPath: join(dir, 'alice-peers.json'), relayUrls: [relay.url], presence });
       const receiver = await Agent.start({ identity: bob, session: 'b', stateDir: bobState, peersPath: join(dir, 'bob-peers.json'), relayUrls: [relay.url], presence });
-      receiver.startNotices(inboxSink(bobState, 'b'));
+      receiver.startNotices(inboxSink(bobState, () => 'b'));
       await Promise.all([sender.ready(10_000), receiver.ready(10_000)]);
       const drain = async () => {
         const { messages } = await receiver.receive(100);

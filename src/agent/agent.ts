@@ -5,7 +5,7 @@
  */
 import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { mailboxPath } from '../config/paths.js';
+import { checkSafeName, mailboxPath } from '../config/paths.js';
 import { MAX_TEXT_BYTES, parseRoute, signEnvelope, type Envelope, type Status } from '../envelope/envelope.js';
 import { InterlinkError } from '../errors.js';
 import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
@@ -69,6 +69,8 @@ export class Agent {
   readonly route: string;
   private peerCache: { stamp: string; table: PeerTable } | undefined;
   private notifier: Notifier | undefined;
+  /** The session id Claude's hooks use for this session's inbox (see bindClaudeSession). */
+  private hostSession: string;
   /** The stamp of peers.json right after it was found damaged; damaged while unchanged. */
   private damagedPeersStamp: string | undefined;
 
@@ -84,6 +86,7 @@ export class Agent {
     private readonly sticky: Map<string, string>,
   ) {
     this.route = `${options.identity.key}#${options.session}`;
+    this.hostSession = options.session;
   }
 
   static async start(options: AgentOptions): Promise<Agent> {
@@ -125,6 +128,28 @@ export class Agent {
       senderName: async (key) => (key === this.identity.key ? 'self' : ((await this.peers()).petnameOf(key) ?? fingerprintOf(parsePublicKey(key)))),
     });
     this.notifier.start();
+  }
+
+  /** Where Claude's listener looks for this session's notices. */
+  get claudeSession(): string {
+    return this.hostSession;
+  }
+
+  /**
+   * Called by the plugin's hooks with the session id Claude gives them. After /clear,
+   * --resume or a fork that id changes while this server keeps its spawn-time id (and
+   * its mailbox and route); notices follow the hooks' id. The current reservation is
+   * reset so the notice it may have left in the old inbox is sent again to the new one.
+   */
+  async bindClaudeSession(sessionId: string): Promise<{ session_id: string; mailbox_session: string; changed: boolean }> {
+    checkSafeName(sessionId, 'session id');
+    const changed = sessionId !== this.hostSession;
+    if (changed) {
+      this.hostSession = sessionId;
+      await this.mailbox.resetNotice();
+      this.notifier?.kick();
+    }
+    return { session_id: sessionId, mailbox_session: this.session, changed };
   }
 
   get identity(): Identity {

@@ -91,6 +91,12 @@ export const TOOLS: ToolDefinition[] = [
     z.object({ petname: peerName }).strict(),
     (agent, args) => agent.removePeer(args.petname),
   ),
+  tool(
+    'bind_claude_session',
+    "Called by the Interlink plugin's Claude Code hooks with the hook's session_id, so notices reach this session's Stop-hook listener after /clear, --resume or a fork. Not for agents to call on a peer's request.",
+    z.object({ session_id: z.string().min(1).max(128) }).strict(),
+    (agent, args) => agent.bindClaudeSession(args.session_id),
+  ),
   tool('discover', 'The verified presence roster (live, away), grouped by identity; optionally one peer.', z.object({ peer: peerName.optional() }).strict(), (agent, args) =>
     agent.discover(args.peer),
   ),

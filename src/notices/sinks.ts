@@ -6,15 +6,20 @@
 import { appendInboxRecord } from './inbox.js';
 import type { NoticeSink } from './notifier.js';
 
-export function inboxSink(stateDir: string, session: string): NoticeSink {
+/**
+ * `session` is read at each notice: Claude's hooks may rebind the server to the session
+ * id they see (after /clear the hooks' id changes, the server's spawn-time id does not).
+ */
+export function inboxSink(stateDir: string, session: () => string): NoticeSink {
   return {
     name: 'claude-inbox',
     deliver: async (notice, text) => {
-      await appendInboxRecord(stateDir, session, {
+      const listenerSession = session();
+      await appendInboxRecord(stateDir, listenerSession, {
         v: 1,
         kind: 'notice',
         notification_id: notice.notification_id,
-        session,
+        session: listenerSession,
         count: notice.count,
         at: notice.at,
         text,

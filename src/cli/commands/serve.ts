@@ -67,7 +67,7 @@ export async function serve(argv: readonly string[]): Promise<void> {
   log.info('serving', { session, source, identity: identity.key, relays: urls });
   const channels = process.env.INTERLINK_CHANNELS === '1';
   const server = createServer(agent, packageVersion(), { channels });
-  agent.startNotices(channels ? channelSink(server) : inboxSink(state, session));
+  agent.startNotices(channels ? channelSink(server) : inboxSink(state, () => agent.claudeSession));
   const transport = new StdioServerTransport();
 
   let closing: Promise<void> | undefined;
