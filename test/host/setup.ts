@@ -1,0 +1,126 @@
+/**
+ * What a host test stands on: identities made and paired with the real CLI, a project
+ * directory in which `npx -y interlink-mcp` runs this checkout without the network, the
+ * scripted fake Anthropic API, and the pinned Claude Code from scripts/host/install-clis.sh.
+ */
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { z } from 'zod';
+import { MAIN } from '../helpers/mcp.js';
+import { spawnNode, type Child } from '../helpers/process.js';
+
+const run = promisify(execFile);
+
+export const REPO = join(import.meta.dirname, '..', '..');
+export const PLUGIN_DIR = join(REPO, 'plugin');
+export const CLAUDE_CODE_VERSION = '2.1.197';
+/** The pinned CLI; INTERLINK_HOST_CLAUDE points elsewhere. */
+export const CLAUDE = process.env.INTERLINK_HOST_CLAUDE ?? join(REPO, '.cache', 'host-clis', 'node_modules', '.bin', 'claude');
+
+/** How Claude Code names a tool of the plugin's MCP server (`plugin:interlink:interlink`). */
+export function pluginTool(name: string): string {
+  return `mcp__plugin_interlink_interlink__${name}`;
+}
+
+/** Keeps Claude Code from calling anything but ANTHROPIC_BASE_URL, and npm (the plugin's npx) offline. */
+export const OFFLINE_CLAUDE_ENV = {
+  CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
+  DISABLE_AUTOUPDATER: '1',
+  DISABLE_TELEMETRY: '1',
+  DISABLE_ERROR_REPORTING: '1',
+  npm_config_offline: 'true',
+  npm_config_update_notifier: 'false',
+} as const;
+
+export interface Identity {
+  name: string;
+  config: string;
+  state: string;
+  key: string;
+  env: Record<string, string>;
+}
+
+export async function interlink(env: Record<string, string>, args: readonly string[]): Promise<string> {
+  const { stdout } = await run(process.execPath, [MAIN, ...args], { env: { PATH: process.env.PATH ?? '', INTERLINK_LOG: 'warn', ...env } });
+  return stdout;
+}
+
+/** `<root>/<name>/config` and `/state`, the layout test/helpers/mcp.ts startPeer uses. */
+export async function createIdentity(root: string, name: string): Promise<Identity> {
+  const config = join(root, name, 'config');
+  const state = join(root, name, 'state');
+  await mkdir(config, { recursive: true });
+  const env = { HOME: join(root, name), INTERLINK_CONFIG_DIR: config, INTERLINK_STATE_DIR: state };
+  await interlink(env, ['keygen']);
+  const { key } = z.object({ key: z.string() }).parse(JSON.parse(await interlink(env, ['whoami', '--json'])));
+  return { name, config, state, key, env };
+}
+
+/** Each trusts the other under its name, through `interlink-mcp peers add`. */
+export async function pair(a: Identity, b: Identity): Promise<void> {
+  await interlink(a.env, ['peers', 'add', b.name, b.key]);
+  await interlink(b.env, ['peers', 'add', a.name, a.key]);
+}
+
+/**
+ * A project whose `node_modules/interlink-mcp` is this checkout, so the plugin's
+ * `npx -y interlink-mcp …` runs it with npm offline. The bin is a shim rather than a link
+ * to dist/src/cli/main.js, which the build leaves without its execute bit.
+ */
+export async function createProject(dir: string, env: Record<string, string>): Promise<void> {
+  await mkdir(join(dir, 'node_modules', '.bin'), { recursive: true });
+  await writeFile(join(dir, 'package.json'), JSON.stringify({ name: 'host-test-project', private: true, dependencies: { 'interlink-mcp': `file:${REPO}` } }, null, 2) + '\n');
+  await symlink(REPO, join(dir, 'node_modules', 'interlink-mcp'), 'dir');
+  const shim = join(dir, 'node_modules', '.bin', 'interlink-mcp');
+  await writeFile(shim, `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(MAIN)} "$@"\n`, { mode: 0o755 });
+  const { stdout } = await run('npx', ['--no-install', 'interlink-mcp', '--help'], { cwd: dir, env });
+  if (!stdout.startsWith('usage: interlink-mcp')) throw new Error(`npx did not run this checkout: ${stdout}`);
+}
+
+export interface FakeApi {
+  child: Child;
+  url: string;
+  log: string;
+}
+
+export async function startFakeApi(log: string): Promise<FakeApi> {
+  const child = spawnNode(join(REPO, 'scripts', 'host', 'fake-anthropic.mjs'), ['--log', log]);
+  await child.waitForLines(1, 10_000);
+  const port = /^LISTENING (\d+)$/.exec(child.lines[0] ?? '')?.[1];
+  if (port === undefined) throw new Error(`unexpected fake API output: ${child.lines[0]}; ${child.stderr()}`);
+  return { child, url: `http://127.0.0.1:${port}`, log };
+}
+
+const contentBlockSchema = z.object({ type: z.string(), text: z.string().optional(), name: z.string().optional(), input: z.unknown().optional() }).loose();
+const messageSchema = z.object({ role: z.string(), content: z.union([z.string(), z.array(contentBlockSchema)]) }).loose();
+const apiRequestSchema = z.object({
+  t: z.number(),
+  method: z.string(),
+  url: z.string(),
+  headers: z.record(z.string(), z.unknown()),
+  body: z.union([z.object({ messages: z.array(messageSchema).optional() }).loose(), z.string(), z.null()]),
+  reply: z.object({ rule: z.string(), content: z.array(contentBlockSchema).optional() }).loose(),
+});
+export type ApiRequest = z.infer<typeof apiRequestSchema>;
+
+export async function readApiLog(log: string): Promise<ApiRequest[]> {
+  if (!existsSync(log)) return [];
+  const text = await readFile(log, 'utf8');
+  return text
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => apiRequestSchema.parse(JSON.parse(line)));
+}
+
+/** The text of the last user message the model was shown in this request. */
+export function lastUserText(request: ApiRequest): string {
+  const body = request.body;
+  if (body === null || typeof body === 'string') return '';
+  const last = [...(body.messages ?? [])].reverse().find((m) => m.role === 'user');
+  if (last === undefined) return '';
+  if (typeof last.content === 'string') return last.content;
+  return last.content.map((block) => block.text ?? '').join('\n');
+}
