@@ -200,6 +200,16 @@ describe('wait', () => {
     expect(result).toEqual({ code: 2, signal: null, stdout: 'INTERLINK_NOTICES\n', stderr: shown('after the kill') });
   });
 
+  it('shows a notice again when the listener was killed after writing it but before committing its cursor', async () => {
+    await append('s1', 'in flight');
+    const killed = await listen(['--session', 's1'], { INTERLINK_CRASH_AT: 'listener.after_output' }).done;
+    expect(killed.signal).toBe('SIGKILL');
+    expect(killed.stderr).toBe(shown('in flight'));
+    // Claude may or may not have seen it; the next listener shows it again rather than lose it.
+    const next = await listen(['--session', 's1']).done;
+    expect(next).toEqual({ code: 2, signal: null, stdout: 'INTERLINK_NOTICES\n', stderr: shown('in flight') });
+  });
+
   it('keeps every record of two concurrent writer processes as a complete line', async () => {
     const writers = ['a', 'b'].map((label) => spawnNode(WRITER, [state, 's1', '100', label]));
     for (const writer of writers) expect(await writer.exited, writer.stderr()).toEqual({ code: 0, signal: null });

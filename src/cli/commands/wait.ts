@@ -22,6 +22,7 @@ import { z } from 'zod';
 import { checkSafeName, stateDir, unsafeNameReason, type Env } from '../../config/paths.js';
 import { InterlinkError } from '../../errors.js';
 import { log } from '../../log.js';
+import { crashPoint } from '../../store/crash-point.js';
 import { commitCursor, inboxPaths, readInboxBatch, withListenerLock } from '../../notices/inbox.js';
 import { expectPositionals, parse } from '../args.js';
 
@@ -193,6 +194,7 @@ async function listen(state: string, session: string, renewMs: number, stop: Abo
       const batch = await readInboxBatch(state, session);
       if (batch.records.length > 0) {
         await writeStderr(batch.text + '\n');
+        crashPoint('listener.after_output');
         await commitCursor(state, session, batch.endOffset);
         return 'delivered';
       }
