@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { eventually, startPeer, type Peer } from './helpers/mcp.js';
+import { eventually, pair, startPeer, type Peer } from './helpers/mcp.js';
 import { reapAll } from './helpers/process.js';
 import { startRelay } from './helpers/spawn-relay.js';
 
@@ -41,10 +41,7 @@ describe('channels', () => {
     bob.client.setNotificationHandler(channelNotification, async (n) => {
       received.push(n.params);
     });
-    const aliceKey = (await alice.call<{ identity: string }>('get_my_session_id')).identity;
-    const bobKey = (await bob.call<{ identity: string }>('get_my_session_id')).identity;
-    await alice.call('add_peer', { petname: 'bob', key: bobKey });
-    await bob.call('add_peer', { petname: 'alice', key: aliceKey });
+    await pair(alice, bob);
     const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'BODY STAYS IN THE MAILBOX' });
 
     const [notice] = await eventually(async () => (received.length > 0 ? received : undefined));

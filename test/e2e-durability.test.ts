@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Mailbox } from '../src/mailbox/mailbox.js';
-import { eventually, startPeer, type Peer } from './helpers/mcp.js';
+import { eventually, pair, startPeer, type Peer } from './helpers/mcp.js';
 import { reapAll } from './helpers/process.js';
 import { freePort, startRelay } from './helpers/spawn-relay.js';
 
@@ -45,16 +45,9 @@ function kill9(p: Peer): void {
   open.splice(open.indexOf(p), 1);
 }
 
-interface Me {
-  identity: string;
-}
-
 async function identities(alice: Peer, bob: Peer): Promise<{ aliceKey: string; bobKey: string }> {
-  const aliceKey = (await alice.call<Me>('get_my_session_id')).identity;
-  const bobKey = (await bob.call<Me>('get_my_session_id')).identity;
-  await alice.call('add_peer', { petname: 'bob', key: bobKey });
-  await bob.call('add_peer', { petname: 'alice', key: aliceKey });
-  return { aliceKey, bobKey };
+  const { aKey, bKey } = await pair(alice, bob);
+  return { aliceKey: aKey, bobKey: bKey };
 }
 
 /** Bob's mailbox, read from disk without touching it. */

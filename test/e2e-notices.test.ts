@@ -8,7 +8,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { MAIN, eventually, startPeer, type Peer } from './helpers/mcp.js';
+import { MAIN, eventually, pair, startPeer, type Peer } from './helpers/mcp.js';
 import { reapAll, spawnNode } from './helpers/process.js';
 import { startRelay } from './helpers/spawn-relay.js';
 
@@ -33,10 +33,7 @@ describe('notices for Claude', () => {
     const alice = await startPeer({ root, name: 'alice', session: 'a1', relays: relay.url });
     const bob = await startPeer({ root, name: 'bob', session: 'b1', relays: relay.url });
     peers.push(alice, bob);
-    const aliceKey = (await alice.call<{ identity: string }>('get_my_session_id')).identity;
-    const bobKey = (await bob.call<{ identity: string }>('get_my_session_id')).identity;
-    await alice.call('add_peer', { petname: 'bob', key: bobKey });
-    await bob.call('add_peer', { petname: 'alice', key: aliceKey });
+    await pair(alice, bob);
 
     const listener = spawnNode(MAIN, ['wait', '--session', 'b1'], { INTERLINK_STATE_DIR: bob.state, INTERLINK_CONFIG_DIR: bob.config });
     const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'PRIVATE BODY: review PR 42', status: 'needs_input', task_id: 't1' });
@@ -68,10 +65,7 @@ describe('notices for Claude', () => {
     const alice = await startPeer({ root, name: 'alice', session: 'a1', relays: relay.url });
     const bob = await startPeer({ root, name: 'bob', session: 'b1', relays: relay.url });
     peers.push(alice, bob);
-    const aliceKey = (await alice.call<{ identity: string }>('get_my_session_id')).identity;
-    const bobKey = (await bob.call<{ identity: string }>('get_my_session_id')).identity;
-    await alice.call('add_peer', { petname: 'bob', key: bobKey });
-    await bob.call('add_peer', { petname: 'alice', key: aliceKey });
+    await pair(alice, bob);
     const progress = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: '40% done', task_id: 't1', status: 'update' });
     await eventually(async () => ((await bob.call<Inbox>('receive_messages')).messages.some((m) => m.msg_id === progress.msg_id) ? true : undefined));
     const question = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'a question', task_id: 't2', status: 'needs_input' });
@@ -89,10 +83,7 @@ describe('notices for Claude', () => {
     const alice = await startPeer({ root, name: 'alice', session: 'a1', relays: relay.url });
     const bob = await startPeer({ root, name: 'bob', session: 'spawn-id', relays: relay.url });
     peers.push(alice, bob);
-    const aliceKey = (await alice.call<{ identity: string }>('get_my_session_id')).identity;
-    const bobKey = (await bob.call<{ identity: string }>('get_my_session_id')).identity;
-    await alice.call('add_peer', { petname: 'bob', key: bobKey });
-    await bob.call('add_peer', { petname: 'alice', key: aliceKey });
+    await pair(alice, bob);
     const env = { INTERLINK_STATE_DIR: bob.state, INTERLINK_CONFIG_DIR: bob.config };
 
     // Before the rebind the notice goes to the spawn-time session's inbox...

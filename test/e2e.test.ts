@@ -7,7 +7,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { eventually, startPeer, type Peer } from './helpers/mcp.js';
+import { eventually, pair, startPeer, type Peer } from './helpers/mcp.js';
 import { reapAll } from './helpers/process.js';
 import { freePort, startRelay, type RelayProcess } from './helpers/spawn-relay.js';
 
@@ -43,14 +43,6 @@ interface Me {
   fingerprint: string;
 }
 
-/** Two peers that trust each other, each knowing the other's session is on the roster. */
-async function pair(a: Peer, b: Peer): Promise<{ aKey: string; bKey: string }> {
-  const aMe = await a.call<Me>('get_my_session_id');
-  const bMe = await b.call<Me>('get_my_session_id');
-  await a.call('add_peer', { petname: 'bob', key: bMe.identity });
-  await b.call('add_peer', { petname: 'alice', key: aMe.identity });
-  return { aKey: aMe.identity, bKey: bMe.identity };
-}
 
 interface Receipt {
   msg_id: string;

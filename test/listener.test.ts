@@ -210,6 +210,18 @@ describe('wait', () => {
     expect(next).toEqual({ code: 2, signal: null, stdout: 'INTERLINK_NOTICES\n', stderr: shown('in flight') });
   });
 
+  it('stops waiting, quietly, once the Claude process it serves is gone (and frees the lock)', async () => {
+    // A stand-in for the Claude process.
+    const host = spawnNode('-e', ['setInterval(() => {}, 1000)']);
+    const listener = listen(['--session', 's1'], { INTERLINK_HOST_PID: String(host.process.pid) });
+    const lock = inboxPaths(state, 's1').lock;
+    await waitUntil(async () => (await readFile(lock, 'utf8').catch(() => '')).includes(`"pid":${listener.child.pid}`), 'the listener holds its lock');
+    await host.kill('SIGKILL');
+    expect(await listener.done).toEqual({ code: 0, signal: null, stdout: '', stderr: '' });
+    await append('s1', 'for the next session');
+    expect((await listen(['--session', 's1']).done).code).toBe(2);
+  });
+
   it('keeps every record of two concurrent writer processes as a complete line', async () => {
     const writers = ['a', 'b'].map((label) => spawnNode(WRITER, [state, 's1', '100', label]));
     for (const writer of writers) expect(await writer.exited, writer.stderr()).toEqual({ code: 0, signal: null });

@@ -89,3 +89,12 @@ export async function eventually<T>(check: () => Promise<T | undefined>, timeout
     delay = Math.min(delay * 2, 200);
   }
 }
+
+/** Each side's operator adds the other's key: `a` calls `b` `bName`, and `b` calls `a` `aName`. */
+export async function pair(a: Peer, b: Peer, names: { a: string; b: string } = { a: 'alice', b: 'bob' }): Promise<{ aKey: string; bKey: string }> {
+  const aKey = (await a.call<{ identity: string }>('get_my_session_id')).identity;
+  const bKey = (await b.call<{ identity: string }>('get_my_session_id')).identity;
+  await a.call('add_peer', { petname: names.b, key: bKey });
+  await b.call('add_peer', { petname: names.a, key: aKey });
+  return { aKey, bKey };
+}

@@ -61,7 +61,7 @@ describe('plugin files', () => {
   it('register an async, re-waking Stop hook with a one-hour timeout', async () => {
     const hook = await stopHook();
     expect(hook).toMatchObject({ async: true, asyncRewake: true, timeout: 3600 });
-    expect(hook.command).toContain('npx -y interlink-mcp wait');
+    expect(hook.command).toContain('INTERLINK_HOST_PID=$PPID npx -y interlink-mcp wait');
   });
 
   it('bind the server to the hooks\' session id at every Stop, with a tool the server has', async () => {

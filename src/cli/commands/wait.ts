@@ -53,7 +53,7 @@ before the hook's one-hour timeout. Exits 0 without output when INTERLINK_CHANNE
 when another listener already waits for the session, and on its own errors.
 Session: --session, INTERLINK_SESSION, the Stop payload's session_id on stdin, else main.`;
 
-type Outcome = 'delivered' | 'renewed' | 'busy' | 'disabled' | 'terminated';
+type Outcome = 'delivered' | 'renewed' | 'busy' | 'disabled' | 'terminated' | 'host_gone';
 
 function renewAfterMs(value: string | boolean | undefined): number {
   if (value === undefined) return DEFAULT_RENEW_AFTER_SECS * 1000;
@@ -173,6 +173,25 @@ function watchInbox(dir: string, file: string, bell: Doorbell): FSWatcher | unde
   }
 }
 
+/**
+ * The Claude process the hook runs under, when the hook passes it
+ * (`INTERLINK_HOST_PID=$PPID`): the listener stops waiting once it is gone.
+ */
+function hostPid(env: Env): number | undefined {
+  const raw = env.INTERLINK_HOST_PID;
+  if (raw === undefined || !/^[1-9][0-9]*$/.test(raw)) return undefined;
+  return Number(raw);
+}
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 /** Holding the listener lock: hands over the next batch, or waits until there is one. */
 async function listen(state: string, session: string, renewMs: number, stop: AbortSignal): Promise<Outcome> {
   const paths = inboxPaths(state, session);
@@ -181,7 +200,12 @@ async function listen(state: string, session: string, renewMs: number, stop: Abo
   let announced = false;
   // The watch starts before the first read, so an append in between still rings.
   const watcher = watchInbox(paths.dir, paths.file, bell);
-  const poll = setInterval(() => bell.ring(), SAFETY_POLL_MS);
+  const host = hostPid(process.env);
+  let hostGone = false;
+  const poll = setInterval(() => {
+    if (host !== undefined && !isRunning(host)) hostGone = true;
+    bell.ring();
+  }, SAFETY_POLL_MS);
   const renew = setTimeout(() => {
     renewDue = true;
     bell.ring();
@@ -191,6 +215,9 @@ async function listen(state: string, session: string, renewMs: number, stop: Abo
   try {
     for (;;) {
       if (stop.aborted) return 'terminated';
+      // Claude exited: nobody can be woken, and holding the lock would keep the next
+      // session's listener out. The notices stay for it.
+      if (hostGone) return 'host_gone';
       const batch = await readInboxBatch(state, session);
       if (batch.records.length > 0) {
         await writeStderr(batch.text + '\n');
