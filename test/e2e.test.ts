@@ -225,6 +225,8 @@ describe('a damaged peers.json', () => {
     const alice = await peer('alice', 'a1', r.url);
     const bob = await peer('bob', 'b1', r.url);
     await pair(alice, bob);
+    // A sibling session of the same identity shares peers.json.
+    const sibling = await peer('bob', 'b2', r.url);
     const peersFile = join(bob.config, 'peers.json');
     const good = await readFile(peersFile, 'utf8');
     await writeFile(peersFile, '{"alice": {"key": ');
@@ -233,11 +235,20 @@ describe('a damaged peers.json', () => {
     // Bob's server has seen the damage (it moved the file aside) and has not dropped the message.
     await eventually(async () => ((await bob.call<{ peers: unknown[] }>('list_peers')).peers.length === 0 ? true : undefined));
     expect((await bob.call<Inbox>('receive_messages')).messages).toEqual([]);
+    // The sibling, which never saw the damaged file itself, holds its message too.
+    const toSibling = await alice.call<Receipt>('send_message', { to: 'bob', session: 'b2', text: 'to the sibling' });
+    await eventually(async () => ((await stateOf(alice, toSibling.msg_id)) === 'bus_accepted' ? true : undefined));
+    expect((await sibling.call<Inbox>('receive_messages')).messages).toEqual([]);
     await writeFile(peersFile, good);
     const inbox = await eventually(async () => {
       const fetched = await bob.call<Inbox>('receive_messages');
       return fetched.messages.length > 0 ? fetched : undefined;
     }, 20_000);
     expect(inbox.messages.map((m) => m.msg_id)).toEqual([sent.msg_id]);
+    const siblingInbox = await eventually(async () => {
+      const fetched = await sibling.call<Inbox>('receive_messages');
+      return fetched.messages.length > 0 ? fetched : undefined;
+    }, 20_000);
+    expect(siblingInbox.messages.map((m) => m.msg_id)).toEqual([toSibling.msg_id]);
   });
 });

@@ -3,8 +3,8 @@
  * and the loops that move messages (inbound, outbound, presence). The MCP tools and the
  * CLI call the operations here; each returns plain data or throws an InterlinkError.
  */
-import { stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { readdir, stat } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import { checkSafeName, mailboxPath } from '../config/paths.js';
 import { MAX_TEXT_BYTES, parseRoute, signEnvelope, type Envelope, type Status } from '../envelope/envelope.js';
 import { InterlinkError } from '../errors.js';
@@ -67,12 +67,10 @@ export interface InboxMessage {
 
 export class Agent {
   readonly route: string;
-  private peerCache: { stamp: string; table: PeerTable } | undefined;
+  private peerCache: { stamp: string; table: PeerTable; damaged: boolean } | undefined;
   private notifier: Notifier | undefined;
   /** The session id Claude's hooks use for this session's inbox (see bindClaudeSession). */
   private hostSession: string;
-  /** The stamp of peers.json right after it was found damaged; damaged while unchanged. */
-  private damagedPeersStamp: string | undefined;
 
   private constructor(
     readonly options: AgentOptions,
@@ -175,21 +173,22 @@ export class Agent {
    * The peer table and whether it can be trusted to be complete. When peers.json was
    * found damaged (and moved aside), the table is empty until a person writes it again;
    * meanwhile a message from an unknown key may come from a peer whose entry was lost,
-   * so inbound holds such messages on the relay instead of dropping them.
+   * so inbound holds such messages on the relay instead of dropping them. "Damaged" is
+   * read from the disk (an aside newer than peers.json), so every session of the
+   * identity, and a restarted one, agrees.
    */
   async trust(): Promise<{ table: PeerTable; damaged: boolean }> {
     const path = this.options.peersPath;
     const stampOf = async () => {
-      const info = await stat(path).catch(() => undefined);
-      return info ? `${info.ino}:${info.size}:${info.mtimeMs}` : 'absent';
+      const [file, dir] = await Promise.all([stat(path).catch(() => undefined), stat(dirname(path)).catch(() => undefined)]);
+      return `${file ? `${file.ino}:${file.size}:${file.mtimeMs}` : 'absent'}|${dir?.mtimeMs ?? 0}`;
     };
-    const stamp = await stampOf();
-    if (this.peerCache?.stamp !== stamp) {
-      const { table, recovered } = await loadPeers(path);
-      this.peerCache = { stamp: recovered ? await stampOf() : stamp, table };
-      if (recovered) this.damagedPeersStamp = this.peerCache.stamp;
+    if (this.peerCache?.stamp !== (await stampOf())) {
+      const { table } = await loadPeers(path);
+      // Loading may itself have moved a damaged file aside: stamp what is there now.
+      this.peerCache = { stamp: await stampOf(), table, damaged: await peersDamaged(path) };
     }
-    return { table: this.peerCache.table, damaged: this.damagedPeersStamp === this.peerCache.stamp };
+    return { table: this.peerCache.table, damaged: this.peerCache.damaged };
   }
 
   private async resolvePeer(to: string): Promise<{ key: string; petname?: string }> {
@@ -391,4 +390,15 @@ function inboxMessage(record: StoredRecord): InboxMessage {
     ...(e.reply_to !== undefined && { reply_to: e.reply_to }),
     receipt: { sender: e.from, msg_id: e.msg_id },
   };
+}
+
+/** True while a damaged peers.json moved aside is newer than the peers.json in place (if any). */
+async function peersDamaged(path: string): Promise<boolean> {
+  const prefix = `${basename(path)}.corrupt-`;
+  const asides = (await readdir(dirname(path)).catch(() => [] as string[])).filter((name) => name.startsWith(prefix));
+  if (asides.length === 0) return false;
+  // A rename keeps the file's mtime but sets its ctime: the ctime says when it was moved aside.
+  const movedAt = await Promise.all(asides.map(async (name) => (await stat(join(dirname(path), name)).catch(() => undefined))?.ctimeMs ?? 0));
+  const current = await stat(path).catch(() => undefined);
+  return current === undefined || current.mtimeMs < Math.max(...movedAt);
 }

@@ -5,6 +5,7 @@
  * Callers that read-modify-write must hold the file's sidecar lock (see lock.ts).
  */
 import { randomBytes } from 'node:crypto';
+import { writeSync } from 'node:fs';
 import { link, mkdir, open, rename, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { errnoCode } from '../errors.js';
@@ -72,4 +73,18 @@ export async function writeFileExclusive(path: string, data: string | Uint8Array
   }
   await fsyncDirectory(dirname(path));
   return true;
+}
+
+/**
+ * Writes all of `buffer` at `position` (or the file position), however many writes it
+ * takes: write(2) may write less than asked (a nearly full disk), and a short write
+ * must never pass for a complete one.
+ */
+export function writeFully(fd: number, buffer: Buffer, position?: number): void {
+  let done = 0;
+  while (done < buffer.length) {
+    const written = writeSync(fd, buffer, done, buffer.length - done, position === undefined ? null : position + done);
+    if (written <= 0) throw new Error(`short write: ${done} of ${buffer.length} bytes`);
+    done += written;
+  }
 }

@@ -17,11 +17,11 @@
  * A line that is complete but does not parse means damage, not a crash: the journal is
  * kept aside, the valid prefix is kept, and the store is compacted at once.
  */
-import fs, { closeSync, fstatSync, ftruncateSync, openSync, readSync, statSync, writeSync } from 'node:fs';
+import fs, { closeSync, fstatSync, ftruncateSync, openSync, readSync, statSync } from 'node:fs';
 import { open, readFile, stat, type FileHandle } from 'node:fs/promises';
 import { z } from 'zod';
 import { errnoCode, InterlinkError } from '../errors.js';
-import { writeFileAtomic } from './atomic.js';
+import { writeFileAtomic, writeFully } from './atomic.js';
 import { crashPoint } from './crash-point.js';
 import { describeSchemaError, moveAside, type Recovery } from './json-store.js';
 
@@ -323,7 +323,7 @@ export function openJournal(path: string): { fd: number; ino: number } {
  */
 export async function appendLines(fd: number, cursor: Cursor, lines: string, crashLabel: string): Promise<Cursor> {
   const buffer = Buffer.from(lines, 'utf8');
-  writeSync(fd, buffer, 0, buffer.length, cursor.offset);
+  writeFully(fd, buffer, cursor.offset);
   const end = cursor.offset + buffer.length;
   if (fstatSync(fd).size > end) ftruncateSync(fd, end);
   crashPoint(`${crashLabel}.append.before_sync`);

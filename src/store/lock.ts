@@ -15,7 +15,8 @@
  * lock is only contended between processes.
  */
 import { randomBytes } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync } from 'node:fs';
+import { writeFully } from './atomic.js';
 import { mkdir, readFile, rmdir, stat, unlink } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { dirname } from 'node:path';
@@ -133,7 +134,7 @@ function tryCreate(lockPath: string, holder: Holder): boolean {
     throw err;
   }
   try {
-    writeSync(fd, JSON.stringify(holder));
+    writeFully(fd, Buffer.from(JSON.stringify(holder)));
   } finally {
     closeSync(fd);
   }
@@ -145,7 +146,7 @@ function tryCreate(lockPath: string, holder: Holder): boolean {
  * breaker directory makes sure only one of them removes it, and only if it is still
  * the dead holder's (its token is unchanged), never a lock taken since.
  */
-async function breakDeadLock(lockPath: string, deadToken: string | undefined): Promise<void> {
+async function breakDeadLock(lockPath: string, deadToken: string | undefined): Promise<boolean> {
   const breaker = `${lockPath}.break`;
   try {
     await mkdir(breaker);
@@ -153,13 +154,17 @@ async function breakDeadLock(lockPath: string, deadToken: string | undefined): P
     if (errnoCode(err) !== 'EEXIST') throw err;
     const info = await stat(breaker).catch(() => undefined);
     if (info && Date.now() - info.mtimeMs > BREAKER_STALE_MS) await rmdir(breaker).catch(() => undefined);
-    return;
+    return false;
   }
   try {
     const now = await inspect(lockPath);
     const stillDead =
       (now.kind === 'held' && now.holder.token === deadToken) || (now.kind === 'unreadable' && deadToken === undefined);
-    if (stillDead) await unlink(lockPath).catch(() => undefined);
+    if (!stillDead) return now.kind === 'absent';
+    await unlink(lockPath);
+    return true;
+  } catch {
+    return false;
   } finally {
     await rmdir(breaker).catch(() => undefined);
   }
@@ -176,15 +181,11 @@ async function acquire(lockPath: string, timeoutMs: number): Promise<string> {
   for (;;) {
     if (tryCreate(lockPath, holder)) return holder.token;
     const state = await inspect(lockPath);
-    if (state.kind === 'held' && holderIsDead(state.holder)) {
-      await breakDeadLock(lockPath, state.holder.token);
-      continue;
-    }
-    if (state.kind === 'unreadable' && state.ageMs > UNREADABLE_LOCK_STALE_MS) {
-      await breakDeadLock(lockPath, undefined);
-      continue;
-    }
     if (state.kind === 'absent') continue;
+    const dead = (state.kind === 'held' && holderIsDead(state.holder)) || (state.kind === 'unreadable' && state.ageMs > UNREADABLE_LOCK_STALE_MS);
+    // A removed dead lock is retried at once; one another waiter is breaking, or that
+    // cannot be removed, is waited on like a live one, within the same deadline.
+    if (dead && (await breakDeadLock(lockPath, state.kind === 'held' ? state.holder.token : undefined))) continue;
     if (Date.now() >= deadline) {
       const who = state.kind === 'held' ? `process ${state.holder.pid} on ${state.holder.host}` : 'an unknown process';
       throw new InterlinkError('busy', `${lockPath} is held by ${who}; gave up after ${timeoutMs} ms (if that process is gone, remove the lock file)`, {
