@@ -23,17 +23,23 @@ afterEach(async () => {
   await rm(root, { recursive: true, force: true });
 });
 
+/** A relay, alice (session a1) and bob (session `bobSession`), paired. */
+async function pairedPeers(bobSession: string): Promise<{ alice: Peer; bob: Peer }> {
+  const relay = await startRelay();
+  const alice = await startPeer({ root, name: 'alice', session: 'a1', relays: relay.url });
+  const bob = await startPeer({ root, name: 'bob', session: bobSession, relays: relay.url });
+  peers.push(alice, bob);
+  await pair(alice, bob);
+  return { alice, bob };
+}
+
 interface Inbox {
   messages: { msg_id: string; text: string; receipt: { sender: string; msg_id: string } }[];
 }
 
 describe('notices for Claude', () => {
   it('wakes a waiting listener with a pointer, and records inbox_queued then receiver_acknowledged', async () => {
-    const relay = await startRelay();
-    const alice = await startPeer({ root, name: 'alice', session: 'a1', relays: relay.url });
-    const bob = await startPeer({ root, name: 'bob', session: 'b1', relays: relay.url });
-    peers.push(alice, bob);
-    await pair(alice, bob);
+    const { alice, bob } = await pairedPeers('b1');
 
     const listener = spawnNode(MAIN, ['wait', '--session', 'b1'], { INTERLINK_STATE_DIR: bob.state, INTERLINK_CONFIG_DIR: bob.config });
     const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'PRIVATE BODY: review PR 42', status: 'needs_input', task_id: 't1' });
@@ -53,7 +59,7 @@ describe('notices for Claude', () => {
     });
     expect(status.history.map((h) => h.state)).toEqual(['receiver_stored', 'inbox_queued', 'receiver_acknowledged']);
 
-    // Nothing more to say: the next listener waits (it is still running when we stop it).
+    // Nothing more to say: the next listener waits, then renews without a notice.
     const next = spawnNode(MAIN, ['wait', '--session', 'b1', '--renew-after-secs', '2'], { INTERLINK_STATE_DIR: bob.state, INTERLINK_CONFIG_DIR: bob.config });
     const renewal = await next.exited;
     expect(renewal.code).toBe(2);
@@ -61,29 +67,20 @@ describe('notices for Claude', () => {
   });
 
   it('does not wake for progress', async () => {
-    const relay = await startRelay();
-    const alice = await startPeer({ root, name: 'alice', session: 'a1', relays: relay.url });
-    const bob = await startPeer({ root, name: 'bob', session: 'b1', relays: relay.url });
-    peers.push(alice, bob);
-    await pair(alice, bob);
+    const { alice, bob } = await pairedPeers('b1');
     const progress = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: '40% done', task_id: 't1', status: 'update' });
     await eventually(async () => ((await bob.call<Inbox>('receive_messages')).messages.some((m) => m.msg_id === progress.msg_id) ? true : undefined));
-    const question = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'a question', task_id: 't2', status: 'needs_input' });
+    await alice.call('send_message', { to: 'bob', session: 'b1', text: 'a question', task_id: 't2', status: 'needs_input' });
     const listener = spawnNode(MAIN, ['wait', '--session', 'b1'], { INTERLINK_STATE_DIR: bob.state, INTERLINK_CONFIG_DIR: bob.config });
     expect((await listener.exited).code).toBe(2);
     // The one notice covers the question only.
     expect(listener.stderr()).toMatch(/^1 unread Interlink message /m);
     const status = await bob.call<{ history: { state: string }[] }>('message_status', { msg_id: progress.msg_id });
     expect(status.history.map((h) => h.state)).toEqual(['receiver_stored']);
-    void question;
   });
 
   it('follows a rebind by the hooks (after /clear the hooks see a new session id) and re-sends the open notice there', async () => {
-    const relay = await startRelay();
-    const alice = await startPeer({ root, name: 'alice', session: 'a1', relays: relay.url });
-    const bob = await startPeer({ root, name: 'bob', session: 'spawn-id', relays: relay.url });
-    peers.push(alice, bob);
-    await pair(alice, bob);
+    const { alice, bob } = await pairedPeers('spawn-id');
     const env = { INTERLINK_STATE_DIR: bob.state, INTERLINK_CONFIG_DIR: bob.config };
 
     // Before the rebind the notice goes to the spawn-time session's inbox...

@@ -54,10 +54,6 @@ export class Presence {
     this.announce();
   }
 
-  get summary(): string {
-    return this.info.summary;
-  }
-
   /** Verified sessions from every reachable relay; the freshest sighting of each wins. */
   async roster(options: { fresh?: boolean } = {}): Promise<RosterSession[]> {
     if (!options.fresh && this.cached && Date.now() - this.cached.at < ROSTER_CACHE_MS) return this.cached.entries;
@@ -81,10 +77,6 @@ export class Presence {
     clearInterval(this.timer);
     const goodbye = signGoodbye(this.key, this.session);
     await Promise.all(this.relays.map((r) => r.goodbye(goodbye)));
-  }
-
-  stop(): void {
-    clearInterval(this.timer);
   }
 
   private announcement(): Announcement {
