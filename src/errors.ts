@@ -25,6 +25,11 @@ export type ErrorCode =
   | 'idempotency_conflict'
   | 'unknown_message'
   | 'relay_unreachable'
+  // hosts
+  | 'not_bound'
+  | 'thread_mismatch'
+  | 'wrong_mode'
+  | 'unknown_failure'
   // usage
   | 'usage';
 

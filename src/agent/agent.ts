@@ -6,6 +6,7 @@
 import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { checkSafeName, mailboxPath } from '../config/paths.js';
+import { FailedDeliveries } from '../codex/failed.js';
 import { MAX_TEXT_BYTES, parseRoute, signEnvelope, type Envelope, type Status } from '../envelope/envelope.js';
 import { InterlinkError } from '../errors.js';
 import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
@@ -148,6 +149,11 @@ export class Agent {
       this.notifier?.kick();
     }
     return { session_id: sessionId, mailbox_session: this.session, changed };
+  }
+
+  /** Codex notices that were not taken, saved for recovery (failed_deliveries). */
+  failedDeliveries(): FailedDeliveries {
+    return FailedDeliveries.forSession(this.options.stateDir, this.identity.key, this.session);
   }
 
   get identity(): Identity {

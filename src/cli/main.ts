@@ -5,6 +5,7 @@
  */
 import { InterlinkError } from '../errors.js';
 import { demo, demoHelp } from './commands/demo.js';
+import { failedDeliveries, failedHelp } from './commands/failed.js';
 import { keygen, keygenHelp, whoami, whoamiHelp } from './commands/identity.js';
 import { peers, peersHelp } from './commands/peers.js';
 import { relay, relayHelp } from './commands/relay.js';
@@ -30,6 +31,7 @@ const commands: Record<string, Command> = {
   inbox: { run: inbox, help: inboxHelp, summary: 'messages in the mailboxes and their states (reads only)' },
   relay: { run: relay, help: relayHelp, summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR for durable queues)' },
   demo: { run: demo, help: demoHelp, summary: 'show a signed message go through the gate into a mailbox' },
+  'failed-deliveries': { run: failedDeliveries, help: failedHelp, summary: 'Codex notices codex queue did not take: list, read, retry, discard' },
   wait: { run: wait, help: waitHelp, summary: "Claude's Stop-hook listener: exit 2 with this session's notices on stderr" },
 };
 
@@ -42,7 +44,7 @@ function usage(): string {
 async function main(argv: readonly string[]): Promise<number> {
   // With no command, or only options, this is an MCP server (what hosts start).
   const first = argv[0];
-  const [name = 'serve', ...rest] = first === undefined || first.startsWith('--session') ? ['serve', ...argv] : argv;
+  const [name = 'serve', ...rest] = first === undefined || first.startsWith('--session') || first === '--codex' ? ['serve', ...argv] : argv;
   if (name === '--help' || name === '-h' || name === 'help') {
     process.stdout.write(usage() + '\n');
     return 0;

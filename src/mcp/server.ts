@@ -7,6 +7,8 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import type { Agent } from '../agent/agent.js';
+import type { CodexHost } from '../codex/host.js';
+import { threadFromMeta } from '../codex/thread.js';
 import { InterlinkError } from '../errors.js';
 import { log } from '../log.js';
 import type { NoticeSink } from '../notices/notifier.js';
@@ -34,13 +36,18 @@ function jsonSchema(schema: z.ZodObject): { type: 'object'; [key: string]: unkno
   return { ...rest, type: 'object' };
 }
 
+/** The session behind the tools: a running agent (Claude), or a Codex thread binding. */
+export type ServedSession = { agent: Agent } | { codex: CodexHost };
+
 /**
  * With `channels`, the server declares Claude Code's `claude/channel` capability and
  * notices go out as channel notifications (never in Codex mode). Claude gives no receipt
  * for them: a sent notification is `notification_sent`, nothing more.
  */
-export function createServer(agent: Agent, version: string, options: { channels?: boolean } = {}): Server {
-  const capabilities = options.channels === true ? { tools: {}, experimental: { 'claude/channel': {} } } : { tools: {} };
+export function createServer(session: ServedSession, version: string, options: { channels?: boolean } = {}): Server {
+  const codex = 'codex' in session ? session.codex : undefined;
+  const channels = options.channels === true && codex === undefined;
+  const capabilities = channels ? { tools: {}, experimental: { 'claude/channel': {} } } : { tools: {} };
   const server = new Server({ name: SERVER_NAME, version }, { capabilities, instructions: INSTRUCTIONS });
   const byName = new Map(TOOLS.map((t) => [t.name, t]));
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
@@ -56,7 +63,10 @@ export function createServer(agent: Agent, version: string, options: { channels?
       return failure('bad_arguments', `${where}: ${issue?.message ?? 'invalid'}`);
     }
     try {
-      return result(await definition.run(agent, parsed.data as never));
+      const metaThread = codex !== undefined ? threadFromMeta(request.params._meta) : undefined;
+      codex?.checkCall(metaThread);
+      const context = { agent: async () => ('agent' in session ? session.agent : session.codex.agent()), codex, metaThread };
+      return result(await definition.run(context, parsed.data as never));
     } catch (err) {
       if (err instanceof InterlinkError) return failure(err.code, err.message);
       log.error('tool_failed', { tool: definition.name, error: (err as Error).message });

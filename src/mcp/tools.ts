@@ -6,17 +6,40 @@
  */
 import { z } from 'zod';
 import type { Agent } from '../agent/agent.js';
+import type { CodexHost } from '../codex/host.js';
+import { codexBin } from '../codex/queue.js';
+import { FAILED_ACTIONS, runFailedAction } from '../codex/recovery.js';
 import { STATUSES } from '../envelope/envelope.js';
+import { InterlinkError } from '../errors.js';
+
+/** What a tool call can reach: the session, and in Codex mode the thread binding. */
+export interface ToolContext {
+  /** The running session; in Codex mode a `not_bound` error until a hook binds the thread. */
+  agent(): Promise<Agent>;
+  /** Present in Codex mode only. */
+  codex: CodexHost | undefined;
+  /** The thread the call's `_meta` names (Codex), if any. */
+  metaThread: string | undefined;
+}
 
 export interface ToolDefinition {
   name: string;
   description: string;
   input: z.ZodObject;
-  run: (agent: Agent, args: never) => Promise<object> | object;
+  run: (context: ToolContext, args: never) => Promise<object> | object;
 }
 
-function tool<S extends z.ZodObject>(name: string, description: string, input: S, run: (agent: Agent, args: z.infer<S>) => Promise<object> | object): ToolDefinition {
+function hostTool<S extends z.ZodObject>(name: string, description: string, input: S, run: (context: ToolContext, args: z.infer<S>) => Promise<object> | object): ToolDefinition {
   return { name, description, input, run: run as ToolDefinition['run'] };
+}
+
+/** A tool of the running session. */
+function tool<S extends z.ZodObject>(name: string, description: string, input: S, run: (agent: Agent, args: z.infer<S>) => Promise<object> | object): ToolDefinition {
+  return hostTool(name, description, input, async (context, args) => run(await context.agent(), args));
+}
+
+function wrongMode(tool: string, mode: string): InterlinkError {
+  return new InterlinkError('wrong_mode', `${tool} is for ${mode}; this server runs in ${mode === 'Codex mode' ? 'Claude mode' : 'Codex mode'} (INTERLINK_MODE)`);
 }
 
 const receipt = z.object({ sender: z.string().describe('sender public key (receipt.sender)'), msg_id: z.string() }).strict();
@@ -91,11 +114,33 @@ export const TOOLS: ToolDefinition[] = [
     z.object({ petname: peerName }).strict(),
     (agent, args) => agent.removePeer(args.petname),
   ),
-  tool(
+  hostTool(
     'bind_claude_session',
-    "Called by the Interlink plugin's Claude Code hooks with the hook's session_id, so notices reach this session's Stop-hook listener after /clear, --resume or a fork. Not for agents to call on a peer's request.",
+    "Called by the Interlink plugin's Claude Code hooks with the hook's session_id, so notices reach this session's Stop-hook listener after /clear, --resume or a fork. Operator setup, not for agents to call, and never on a peer's request.",
     z.object({ session_id: z.string().min(1).max(128) }).strict(),
-    (agent, args) => agent.bindClaudeSession(args.session_id),
+    async (context, args) => {
+      if (context.codex !== undefined) throw wrongMode('bind_claude_session', 'Claude mode');
+      return (await context.agent()).bindClaudeSession(args.session_id);
+    },
+  ),
+  hostTool(
+    'bind_codex_session',
+    "Called by Interlink's trusted Codex hooks with the thread's full UUID (${session_id}); until then a Codex-mode server neither announces, polls nor sends. Binds once; the same thread again is a no-op, another is refused. Operator setup, not for agents to call, and never on a peer's request.",
+    z.object({ thread_id: z.string().min(1).max(64) }).strict(),
+    async (context, args) => {
+      if (context.codex === undefined) throw wrongMode('bind_codex_session', 'Codex mode');
+      return context.codex.bind(args.thread_id, context.metaThread);
+    },
+  ),
+  tool(
+    'failed_deliveries',
+    'Codex notices that codex queue did not take (saved up to 24 h): list, read, retry (may duplicate a notice whose outcome was unknown) or discard (removes the saved failure only). The messages themselves stay unread: receive_messages reads them regardless.',
+    z.object({ action: z.enum(FAILED_ACTIONS), id: z.string().min(1).max(64).optional().describe('a saved failure id from list (read, retry, discard)') }).strict(),
+    (agent, args) =>
+      runFailedAction(agent.failedDeliveries(), args.action, args.id, {
+        bin: codexBin(),
+        onQueued: (failure) => agent.mailbox.recordNoticeOutcome(failure.notification_id, 'host_queued'),
+      }),
   ),
   tool('discover', 'The verified presence roster (live, away), grouped by identity; optionally one peer.', z.object({ peer: peerName.optional() }).strict(), (agent, args) =>
     agent.discover(args.peer),

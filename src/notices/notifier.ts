@@ -18,11 +18,13 @@ import { holdFileLock } from '../store/lock.js';
 import { renderNotice, type Notice } from './notice.js';
 import { decideNotice } from './schedule.js';
 
-/** Where notices go: the Claude inbox, a Claude channel, or (later) `codex queue`. */
+/** Where notices go: the Claude inbox, a Claude channel, or `codex queue`. */
 export interface NoticeSink {
   readonly name: string;
   /** Hands the notice over; returns the state to record, or throws (recorded as delivery_failed). */
   deliver(notice: Notice, text: string): Promise<NoticeOutcome>;
+  /** Cuts a handoff under way short (shutdown); its outcome is then recorded as it stands. */
+  close?(): void;
 }
 
 export interface NotifierOptions {
@@ -79,6 +81,7 @@ export class Notifier {
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.timer);
+    this.options.sink.close?.();
     await this.running;
     this.release?.();
     this.release = undefined;

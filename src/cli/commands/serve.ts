@@ -12,16 +12,24 @@ import { resolveSessionId } from '../../agent/session.js';
 import { keyPath, peersPath, stateDir } from '../../config/paths.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
 import { log } from '../../log.js';
-import { channelSink, createServer } from '../../mcp/server.js';
+import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { CodexHost } from '../../codex/host.js';
+import { codexBin } from '../../codex/queue.js';
+import { codexQueueSink } from '../../codex/sink.js';
+import { channelSink, createServer, type ServedSession } from '../../mcp/server.js';
 import { inboxSink } from '../../notices/sinks.js';
 import { expectPositionals, parse } from '../args.js';
 
-export const serveHelp = `usage: interlink-mcp serve [--session ID]
+export const serveHelp = `usage: interlink-mcp serve [--session ID] [--codex]
 
 The MCP server of one agent session, over stdio (what Claude Code and Codex start).
 Creates the identity on first run. Session id: --session, INTERLINK_SESSION,
 CLAUDE_CODE_SESSION_ID, else a generated one. Relays: INTERLINK_URL (comma-separated);
-without it, ws://127.0.0.1:9440, started as a durable local relay if none answers.`;
+without it, ws://127.0.0.1:9440, started as a durable local relay if none answers.
+
+Codex mode (--codex or INTERLINK_MODE=codex): the session is the Codex thread, bound by
+Interlink's Codex hooks (bind_codex_session); nothing runs until then. Notices go to
+\`codex queue\` (INTERLINK_CODEX_BIN, else codex on PATH). See codex/README.md.`;
 
 export function packageVersion(): string {
   try {
@@ -49,31 +57,50 @@ function personName(): string {
 }
 
 export async function serve(argv: readonly string[]): Promise<void> {
-  const args = parse(argv, { session: { type: 'string' } });
-  expectPositionals(args, 0, 'interlink-mcp serve [--session ID]');
+  const args = parse(argv, { session: { type: 'string' }, codex: { type: 'boolean' } });
+  expectPositionals(args, 0, 'interlink-mcp serve [--session ID] [--codex]');
+  const codexMode = args.values.codex === true || process.env.INTERLINK_MODE === 'codex';
   const identity = await loadOrCreateIdentity(keyPath());
-  const { session, source } = resolveSessionId(typeof args.values.session === 'string' ? args.values.session : undefined);
   const state = stateDir();
   const urls = await relayUrls(process.env, state);
   const cwd = process.cwd();
-  const agent = await Agent.start({
-    identity,
-    session,
-    stateDir: state,
-    peersPath: peersPath(),
-    relayUrls: urls,
-    presence: { name: personName(), cwd, gitRoot: gitRoot(cwd), summary: '' },
-  });
-  log.info('serving', { session, source, identity: identity.key, relays: urls });
-  const channels = process.env.INTERLINK_CHANNELS === '1';
-  const server = createServer(agent, packageVersion(), { channels });
-  agent.startNotices(channels ? channelSink(server) : inboxSink(state, () => agent.claudeSession));
+  const startAgent = (session: string) =>
+    Agent.start({
+      identity,
+      session,
+      stateDir: state,
+      peersPath: peersPath(),
+      relayUrls: urls,
+      presence: { name: personName(), cwd, gitRoot: gitRoot(cwd), summary: '' },
+    });
+
+  let served: ServedSession;
+  let server: Server;
+  if (codexMode) {
+    const codex = new CodexHost(async (thread) => {
+      const agent = await startAgent(thread);
+      agent.startNotices(codexQueueSink({ thread, bin: codexBin(), failed: agent.failedDeliveries() }));
+      log.info('serving', { mode: 'codex', session: thread, identity: identity.key, relays: urls });
+      return agent;
+    });
+    served = { codex };
+    server = createServer(served, packageVersion());
+    log.info('waiting_for_codex_binding', { identity: identity.key });
+  } else {
+    const { session, source } = resolveSessionId(typeof args.values.session === 'string' ? args.values.session : undefined);
+    const agent = await startAgent(session);
+    log.info('serving', { session, source, identity: identity.key, relays: urls });
+    const channels = process.env.INTERLINK_CHANNELS === '1';
+    served = { agent };
+    server = createServer(served, packageVersion(), { channels });
+    agent.startNotices(channels ? channelSink(server) : inboxSink(state, () => agent.claudeSession));
+  }
   const transport = new StdioServerTransport();
 
   let closing: Promise<void> | undefined;
   const shutdown = () => {
     closing ??= (async () => {
-      await agent.close();
+      await ('agent' in served ? served.agent.close() : served.codex.close());
       await server.close().catch(() => undefined);
       process.exit(0);
     })();

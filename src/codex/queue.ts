@@ -1,0 +1,108 @@
+/**
+ * The Codex queue executor: hands one notice to `codex queue --thread <uuid> --message
+ * <notice>`. The child gets an argument vector and no shell, so nothing in a notice can
+ * become a command; bodies never travel this way (a notice is a pointer, at most 12 KiB).
+ * Each attempt runs in its own process group and is killed whole at the timeout.
+ */
+import { spawn } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { log } from '../log.js';
+import { MAX_NOTICE_BYTES } from '../notices/notice.js';
+import { afterAttempt, QUEUE_TIMEOUT_MS, type AttemptResult, type NextStep } from './retry.js';
+
+export interface QueueOptions {
+  /** The `codex` executable: INTERLINK_CODEX_BIN, else `codex` on PATH. */
+  bin: string;
+  thread: string;
+  message: string;
+  env?: NodeJS.ProcessEnv;
+  timeoutMs?: number;
+  backoffMs?: number;
+  /** Aborting kills a running attempt and skips the remaining ones. */
+  signal?: AbortSignal;
+}
+
+export type QueueReport = Extract<NextStep, { action: 'finish' }> & { attempts: number };
+
+/** Keeps the last bytes of a child's output for the failure reason, never more. */
+const DETAIL_BYTES = 2_048;
+
+export function codexBin(env: NodeJS.ProcessEnv = process.env): string {
+  const configured = env.INTERLINK_CODEX_BIN;
+  return configured !== undefined && configured !== '' ? configured : 'codex';
+}
+
+/** One attempt. Never throws. */
+export async function queueOnce(options: QueueOptions): Promise<AttemptResult> {
+  const bytes = Buffer.byteLength(options.message, 'utf8');
+  if (bytes > MAX_NOTICE_BYTES) return { kind: 'too_large', bytes };
+  return new Promise((resolve) => {
+    let output = '';
+    let timedOut = false;
+    let settled = false;
+    const child = spawn(options.bin, ['queue', '--thread', options.thread, '--message', options.message], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: options.env ?? process.env,
+      detached: true,
+      shell: false,
+    });
+    const collect = (chunk: Buffer) => {
+      output = (output + chunk.toString('utf8')).slice(-DETAIL_BYTES);
+    };
+    child.stdout.on('data', collect);
+    child.stderr.on('data', collect);
+    const killGroup = () => {
+      try {
+        if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        child.kill('SIGKILL');
+      }
+    };
+    const timer = setTimeout(() => {
+      timedOut = true;
+      killGroup();
+    }, options.timeoutMs ?? QUEUE_TIMEOUT_MS);
+    const onAbort = () => {
+      timedOut = true;
+      killGroup();
+    };
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    const finish = (result: AttemptResult) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+      resolve(result);
+    };
+    child.on('error', (err) => finish({ kind: 'unstartable', detail: err.message }));
+    child.on('close', (code, signal) => {
+      const detail = lastLine(output);
+      if (timedOut) finish({ kind: 'timeout' });
+      else if (code === 0) finish({ kind: 'queued', detail });
+      else finish({ kind: 'exit', code, signal, detail });
+    });
+  });
+}
+
+/** Attempts until the retry policy says stop. Never throws. */
+export async function queueNotice(options: QueueOptions): Promise<QueueReport> {
+  for (let attempt = 1; ; attempt++) {
+    const result = await queueOnce(options);
+    const step = afterAttempt(attempt, result);
+    if (step.action === 'finish') return { ...step, attempts: attempt };
+    log.warn('codex_queue_retry', { thread: options.thread, attempt, result: result.kind });
+    if (options.signal?.aborted === true) return stopped(attempt);
+    const slept = await sleep(options.backoffMs ?? step.delayMs, true, { signal: options.signal }).catch(() => false);
+    if (!slept) return stopped(attempt);
+  }
+}
+
+function stopped(attempts: number): QueueReport {
+  return { action: 'finish', outcome: 'delivery_failed', save: true, reason: 'the server stopped before the next attempt', attempts };
+}
+
+/** The last non-empty line of a child's output (codex prints its error last). */
+function lastLine(output: string): string {
+  const lines = output.split('\n').map((line) => line.trim()).filter((line) => line !== '' && !line.startsWith('WARNING: proceeding'));
+  return (lines.at(-1) ?? '').slice(0, 300);
+}

@@ -1,0 +1,40 @@
+/**
+ * Puts the `codex` stand-in (fake-codex.mjs) on a PATH of its own: `dir/codex` is a shim
+ * that runs it with this Node. Each run is logged, so a test can check the argument
+ * vector, the number of attempts and the time between them.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+export type FakeCodexMode = 'ok' | 'fail' | 'hang' | 'hang-child' | `fail-${number}`;
+
+export interface FakeCodex {
+  dir: string;
+  bin: string;
+  log: string;
+  env(mode: FakeCodexMode): Record<string, string>;
+  calls(): { t: number; argv: string[]; pid: number }[];
+}
+
+export async function fakeCodex(root: string): Promise<FakeCodex> {
+  const dir = join(root, 'fake-codex-bin');
+  await mkdir(dir, { recursive: true });
+  const bin = join(dir, 'codex');
+  const script = join(import.meta.dirname, 'fake-codex.mjs');
+  await writeFile(bin, `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(script)} "$@"\n`, { mode: 0o755 });
+  const log = join(root, 'fake-codex.jsonl');
+  return {
+    dir,
+    bin,
+    log,
+    env: (mode) => ({ FAKE_CODEX_MODE: mode, FAKE_CODEX_LOG: log, PATH: `${dir}:${process.env.PATH ?? ''}` }),
+    calls: () =>
+      existsSync(log)
+        ? readFileSync(log, 'utf8')
+            .split('\n')
+            .filter(Boolean)
+            .map((line) => JSON.parse(line) as { t: number; argv: string[]; pid: number })
+        : [],
+  };
+}
