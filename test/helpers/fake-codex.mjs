@@ -7,9 +7,15 @@
  *   hang        never exit (until killed)
  *   fail-N      fail the first N runs (counted in FAKE_CODEX_LOG), then succeed
  *   hang-child  start a grandchild that hangs, then hang (the executor must kill both)
+ *
+ * With FAKE_CODEX_CONTROL (a JSON file read on every run) the mode can change while the
+ * process that starts it keeps running: `{"mode": "hang" | "fail" | "real", "real":
+ * "<codex>"}` or `{"mode": "fail-then-real", "failures": N, "real": "<codex>"}`, where
+ * `real` runs the real CLI with the same arguments and `fail-then-real` counts its runs
+ * in `<control>.count`.
  */
 import { spawn } from 'node:child_process';
-import { appendFileSync, existsSync, readFileSync } from 'node:fs';
+import { appendFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 
 const log = process.env.FAKE_CODEX_LOG;
 const mode = process.env.FAKE_CODEX_MODE ?? 'ok';
@@ -31,14 +37,43 @@ function fail() {
 
 const hang = () => setInterval(() => undefined, 1_000);
 
+function runReal(codex) {
+  const child = spawn(codex, argv, { stdio: 'inherit' });
+  child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
+  child.on('error', (err) => {
+    process.stderr.write(`cannot run ${codex}: ${err.message}\n`);
+    process.exit(1);
+  });
+}
+
+const controlPath = process.env.FAKE_CODEX_CONTROL;
+
+function byControl() {
+  const control = JSON.parse(readFileSync(controlPath, 'utf8'));
+  if (control.mode === 'real') return runReal(control.real);
+  if (control.mode === 'hang') return hang();
+  if (control.mode === 'fail-then-real') {
+    const countPath = `${controlPath}.count`;
+    const seen = existsSync(countPath) ? Number(readFileSync(countPath, 'utf8')) : 0;
+    writeFileSync(countPath, String(seen + 1));
+    return seen < control.failures ? fail() : runReal(control.real);
+  }
+  return fail();
+}
+
+function byMode() {
+  const failFirst = /^fail-(\d+)$/.exec(mode);
+  if (mode === 'ok') return succeed();
+  if (mode === 'hang') return hang();
+  if (mode === 'hang-child') {
+    const child = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
+    if (process.env.FAKE_CODEX_CHILD_PID_FILE) appendFileSync(process.env.FAKE_CODEX_CHILD_PID_FILE, `${child.pid}\n`);
+    return hang();
+  }
+  if (failFirst) return previous < Number(failFirst[1]) ? fail() : succeed();
+  return fail();
+}
+
 if (argv[0] !== 'queue') fail();
-const failFirst = /^fail-(\d+)$/.exec(mode);
-if (mode === 'ok') succeed();
-else if (mode === 'fail') fail();
-else if (mode === 'hang') hang();
-else if (mode === 'hang-child') {
-  const child = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
-  if (process.env.FAKE_CODEX_CHILD_PID_FILE) appendFileSync(process.env.FAKE_CODEX_CHILD_PID_FILE, `${child.pid}\n`);
-  hang();
-} else if (failFirst) (previous < Number(failFirst[1]) ? fail : succeed)();
-else fail();
+else if (controlPath !== undefined) byControl();
+else byMode();

@@ -17,13 +17,18 @@ export interface FakeCodex {
   calls(): { t: number; argv: string[]; pid: number }[];
 }
 
-export async function fakeCodex(root: string): Promise<FakeCodex> {
+/**
+ * With `control`, the shim itself sets FAKE_CODEX_CONTROL and FAKE_CODEX_LOG, for callers
+ * that start it with an environment the test does not choose (Codex's MCP servers).
+ */
+export async function fakeCodex(root: string, options: { control?: string } = {}): Promise<FakeCodex> {
   const dir = join(root, 'fake-codex-bin');
   await mkdir(dir, { recursive: true });
   const bin = join(dir, 'codex');
   const script = join(import.meta.dirname, 'fake-codex.mjs');
-  await writeFile(bin, `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(script)} "$@"\n`, { mode: 0o755 });
   const log = join(root, 'fake-codex.jsonl');
+  const fixed = options.control !== undefined ? `export FAKE_CODEX_CONTROL=${JSON.stringify(options.control)} FAKE_CODEX_LOG=${JSON.stringify(log)}\n` : '';
+  await writeFile(bin, `#!/bin/sh\n${fixed}exec ${JSON.stringify(process.execPath)} ${JSON.stringify(script)} "$@"\n`, { mode: 0o755 });
   return {
     dir,
     bin,

@@ -25,7 +25,15 @@ async function readOrUndefined<T>(read: () => Promise<T>): Promise<T | undefined
 
 /** Live processes whose environment holds `INTERLINK_HOST_TEST_RUN=<run>` (Linux only). */
 export async function markedProcesses(run: string): Promise<MarkedProcess[]> {
-  const entry = `${RUN_MARKER}=${run}`;
+  return processesWithEnv(`${RUN_MARKER}=${run}`);
+}
+
+/**
+ * Live processes whose environment holds `entry` (`NAME=value`). For processes a host
+ * starts with an environment of its own choosing (Codex's MCP servers get only a few
+ * variables), a variable the host passes on marks them instead.
+ */
+export async function processesWithEnv(entry: string): Promise<MarkedProcess[]> {
   const pids = (await readOrUndefined(() => readdir('/proc'))) ?? [];
   const found: MarkedProcess[] = [];
   for (const name of pids) {
@@ -44,9 +52,14 @@ export async function markedProcesses(run: string): Promise<MarkedProcess[]> {
 
 /** SIGKILLs every marked process until none is left (or the deadline passes). */
 export async function reapMarked(run: string, timeoutMs = 10_000): Promise<void> {
+  return reapWithEnv(`${RUN_MARKER}=${run}`, timeoutMs);
+}
+
+/** SIGKILLs every process whose environment holds `entry` until none is left. */
+export async function reapWithEnv(entry: string, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const left = await markedProcesses(run);
+    const left = await processesWithEnv(entry);
     if (left.length === 0) return;
     if (Date.now() > deadline) throw new Error(`could not reap: ${left.map((p) => `${p.pid} ${p.argv.join(' ')}`).join('; ')}`);
     for (const p of left) {

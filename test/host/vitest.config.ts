@@ -1,7 +1,8 @@
 /**
- * The host tests: real host CLIs (Claude Code) driven offline against scripted fakes.
- * `npm run test:host` runs them, after `scripts/host/install-clis.sh`; `npm test` does not
- * (claude.test.ts runs only when INTERLINK_HOST_TESTS is set, as it is here).
+ * The host tests: real host CLIs (Claude Code, Codex) driven offline against scripted
+ * fakes. `npm run test:host` runs them, after `scripts/host/install-clis.sh`; `npm test`
+ * does not (claude.test.ts and codex.test.ts run only when INTERLINK_HOST_TESTS is set, as
+ * it is here).
  */
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
@@ -13,7 +14,7 @@ export default defineConfig({
     testTimeout: 120_000,
     hookTimeout: 120_000,
     pool: 'forks',
-    // One Claude session at a time: the machine has two cores.
+    // One host CLI at a time: the machine has two cores.
     fileParallelism: false,
     env: { INTERLINK_HOST_TESTS: '1' },
   },
