@@ -9,6 +9,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { FailedDeliveries } from '../src/codex/failed.js';
+import { mailboxPath } from '../src/config/paths.js';
+import { Mailbox } from '../src/mailbox/mailbox.js';
+import { message, newIdentity } from './helpers/fixtures.js';
 import { encodeBase64url } from '../src/identity/base64url.js';
 import { generateSigningKey } from '../src/identity/ed25519.js';
 import { fingerprintOf, loadIdentity } from '../src/identity/identity.js';
@@ -303,5 +308,56 @@ describe('usage', () => {
       expect(run.stderr.length, args.join(' ')).toBeGreaterThan(0);
     }
     await expect(readdir(root)).resolves.toEqual([]);
+  });
+});
+
+describe('status', () => {
+  const THREAD = '01a227a4-1fcd-7663-ade6-117faef1cb4e';
+  // Nothing listens on port 9 of the loopback: the relay is reported as not answering.
+  const offline = { INTERLINK_URL: 'ws://127.0.0.1:9' };
+
+  const statusSchema = z.object({
+    identity: z.object({ key: z.string(), fingerprint: z.string() }).nullable(),
+    relays: z.array(z.object({ url: z.string(), answers: z.boolean() })),
+    sessions: z.array(z.object({ session: z.string(), unread: z.number(), failed_deliveries: z.union([z.number(), z.literal('unreadable')]) }).loose()),
+  }).loose();
+
+  it('says there is no identity yet, and which relays do not answer', async () => {
+    const data = statusSchema.parse(JSON.parse(expectSuccess(await cli(['status', '--json'], offline))));
+    expect(data).toMatchObject({ identity: null, relays: [{ url: 'ws://127.0.0.1:9', answers: false }], sessions: [] });
+  });
+
+  it('counts the saved Codex notice failures of each session, and reads a damaged file without moving it', async () => {
+    expectSuccess(await cli(['keygen']));
+    const { key } = await loadIdentity(keyFile);
+    const failed = FailedDeliveries.forSession(stateDir, key, THREAD);
+    await failed.save({ kind: 'notice', notification_id: 'n-1', thread: THREAD, message: 'notice', outcome: 'delivery_unknown', reason: 'timed out', attempts: 1 });
+
+    const data = statusSchema.parse(JSON.parse(expectSuccess(await cli(['status', '--json'], offline))));
+    expect(data.sessions).toEqual([expect.objectContaining({ session: THREAD, unread: 0, failed_deliveries: 1 })]);
+    expect(expectSuccess(await cli(['status'], offline))).toContain('failed Codex notices: 1');
+
+    await writeFile(failed.path, '{ not json');
+    const damaged = statusSchema.parse(JSON.parse(expectSuccess(await cli(['status', '--json'], offline))));
+    expect(damaged.sessions).toEqual([expect.objectContaining({ session: THREAD, failed_deliveries: 'unreadable' })]);
+    // A view repairs nothing: the damaged file is still where it was.
+    expect(await readFile(failed.path, 'utf8')).toBe('{ not json');
+  });
+});
+
+describe('inbox', () => {
+  it('finds a mailbox that has only its journal so far', async () => {
+    expectSuccess(await cli(['keygen']));
+    const me = await loadIdentity(keyFile);
+    const sender = newIdentity(7);
+    const mailbox = await Mailbox.open(mailboxPath(stateDir, me.key, 'fresh'));
+    try {
+      await mailbox.store(message(sender, me, { text: 'only in the journal' }));
+    } finally {
+      await mailbox.close();
+    }
+    expect(await readdir(join(stateDir, 'mailbox', me.key))).not.toContain('fresh.json');
+    const out = JSON.parse(expectSuccess(await cli(['inbox', '--json']))) as { messages: { session: string; text: string }[] };
+    expect(out.messages).toEqual([expect.objectContaining({ session: 'fresh', text: 'only in the journal' })]);
   });
 });

@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { checkSafeName } from '../config/paths.js';
 import { errnoCode, InterlinkError } from '../errors.js';
-import { readJson, updateJson } from '../store/json-store.js';
+import { peekJson, readJson, updateJson } from '../store/json-store.js';
 
 export const MAX_FAILURES = 64;
 export const FAILURE_TTL_MS = 24 * 60 * 60 * 1000;
@@ -79,6 +79,13 @@ export class FailedDeliveries {
     return live(value.failures, this.now());
   }
 
+  /** For views that must not change anything: the live failures, or why the file is unreadable. */
+  async peek(): Promise<{ failures: Failure[] } | { damaged: string }> {
+    const read = await peekJson(this.path, fileSchema);
+    if (read.kind === 'damaged') return { damaged: read.reason };
+    return { failures: read.kind === 'ok' ? live(read.value.failures, this.now()) : [] };
+  }
+
   async get(id: string): Promise<Failure | undefined> {
     return (await this.list()).find((f) => f.id === id);
   }
@@ -98,13 +105,15 @@ export class FailedDeliveries {
     });
   }
 
-  /** Removes one saved failure (never any mail). */
+  /**
+   * Removes one saved failure (never any mail). An expired one counts as gone, as it
+   * does for list and get.
+   */
   async discard(id: string): Promise<boolean> {
     return (
       await updateJson(this.path, fileSchema, empty, (current) => {
-        const kept = current.failures.filter((f) => f.id !== id);
-        const found = kept.length !== current.failures.length;
-        return { next: found ? fileOf(kept) : undefined, result: { found } };
+        const found = live(current.failures, this.now()).some((f) => f.id === id);
+        return { next: found ? fileOf(current.failures.filter((f) => f.id !== id)) : undefined, result: { found } };
       })
     ).found;
   }

@@ -20,6 +20,8 @@ export interface QueueOptions {
   backoffMs?: number;
   /** Aborting kills a running attempt and skips the remaining ones. */
   signal?: AbortSignal;
+  /** No log line per failed attempt (a CLI run reports the result itself). */
+  quiet?: boolean;
 }
 
 export type QueueReport = Extract<NextStep, { action: 'finish' }> & { attempts: number };
@@ -32,20 +34,35 @@ export function codexBin(env: NodeJS.ProcessEnv = process.env): string {
   return configured !== undefined && configured !== '' ? configured : 'codex';
 }
 
+/** Its own process group (detached), so a timeout can kill whatever it started too. */
+function startAttempt(options: QueueOptions) {
+  return spawn(options.bin, ['queue', '--thread', options.thread, '--message', options.message], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: options.env ?? process.env,
+    detached: true,
+    shell: false,
+  });
+}
+
 /** One attempt. Never throws. */
 export async function queueOnce(options: QueueOptions): Promise<AttemptResult> {
   const bytes = Buffer.byteLength(options.message, 'utf8');
   if (bytes > MAX_NOTICE_BYTES) return { kind: 'too_large', bytes };
+  // An abort that came before this attempt fires no event; nothing is started then.
+  if (options.signal?.aborted === true) return { kind: 'unstartable', detail: 'the server stopped before the attempt' };
   return new Promise((resolve) => {
     let output = '';
     let timedOut = false;
     let settled = false;
-    const child = spawn(options.bin, ['queue', '--thread', options.thread, '--message', options.message], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: options.env ?? process.env,
-      detached: true,
-      shell: false,
-    });
+    let child: ReturnType<typeof startAttempt>;
+    try {
+      child = startAttempt(options);
+    } catch (err) {
+      // Arguments spawn refuses outright (a NUL byte, an empty executable name) throw
+      // here instead of emitting 'error'.
+      resolve({ kind: 'unstartable', detail: (err as Error).message });
+      return;
+    }
     const collect = (chunk: Buffer) => {
       output = (output + chunk.toString('utf8')).slice(-DETAIL_BYTES);
     };
@@ -59,11 +76,13 @@ export async function queueOnce(options: QueueOptions): Promise<AttemptResult> {
       }
     };
     const timer = setTimeout(() => {
-      timedOut = true;
+      // A child that already exited has a known outcome; only something it left holding
+      // its output open is still running, and that is killed with the group.
+      if (child.exitCode === null && child.signalCode === null) timedOut = true;
       killGroup();
     }, options.timeoutMs ?? QUEUE_TIMEOUT_MS);
     const onAbort = () => {
-      timedOut = true;
+      if (child.exitCode === null && child.signalCode === null) timedOut = true;
       killGroup();
     };
     options.signal?.addEventListener('abort', onAbort, { once: true });
@@ -86,19 +105,22 @@ export async function queueOnce(options: QueueOptions): Promise<AttemptResult> {
 
 /** Attempts until the retry policy says stop. Never throws. */
 export async function queueNotice(options: QueueOptions): Promise<QueueReport> {
+  const aborted = (): boolean => options.signal?.aborted === true;
   for (let attempt = 1; ; attempt++) {
+    if (aborted()) return stopped(attempt - 1);
     const result = await queueOnce(options);
     const step = afterAttempt(attempt, result);
     if (step.action === 'finish') return { ...step, attempts: attempt };
-    log.warn('codex_queue_retry', { thread: options.thread, attempt, result: result.kind });
-    if (options.signal?.aborted === true) return stopped(attempt);
+    if (options.quiet !== true) log.warn('codex_queue_retry', { thread: options.thread, attempt, result: result.kind });
+    if (aborted()) return stopped(attempt);
     const slept = await sleep(options.backoffMs ?? step.delayMs, true, { signal: options.signal }).catch(() => false);
     if (!slept) return stopped(attempt);
   }
 }
 
 function stopped(attempts: number): QueueReport {
-  return { action: 'finish', outcome: 'delivery_failed', save: true, reason: 'the server stopped before the next attempt', attempts };
+  const reason = attempts === 0 ? 'the server stopped before the first attempt' : 'the server stopped before the next attempt';
+  return { action: 'finish', outcome: 'delivery_failed', save: true, reason, attempts };
 }
 
 /** The last non-empty line of a child's output (codex prints its error last). */

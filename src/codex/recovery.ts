@@ -1,7 +1,8 @@
 /**
  * `failed_deliveries` (the MCP tool) and `interlink-mcp failed-deliveries` (people):
  * list, read, retry or discard saved Codex notice failures. Retrying runs the same
- * executor as the notifier; discarding removes the saved failure, never mail.
+ * executor under the same policy (retry.ts) as the notifier; discarding removes the
+ * saved failure, never mail.
  */
 import { InterlinkError } from '../errors.js';
 import type { FailedDeliveries, Failure } from './failed.js';
@@ -18,7 +19,17 @@ export interface RecoveryOptions extends Pick<QueueOptions, 'bin' | 'env' | 'tim
   onQueued?: (failure: Failure) => Promise<void>;
 }
 
-export type RetryResult = { id: string; notification_id: string; thread: string; outcome: QueueReport['outcome']; reason: string; attempts: number; still_saved: boolean };
+export type RetryResult = {
+  id: string;
+  notification_id: string;
+  thread: string;
+  outcome: QueueReport['outcome'];
+  reason: string;
+  attempts: number;
+  still_saved: boolean;
+  /** Bookkeeping after a queued notice that did not work out; the notice was queued regardless. */
+  warning?: string;
+};
 
 async function find(store: FailedDeliveries, id: string | undefined): Promise<Failure> {
   if (id === undefined) throw new InterlinkError('usage', 'this action needs the id of a saved failure (see list)');
@@ -48,12 +59,20 @@ export async function discardFailure(store: FailedDeliveries, id: string | undef
  */
 export async function retryFailure(store: FailedDeliveries, id: string | undefined, options: RecoveryOptions): Promise<RetryResult> {
   const failure = await find(store, id);
-  const report = await queueNotice({ bin: options.bin, env: options.env, timeoutMs: options.timeoutMs, backoffMs: options.backoffMs, thread: failure.thread, message: failure.message });
+  // Quiet: `interlink-mcp failed-deliveries retry` fails with one line on stderr, and the
+  // result (reason, attempts) says everything a log line per attempt would.
+  const report = await queueNotice({ bin: options.bin, env: options.env, timeoutMs: options.timeoutMs, backoffMs: options.backoffMs, thread: failure.thread, message: failure.message, quiet: true });
   const base = { id: failure.id, notification_id: failure.notification_id, thread: failure.thread, outcome: report.outcome, reason: report.reason, attempts: report.attempts };
   if (report.outcome === 'host_queued') {
-    await store.discard(failure.id);
-    await options.onQueued?.(failure);
-    return { ...base, still_saved: false };
+    // Codex has the notice now; what follows is bookkeeping, and its failure must not
+    // make a delivered notice look failed.
+    const warnings: string[] = [];
+    const removed = await store.discard(failure.id).catch((err: unknown) => {
+      warnings.push(`the saved failure could not be removed (${(err as Error).message})`);
+      return false;
+    });
+    await options.onQueued?.(failure).catch((err: unknown) => warnings.push(`host_queued could not be recorded on its messages (${(err as Error).message})`));
+    return { ...base, still_saved: !removed, ...(warnings.length > 0 && { warning: warnings.join('; ') }) };
   }
   await store.retried(failure.id, report.outcome === 'delivery_unknown' ? 'delivery_unknown' : 'delivery_failed', report.reason, report.attempts);
   return { ...base, still_saved: true };

@@ -21,21 +21,25 @@ export function parseThreadId(value: string): string {
   return id;
 }
 
-const metaSchema = z.looseObject({
-  threadId: z.string().optional(),
-  'x-codex-turn-metadata': z.looseObject({ thread_id: z.string().optional() }).optional(),
-});
+/**
+ * Each place Codex may name the thread is read on its own: a malformed or `null` field
+ * (a serializer may write an absent value as `null`) must not hide a thread named by
+ * the other.
+ */
+const metaThreadIdSchema = z.object({ threadId: z.string() });
+const turnMetadataSchema = z.object({ 'x-codex-turn-metadata': z.object({ thread_id: z.string() }) });
 
 /**
  * The thread a tool call says it comes from, if it says so. A `_meta` that names two
  * different threads is treated as naming a thread no binding can match.
  */
 export function threadFromMeta(meta: unknown): string | undefined {
-  const parsed = metaSchema.safeParse(meta);
-  if (!parsed.success) return undefined;
-  const named = [parsed.data.threadId, parsed.data['x-codex-turn-metadata']?.thread_id]
+  const direct = metaThreadIdSchema.safeParse(meta);
+  const turn = turnMetadataSchema.safeParse(meta);
+  const named = [direct.success ? direct.data.threadId : undefined, turn.success ? turn.data['x-codex-turn-metadata'].thread_id : undefined]
     .filter((id): id is string => id !== undefined)
-    .map((id) => id.trim().toLowerCase());
+    .map((id) => id.trim().toLowerCase())
+    .filter((id) => id !== '');
   if (named.length === 0) return undefined;
   return named.every((id) => id === named[0]) ? named[0] : 'conflicting thread ids in _meta';
 }

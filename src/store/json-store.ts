@@ -41,7 +41,12 @@ export function describeSchemaError(error: z.ZodError): string {
 
 export type ReadResult<T> = { value: T; recovered?: Recovery };
 
-type Validated<T> = { kind: 'ok'; value: T } | { kind: 'missing' } | { kind: 'damaged'; reason: string };
+export type Validated<T> = { kind: 'ok'; value: T } | { kind: 'missing' } | { kind: 'damaged'; reason: string };
+
+/** Reads and validates without the lock and without repairing anything (for views). */
+export async function peekJson<T>(path: string, schema: z.ZodType<T>): Promise<Validated<T>> {
+  return readValidated(path, schema);
+}
 
 async function readValidated<T>(path: string, schema: z.ZodType<T>): Promise<Validated<T>> {
   let text: string;

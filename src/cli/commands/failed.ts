@@ -7,7 +7,7 @@
 import { keyPath, mailboxPath, stateDir } from '../../config/paths.js';
 import { FailedDeliveries, failedSessions, type Failure } from '../../codex/failed.js';
 import { codexBin } from '../../codex/queue.js';
-import { discardFailure, readFailure, RECOVERY_NOTE, retryFailure } from '../../codex/recovery.js';
+import { discardFailure, FAILED_ACTIONS, readFailure, RECOVERY_NOTE, retryFailure, type FailedAction } from '../../codex/recovery.js';
 import { InterlinkError } from '../../errors.js';
 import { loadIdentity } from '../../identity/identity.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
@@ -46,9 +46,29 @@ async function storeOf(all: FailedDeliveries[], id: string): Promise<FailedDeliv
   throw new InterlinkError('unknown_failure', `no saved failure ${id}; it may have been retried, discarded or expired (see \`interlink-mcp failed-deliveries list\`)`);
 }
 
+/**
+ * A retry Codex did not take. Thrown (not `process.exitCode = 1`): main() sets the exit
+ * code from what the command returns or throws, and would overwrite it with 0.
+ */
+class RetryFailed extends Error {}
+
+const USAGE: Record<FailedAction, { positionals: number; usage: string }> = {
+  list: { positionals: 0, usage: 'interlink-mcp failed-deliveries list [--session THREAD]' },
+  read: { positionals: 1, usage: 'interlink-mcp failed-deliveries read <id>' },
+  retry: { positionals: 1, usage: 'interlink-mcp failed-deliveries retry <id>' },
+  discard: { positionals: 1, usage: 'interlink-mcp failed-deliveries discard <id>' },
+};
+
+function isAction(value: string | undefined): value is FailedAction {
+  return (FAILED_ACTIONS as readonly (string | undefined)[]).includes(value);
+}
+
 export async function failedDeliveries(argv: readonly string[]): Promise<void> {
   const [action, ...rest] = argv;
+  // Usage errors first: a wrong action is exit 64 whether or not an identity exists.
+  if (!isAction(action)) throw new InterlinkError('usage', failedHelp);
   const args = parse(rest, { json: { type: 'boolean' }, session: { type: 'string' } });
+  const [id = ''] = expectPositionals(args, USAGE[action].positionals, USAGE[action].usage);
   const json = args.values.json === true;
   const session = typeof args.values.session === 'string' ? args.values.session : undefined;
   const identity = await loadIdentity(keyPath());
@@ -56,19 +76,16 @@ export async function failedDeliveries(argv: readonly string[]): Promise<void> {
   const all = await stores(state, identity.key, session);
   switch (action) {
     case 'list': {
-      expectPositionals(args, 0, 'interlink-mcp failed-deliveries list [--session THREAD]');
       const failures = (await Promise.all(all.map((store) => store.list()))).flat().sort((a, b) => a.at - b.at);
       print(json, { failures, note: RECOVERY_NOTE }, () => (failures.length === 0 ? 'no failed Codex deliveries' : `${failures.map(describe).join('\n')}\n\n${RECOVERY_NOTE}`));
       return;
     }
     case 'read': {
-      const [id] = expectPositionals(args, 1, 'interlink-mcp failed-deliveries read <id>') as [string];
       const { failure } = await readFailure(await storeOf(all, id), id);
       print(json, { failure, note: RECOVERY_NOTE }, () => `${describe(failure)}\n  attempts ${failure.attempts}, retries ${failure.retries}\n\n${failure.message}`);
       return;
     }
     case 'retry': {
-      const [id] = expectPositionals(args, 1, 'interlink-mcp failed-deliveries retry <id>') as [string];
       const result = await retryFailure(await storeOf(all, id), id, {
         bin: codexBin(),
         onQueued: async (failure) => {
@@ -86,18 +103,15 @@ export async function failedDeliveries(argv: readonly string[]): Promise<void> {
         print(json, result, () => `queued notice ${result.notification_id} for thread ${result.thread}; the saved failure is gone`);
       } else {
         if (json) print(json, result, () => '');
-        process.stderr.write(`interlink-mcp failed-deliveries: ${result.outcome}: ${result.reason} (still saved as ${result.id})\n`);
-        process.exitCode = 1;
+        // main() prints this as one line on stderr and exits 1.
+        throw new RetryFailed(`${result.outcome}: ${result.reason.replace(/\s*\n\s*/g, ' ')} (still saved as ${result.id})`);
       }
       return;
     }
     case 'discard': {
-      const [id] = expectPositionals(args, 1, 'interlink-mcp failed-deliveries discard <id>') as [string];
       const result = await discardFailure(await storeOf(all, id), id);
       print(json, result, () => `discarded ${id}. ${result.note}`);
       return;
     }
-    default:
-      throw new InterlinkError('usage', failedHelp);
   }
 }

@@ -8,15 +8,23 @@ import { configuredRelays, localRelayAddr, relayAnswers } from '../../agent/loca
 import { keyPath, peersPath, stateDir } from '../../config/paths.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
+import { FailedDeliveries } from '../../codex/failed.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
 import { currentState } from '../../mailbox/state.js';
 import { Outbox, isPending } from '../../outbox/outbox.js';
 import { loadPeers, type PeerTable } from '../../peers/peers.js';
 import { expectPositionals, parse, print } from '../args.js';
 
+/**
+ * Sessions with a store in `dir`: a snapshot (`<session>.json`) or, before the first
+ * compaction, only a journal (`<session>.journal`).
+ */
 async function sessionsIn(dir: string): Promise<string[]> {
   const names = await readdir(dir).catch(() => [] as string[]);
-  return names.filter((n) => n.endsWith('.json') && !n.includes('.corrupt-')).map((n) => n.slice(0, -'.json'.length));
+  const sessions = names
+    .filter((n) => !n.includes('.corrupt-'))
+    .flatMap((n) => (n.endsWith('.json') ? [n.slice(0, -'.json'.length)] : n.endsWith('.journal') ? [n.slice(0, -'.journal'.length)] : []));
+  return [...new Set(sessions)];
 }
 
 async function identityOrNull(): Promise<Identity | undefined> {
@@ -31,7 +39,8 @@ async function identityOrNull(): Promise<Identity | undefined> {
 export const statusHelp = `usage: interlink-mcp status [--json]
 
 This identity, its peers, the relays and whether each answers, and per session the
-unread messages and the messages no relay has accepted yet. Reads only.`;
+unread messages, the messages no relay has accepted yet and the Codex notices saved as
+failed deliveries. Reads only.`;
 
 export async function status(argv: readonly string[]): Promise<void> {
   const args = parse(argv, { json: { type: 'boolean' } });
@@ -41,14 +50,25 @@ export async function status(argv: readonly string[]): Promise<void> {
   const urls = configuredRelays(process.env) ?? [`ws://${localRelayAddr(process.env)}`];
   const relays = await Promise.all(urls.map(async (url) => ({ url, answers: await relayAnswers(url, 1_000) })));
   const state = stateDir();
-  const sessions: { session: string; unread: number; stored: number; pending: number }[] = [];
+  const sessions: { session: string; unread: number; stored: number; pending: number; failed_deliveries: number | 'unreadable' }[] = [];
   if (identity) {
-    const names = new Set([...(await sessionsIn(join(state, 'mailbox', identity.key))), ...(await sessionsIn(join(state, 'outbox', identity.key)))]);
+    const names = new Set([
+      ...(await sessionsIn(join(state, 'mailbox', identity.key))),
+      ...(await sessionsIn(join(state, 'outbox', identity.key))),
+      ...(await sessionsIn(join(state, 'failed', identity.key))),
+    ]);
     for (const session of [...names].sort()) {
       const mailbox = await Mailbox.open(join(state, 'mailbox', identity.key, `${session}.json`), { readOnly: true });
       const outbox = await Outbox.open(join(state, 'outbox', identity.key, `${session}.json`), { readOnly: true });
       const stats = await mailbox.stats();
-      sessions.push({ session, unread: stats.unread, stored: stats.records, pending: (await outbox.all()).filter(isPending).length });
+      const failed = await FailedDeliveries.forSession(state, identity.key, session).peek();
+      sessions.push({
+        session,
+        unread: stats.unread,
+        stored: stats.records,
+        pending: (await outbox.all()).filter(isPending).length,
+        failed_deliveries: 'failures' in failed ? failed.failures.length : 'unreadable',
+      });
     }
   }
   const data = {
@@ -64,7 +84,10 @@ export async function status(argv: readonly string[]): Promise<void> {
     for (const r of relays) lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : 'does not answer'}`);
     lines.push(`state        ${state}`);
     if (sessions.length === 0) lines.push('sessions     none yet');
-    for (const s of sessions) lines.push(`session      ${s.session}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay`);
+    for (const s of sessions) {
+      const failed = s.failed_deliveries === 0 ? '' : `; failed Codex notices: ${s.failed_deliveries} (interlink-mcp failed-deliveries list)`;
+      lines.push(`session      ${s.session}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${failed}`);
+    }
     return lines.join('\n');
   });
 }
