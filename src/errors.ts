@@ -25,6 +25,13 @@ export type ErrorCode =
   | 'idempotency_conflict'
   | 'unknown_message'
   | 'relay_unreachable'
+  // pairing
+  | 'ambiguous_target'
+  | 'unknown_target'
+  | 'already_peer'
+  | 'pairing_full'
+  | 'unknown_request'
+  | 'confirmation_pending'
   // hosts
   | 'not_bound'
   | 'thread_mismatch'

@@ -18,6 +18,8 @@ import { PeerTable, addPeer, loadPeers, removePeer } from '../peers/peers.js';
 import { RelayClient } from '../relay/client.js';
 import { MAX_PAYLOAD_BYTES } from '../relay/frames.js';
 import { Notifier, type NoticeSink } from '../notices/notifier.js';
+import { Pairing } from '../pairing/pairing.js';
+import { PairingStore, pairingPath } from '../pairing/store.js';
 import { Inbound } from './inbound.js';
 import { Outbound } from './outbound.js';
 import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
@@ -81,6 +83,7 @@ export class Agent {
     private readonly inbound: Inbound,
     private readonly outbound: Outbound,
     readonly presence: Presence,
+    readonly pairing: Pairing,
     /** The session each peer last wrote from (inbound keeps it current). */
     private readonly sticky: Map<string, string>,
   ) {
@@ -95,12 +98,23 @@ export class Agent {
     const route = `${identity.key}#${session}`;
     const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route] }));
     const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
+    const pairing = new Pairing({
+      identity,
+      session,
+      store: new PairingStore(pairingPath(stateDir, identity.key, session)),
+      peersPath: options.peersPath,
+      relays,
+      roster: () => presence.roster({ fresh: true }),
+      name: options.presence.name,
+    });
     const sticky = new Map<string, string>();
     let agent: Agent | undefined;
     const inbound = new Inbound({
       me: identity,
       mailbox,
       trust: () => agent!.trust(),
+      outstanding: () => pairing.outstanding(),
+      pairing: (envelope, admission) => pairing.handle(envelope, admission),
       sticky,
       onStored: (record) => {
         agent?.notifier?.kick();
@@ -108,13 +122,14 @@ export class Agent {
       },
     });
     const outbound = new Outbound(outbox, relays);
-    agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, sticky);
+    agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, sticky);
     for (const relay of relays) {
       inbound.attach(relay);
       relay.start();
     }
     presence.start();
     outbound.start();
+    pairing.start();
     return agent;
   }
 
@@ -127,6 +142,16 @@ export class Agent {
       senderName: async (key) => (key === this.identity.key ? 'self' : ((await this.peers()).petnameOf(key) ?? fingerprintOf(parsePublicKey(key)))),
     });
     this.notifier.start();
+    // Pairing notices are not mail: they go to the host once, when the request arrives.
+    this.pairing.notify = async (notice) => {
+      await sink.deliver({ notification_id: notice.id, session: this.session, count: 0, senders: [], at: Date.now(), kind: 'pairing' }, notice.text);
+    };
+  }
+
+  /** Waits until every delivery the relays pushed before answering a roster request has been handled. */
+  async drain(): Promise<void> {
+    await this.presence.roster({ fresh: true });
+    await this.inbound.settled();
   }
 
   /** Where Claude's listener looks for this session's notices. */
@@ -362,11 +387,14 @@ export class Agent {
     return { summary };
   }
 
-  async close(): Promise<void> {
+  /** `goodbye: false` leaves this session on the rosters (away), so peers can still address it. */
+  async close(options: { goodbye?: boolean } = {}): Promise<void> {
     await this.notifier?.stop();
     this.outbound.stop();
+    this.pairing.stop();
     this.inbound.close();
-    await this.presence.goodbye().catch(() => undefined);
+    if (options.goodbye !== false) await this.presence.goodbye().catch(() => undefined);
+    else this.presence.stop();
     for (const relay of this.relays) relay.close();
     await Promise.all([this.mailbox.close(), this.outbox.close()]);
   }

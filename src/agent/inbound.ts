@@ -10,7 +10,7 @@
  * from a peer whose entry was lost).
  */
 import { parseEnvelope, replyToSession, type Envelope } from '../envelope/envelope.js';
-import { decide, type Verdict } from '../gate/decide.js';
+import { decide, type OutstandingRequest, type Verdict } from '../gate/decide.js';
 import type { Identity } from '../identity/identity.js';
 import { log } from '../log.js';
 import type { Mailbox } from '../mailbox/mailbox.js';
@@ -25,6 +25,10 @@ export interface InboundDeps {
   me: Identity;
   mailbox: Mailbox;
   trust: () => Promise<{ table: PeerTable; damaged: boolean }>;
+  /** Pairing requests this session has open (which pair_accept the gate may admit). */
+  outstanding: () => Promise<OutstandingRequest[]>;
+  /** Takes an admitted pairing message; throws if it could not be stored (not acknowledged then). */
+  pairing: (envelope: Envelope, admission: 'pair_request' | 'pair_accept') => Promise<void>;
   /** The sender's session from its last admitted message: where replies go by default. */
   sticky: Map<string, string>;
   onStored?: (record: StoredRecord) => void;
@@ -34,12 +38,21 @@ export class Inbound {
   /** Admitted in this process; the mailbox remembers the rest across restarts. */
   private readonly seen = new Set<string>();
   private readonly retries = new Map<string, NodeJS.Timeout>();
+  private readonly handling = new Set<Promise<void>>();
   private closed = false;
 
   constructor(private readonly deps: InboundDeps) {}
 
   attach(relay: RelayClient): void {
-    relay.on('delivery', (delivery: Delivery) => void this.handle(relay, delivery, 0));
+    relay.on('delivery', (delivery: Delivery) => {
+      const handled = this.handle(relay, delivery, 0).finally(() => this.handling.delete(handled));
+      this.handling.add(handled);
+    });
+  }
+
+  /** Resolves when every delivery received so far has been handled (stored, or dropped). */
+  async settled(): Promise<void> {
+    while (this.handling.size > 0) await Promise.all([...this.handling]);
   }
 
   close(): void {
@@ -65,9 +78,9 @@ export class Inbound {
         relay.ack(delivery.route, [delivery.id]);
         return;
       }
-      if (verdict.kind !== 'message') {
-        // Pairing control messages get their own handler with the pairing flow.
-        log.info('inbound_pairing_ignored', { kind: verdict.kind, from: envelope.from });
+      if (verdict.admission === 'pair_request' || verdict.admission === 'pair_accept') {
+        // Pairing has its own store and notices; committed there before the relay forgets it.
+        await this.deps.pairing(envelope, verdict.admission);
         relay.ack(delivery.route, [delivery.id]);
         return;
       }
@@ -88,7 +101,7 @@ export class Inbound {
     const verdict = decide(envelope, {
       me: this.deps.me.key,
       peers: new Map(table.peers.map((p) => [p.key, p.petname])),
-      outstandingRequests: [],
+      outstandingRequests: envelope.kind === 'pair_accept' ? await this.deps.outstanding() : [],
       now: Date.now(),
       seen: () => inMailbox,
     });

@@ -73,6 +73,11 @@ export class Presence {
     return entries;
   }
 
+  /** Stops announcing without a goodbye: the session stays on the rosters as away. */
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
   async goodbye(): Promise<void> {
     clearInterval(this.timer);
     const goodbye = signGoodbye(this.key, this.session);

@@ -7,6 +7,7 @@ import { InterlinkError } from '../errors.js';
 import { demo, demoHelp } from './commands/demo.js';
 import { failedDeliveries, failedHelp } from './commands/failed.js';
 import { keygen, keygenHelp, whoami, whoamiHelp } from './commands/identity.js';
+import { pair, pairHelp } from './commands/pair.js';
 import { peers, peersHelp } from './commands/peers.js';
 import { relay, relayHelp } from './commands/relay.js';
 import { serve, serveHelp } from './commands/serve.js';
@@ -27,6 +28,7 @@ const commands: Record<string, Command> = {
   keygen: { run: keygen, help: keygenHelp, summary: 'create this identity (refuses to overwrite without --force)' },
   whoami: { run: whoami, help: whoamiHelp, summary: 'print the public key and fingerprint' },
   peers: { run: peers, help: peersHelp, summary: 'list, add or remove peers' },
+  pair: { run: pair, help: pairHelp, summary: 'pair with another identity: request, list, accept, reject (compare the code)' },
   status: { run: status, help: statusHelp, summary: 'identity, peers, relays, unread and unsent messages' },
   inbox: { run: inbox, help: inboxHelp, summary: 'messages in the mailboxes and their states (reads only)' },
   relay: { run: relay, help: relayHelp, summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR for durable queues)' },

@@ -27,8 +27,8 @@ export const FAILURE_TTL_MS = 24 * 60 * 60 * 1000;
 
 const failureSchema = z.object({
   id: z.string().regex(/^f-[0-9a-f]{16}$/),
-  /** `notice`: an ordinary message notice (one slot). Later kinds share the 64. */
-  kind: z.enum(['notice']),
+  /** `notice`: an ordinary message notice (one slot); `pairing`: a pairing notice (kept each). */
+  kind: z.enum(['notice', 'pairing']),
   notification_id: z.string(),
   thread: z.string(),
   message: z.string(),

@@ -22,14 +22,16 @@ export function codexQueueSink(options: CodexSinkOptions): NoticeSink {
     close: () => stop.abort(),
     deliver: async (notice, text) => {
       const report = await queueNotice({ ...options, message: text, signal: stop.signal });
+      const kind = notice.kind === 'pairing' ? 'pairing' : 'notice';
       if (report.outcome === 'host_queued') {
-        await options.failed.clearNotice().catch((err: unknown) => log.warn('failed_deliveries_unwritable', { path: options.failed.path, error: (err as Error).message }));
+        // Only an ordinary notice clears the ordinary slot; a pairing notice says nothing about mail.
+        if (kind === 'notice') await options.failed.clearNotice().catch((err: unknown) => log.warn('failed_deliveries_unwritable', { path: options.failed.path, error: (err as Error).message }));
       } else {
         log.warn('codex_notice_failed', { thread: options.thread, notification_id: notice.notification_id, outcome: report.outcome, reason: report.reason });
         if (report.save) {
           await options.failed
             .save({
-              kind: 'notice',
+              kind,
               notification_id: notice.notification_id,
               thread: options.thread,
               message: text,

@@ -13,6 +13,8 @@ export interface Notice {
   /** who wrote them: petnames, or fingerprints for unknown keys */
   senders: readonly string[];
   at: number;
+  /** `pairing`: a pairing notice (a person must decide), not a pointer at mail. */
+  kind?: 'pairing';
 }
 
 /** At most 8 names of at most 128 bytes: a notice stays far below MAX_NOTICE_BYTES. */

@@ -2,9 +2,7 @@
  * `interlink-mcp serve`: the MCP server of one session over stdio. Stdout carries the
  * protocol only; everything else goes to stderr.
  */
-import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { hostname, userInfo } from 'node:os';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { Agent } from '../../agent/agent.js';
 import { relayUrls } from '../../agent/local-relay.js';
@@ -19,6 +17,7 @@ import { codexQueueSink } from '../../codex/sink.js';
 import { channelSink, createServer, type ServedSession } from '../../mcp/server.js';
 import { inboxSink } from '../../notices/sinks.js';
 import { expectPositionals, parse } from '../args.js';
+import { presenceInfo } from '../presence-info.js';
 
 export const serveHelp = `usage: interlink-mcp serve [--session ID] [--codex]
 
@@ -40,22 +39,6 @@ export function packageVersion(): string {
   }
 }
 
-function gitRoot(cwd: string): string {
-  try {
-    return execFileSync('git', ['rev-parse', '--show-toplevel'], { cwd, stdio: ['ignore', 'pipe', 'ignore'], timeout: 2_000 }).toString().trim();
-  } catch {
-    return '';
-  }
-}
-
-function personName(): string {
-  try {
-    return `${userInfo().username}@${hostname()}`;
-  } catch {
-    return hostname();
-  }
-}
-
 export async function serve(argv: readonly string[]): Promise<void> {
   const args = parse(argv, { session: { type: 'string' }, codex: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp serve [--session ID] [--codex]');
@@ -63,7 +46,7 @@ export async function serve(argv: readonly string[]): Promise<void> {
   const identity = await loadOrCreateIdentity(keyPath());
   const state = stateDir();
   const urls = await relayUrls(process.env, state);
-  const cwd = process.cwd();
+  const presence = presenceInfo();
   const startAgent = (session: string) =>
     Agent.start({
       identity,
@@ -71,7 +54,7 @@ export async function serve(argv: readonly string[]): Promise<void> {
       stateDir: state,
       peersPath: peersPath(),
       relayUrls: urls,
-      presence: { name: personName(), cwd, gitRoot: gitRoot(cwd), summary: '' },
+      presence,
     });
 
   let served: ServedSession;

@@ -1,0 +1,125 @@
+/**
+ * `interlink-mcp pair`: the pairing flow for people at a terminal, with no agent session.
+ * It runs this identity's `cli` session for the length of the command: it connects to
+ * the relays, announces itself (and leaves the announcement in place, so the other
+ * person can address a request or a confirmation to it later), handles what the relays
+ * hold for it (requests, confirmations), does the one thing asked, and waits (bounded)
+ * until a relay has taken the control message it queued.
+ */
+import { Agent } from '../../agent/agent.js';
+import { relayUrls } from '../../agent/local-relay.js';
+import { keyPath, peersPath, stateDir } from '../../config/paths.js';
+import { InterlinkError } from '../../errors.js';
+import { loadOrCreateIdentity } from '../../identity/identity.js';
+import { loadPeers } from '../../peers/peers.js';
+import { expectPositionals, parse, print } from '../args.js';
+import { presenceInfo } from '../presence-info.js';
+
+export const CLI_SESSION = 'cli';
+const CONNECT_MS = 5_000;
+const FLUSH_MS = 5_000;
+
+export const pairHelp = `usage: interlink-mcp pair request <target> [--petname NAME] [--session ID] [--json]
+       interlink-mcp pair list [--json]
+       interlink-mcp pair accept <fingerprint> [--petname NAME] [--json]
+       interlink-mcp pair reject <fingerprint> [--json]
+
+Pairing by people. Both sides see the same verification code: compare it with the other
+person over another channel (phone, in person) before accepting. A code that differs
+means someone in between substituted a key: reject.
+  request  ask <target> (a name on the roster, a full public key, or a fingerprint) to pair
+  list     incoming requests waiting for you, your open requests, and what arrived
+  accept   trust the requester (peers.json) and send it the confirmation
+  reject   drop an incoming request
+Runs as this identity's "cli" session; no agent session is needed.`;
+
+const ACTIONS = ['request', 'list', 'accept', 'reject'] as const;
+type Action = (typeof ACTIONS)[number];
+
+function isAction(value: string | undefined): value is Action {
+  return (ACTIONS as readonly (string | undefined)[]).includes(value);
+}
+
+export async function pair(argv: readonly string[]): Promise<void> {
+  const [action, ...rest] = argv;
+  if (!isAction(action)) throw new InterlinkError('usage', pairHelp);
+  const args = parse(rest, { json: { type: 'boolean' }, petname: { type: 'string' }, session: { type: 'string' } });
+  const json = args.values.json === true;
+  const petname = typeof args.values.petname === 'string' ? args.values.petname : undefined;
+  const session = typeof args.values.session === 'string' ? args.values.session : undefined;
+  const [subject] = expectPositionals(args, action === 'list' ? 0 : 1, action === 'list' ? 'interlink-mcp pair list' : `interlink-mcp pair ${action} <${action === 'request' ? 'target' : 'fingerprint'}>`);
+
+  const identity = await loadOrCreateIdentity(keyPath());
+  const state = stateDir();
+  const agent = await Agent.start({ identity, session: CLI_SESSION, stateDir: state, peersPath: peersPath(), relayUrls: await relayUrls(process.env, state), presence: presenceInfo() });
+  try {
+    if (!(await agent.ready(CONNECT_MS))) {
+      process.stderr.write('interlink-mcp pair: not every relay answered; working with those that did\n');
+    }
+    const before = (await agent.pairing.list()).outgoing;
+    await agent.drain();
+    const completed = await completedSince(before);
+    switch (action) {
+      case 'request': {
+        const result = await agent.pairing.request(subject!, { ...(petname !== undefined && { petname }), ...(session !== undefined && { session }) });
+        const unsent = await agent.pairing.flush(FLUSH_MS);
+        print(json, { ...result, sent: unsent === 0 }, () =>
+          [
+            `${result.repeated ? 'Already asked' : 'Asked'} ${result.petname} (fingerprint ${result.fingerprint}, session ${result.session}) to pair.`,
+            `Verification code: ${result.code}`,
+            'Compare it with the other person over another channel. They accept with',
+            `  interlink-mcp pair accept ${identity.fingerprint}`,
+            'then `interlink-mcp pair list` here completes the pairing.',
+            ...(unsent === 0 ? [] : ['No relay has taken the request yet; it is saved, and `interlink-mcp pair list` sends it again.']),
+          ].join('\n'),
+        );
+        return;
+      }
+      case 'list': {
+        await agent.pairing.flush(FLUSH_MS);
+        const listed = await agent.pairing.list();
+        print(json, { ...listed, completed }, () => describeList(listed, completed));
+        return;
+      }
+      case 'accept': {
+        const result = await agent.pairing.accept(subject!, petname !== undefined ? { petname } : {});
+        const unsent = await agent.pairing.flush(FLUSH_MS);
+        print(json, { ...result, sent: unsent === 0 }, () =>
+          [
+            `${result.petname} (fingerprint ${result.fingerprint}) is now a peer. Verification code: ${result.code}`,
+            unsent === 0 ? 'The confirmation went to a relay.' : 'No relay has taken the confirmation yet; it is saved, and `interlink-mcp pair list` sends it again.',
+          ].join('\n'),
+        );
+        return;
+      }
+      case 'reject': {
+        const result = await agent.pairing.reject(subject!);
+        print(json, result, () => `Rejected the request from ${result.fingerprint}.`);
+        return;
+      }
+    }
+  } finally {
+    await agent.close({ goodbye: false });
+  }
+}
+
+/** Open requests that closed while the relays' mail was handled: accepted, now peers. */
+async function completedSince(before: readonly { key: string; petname: string; fingerprint: string; state: string }[]) {
+  const { table } = await loadPeers(peersPath());
+  return before.filter((o) => o.state !== 'accepted_with_conflict' && table.has(o.key)).map((o) => ({ petname: table.petnameOf(o.key) ?? o.petname, fingerprint: o.fingerprint, key: o.key }));
+}
+
+function describeList(listed: Awaited<ReturnType<Agent['pairing']['list']>>, completed: { petname: string; fingerprint: string }[]): string {
+  const lines: string[] = [];
+  for (const c of completed) lines.push(`${c.petname} (fingerprint ${c.fingerprint}) accepted your request: now a peer.`);
+  if (listed.incoming.length === 0) lines.push('No incoming pairing requests.');
+  else lines.push('Incoming (you decide; compare the code first):');
+  for (const i of listed.incoming) {
+    lines.push(`  ${i.fingerprint}  claims to be "${i.claimed_name}"  code ${i.code}`);
+    lines.push(`    interlink-mcp pair accept ${i.fingerprint}   |   interlink-mcp pair reject ${i.fingerprint}`);
+  }
+  if (listed.outgoing.length > 0) lines.push('Your open requests:');
+  for (const o of listed.outgoing) lines.push(`  ${o.petname} (${o.fingerprint})  code ${o.code}  ${o.state.replaceAll('_', ' ')}${o.conflict !== undefined ? `: ${o.conflict}` : ''}`);
+  if (listed.unsent_control_messages > 0) lines.push(`${listed.unsent_control_messages} pairing message(s) still wait for a relay.`);
+  return lines.join('\n');
+}

@@ -1,0 +1,30 @@
+/**
+ * What a session announces about itself on the relays' rosters: a name (INTERLINK_NAME,
+ * else user@host), the working directory and its git root. Peers see it unverified; it
+ * is also the claimed name in pairing requests.
+ */
+import { execFileSync } from 'node:child_process';
+import { hostname, userInfo } from 'node:os';
+import type { PresenceInfo } from '../agent/presence.js';
+
+function gitRoot(cwd: string): string {
+  try {
+    return execFileSync('git', ['rev-parse', '--show-toplevel'], { cwd, stdio: ['ignore', 'pipe', 'ignore'], timeout: 2_000 }).toString().trim();
+  } catch {
+    return '';
+  }
+}
+
+function personName(env: NodeJS.ProcessEnv): string {
+  const configured = env.INTERLINK_NAME?.trim();
+  if (configured !== undefined && configured !== '') return configured.slice(0, 128);
+  try {
+    return `${userInfo().username}@${hostname()}`;
+  } catch {
+    return hostname();
+  }
+}
+
+export function presenceInfo(cwd = process.cwd(), env: NodeJS.ProcessEnv = process.env): PresenceInfo {
+  return { name: personName(env), cwd, gitRoot: gitRoot(cwd), summary: '' };
+}

@@ -1,0 +1,194 @@
+/**
+ * The pairing flow's state and its transitions, as pure functions (DESIGN.md, "Pairing").
+ * The store (store.ts) runs them under the file's lock; the I/O around them (peers.json,
+ * relays, notices) is in pairing.ts.
+ *
+ * - `outgoing`: requests this session sent and that are still open (at most 64).
+ * - `incoming`: strangers' requests waiting for a person to decide (at most 64, one per key).
+ * - `control`: signed control messages not yet accepted by a relay (at most 128). Each is
+ *   signed again with a fresh timestamp whenever it is offered, keeping its msg_id, so a
+ *   confirmation outlives an outage longer than the 24 h freshness window.
+ * - `handled`: requests and acceptances already dealt with, remembered for 24 h (the
+ *   freshness window) so a replay changes nothing.
+ *
+ * Every bound is checked before anything changes, and before any change of trust.
+ */
+import { z } from 'zod';
+import { InterlinkError } from '../errors.js';
+
+export const MAX_OUTGOING = 64;
+export const MAX_INCOMING = 64;
+export const MAX_CONTROL = 128;
+export const HANDLED_MS = 24 * 60 * 60 * 1000;
+
+const outgoingSchema = z.object({
+  request_id: z.string(),
+  to: z.string(),
+  session: z.string(),
+  /** The petname the peer gets when it accepts. */
+  petname: z.string(),
+  created_at: z.number().int(),
+  code: z.string(),
+  /** Set when the peer accepted but its petname had meanwhile come to name another key. */
+  conflict: z.string().optional(),
+});
+export type Outgoing = z.infer<typeof outgoingSchema>;
+
+const incomingSchema = z.object({
+  request_id: z.string(),
+  from: z.string(),
+  fingerprint: z.string(),
+  /** What the requester says its name is; unverified. */
+  claimed_name: z.string(),
+  session: z.string(),
+  received_at: z.number().int(),
+  code: z.string(),
+});
+export type Incoming = z.infer<typeof incomingSchema>;
+
+const controlSchema = z.object({
+  msg_id: z.string(),
+  kind: z.enum(['pair_request', 'pair_accept']),
+  to: z.string(),
+  session: z.string(),
+  text: z.string(),
+  in_reply_to: z.string().optional(),
+  created_at: z.number().int(),
+});
+export type ControlJob = z.infer<typeof controlSchema>;
+
+const handledSchema = z.object({
+  from: z.string(),
+  msg_id: z.string(),
+  outcome: z.enum(['accepted', 'rejected', 'confirmed']),
+  until: z.number().int(),
+});
+export type Handled = z.infer<typeof handledSchema>;
+
+export const pairingFileSchema = z.object({
+  v: z.literal(1),
+  outgoing: z.array(outgoingSchema),
+  incoming: z.array(incomingSchema),
+  control: z.array(controlSchema),
+  handled: z.array(handledSchema),
+});
+export type PairingData = z.infer<typeof pairingFileSchema>;
+
+export const emptyPairing = (): PairingData => ({ v: 1, outgoing: [], incoming: [], control: [], handled: [] });
+
+export interface Change<R> {
+  /** undefined: nothing to write */
+  next: PairingData | undefined;
+  result: R;
+}
+
+function pruned(data: PairingData, now: number): PairingData {
+  return { ...data, handled: data.handled.filter((h) => h.until > now) };
+}
+
+function isHandled(data: PairingData, from: string, msgId: string): boolean {
+  return data.handled.some((h) => h.from === from && h.msg_id === msgId);
+}
+
+function full(what: string, limit: number): InterlinkError {
+  return new InterlinkError('pairing_full', `${what} (at most ${limit}); nothing was changed`);
+}
+
+/** A request to `to`: the open one if there is one (same id), else a new one and its control message. */
+export function planRequest(
+  data: PairingData,
+  request: Omit<Outgoing, 'conflict'> & { text: string },
+): Change<{ outgoing: Outgoing; repeated: boolean }> {
+  const open = data.outgoing.find((o) => o.to === request.to);
+  if (open !== undefined) return { next: undefined, result: { outgoing: open, repeated: true } };
+  if (data.outgoing.length >= MAX_OUTGOING) throw full('too many open pairing requests of this session', MAX_OUTGOING);
+  if (data.control.length >= MAX_CONTROL) throw full('too many pairing messages waiting for a relay', MAX_CONTROL);
+  const { text, ...outgoing } = request;
+  const job: ControlJob = { msg_id: request.request_id, kind: 'pair_request', to: request.to, session: request.session, text, created_at: request.created_at };
+  return { next: { ...data, outgoing: [...data.outgoing, outgoing], control: [...data.control, job] }, result: { outgoing, repeated: false } };
+}
+
+export type RequestAdmission = 'stored' | 'replaced' | 'duplicate' | 'full';
+
+/**
+ * A stranger's verified pair_request. One open request per key: a newer one replaces it.
+ * A request already dealt with, or already here, changes nothing; past 64 it is dropped.
+ */
+export function admitRequest(data: PairingData, request: Incoming, now: number): Change<RequestAdmission> {
+  const current = pruned(data, now);
+  if (isHandled(current, request.from, request.request_id) || current.incoming.some((i) => i.request_id === request.request_id && i.from === request.from)) {
+    return { next: undefined, result: 'duplicate' };
+  }
+  const others = current.incoming.filter((i) => i.from !== request.from);
+  const replacing = others.length !== current.incoming.length;
+  if (!replacing && current.incoming.length >= MAX_INCOMING) return { next: undefined, result: 'full' };
+  return { next: { ...current, incoming: [...others, request] }, result: replacing ? 'replaced' : 'stored' };
+}
+
+/** The open incoming request from the identity with this fingerprint. */
+export function findIncoming(data: PairingData, fingerprint: string): Incoming | undefined {
+  return data.incoming.find((i) => i.fingerprint === fingerprint);
+}
+
+/** Checked before trust changes: the confirmation will have room. */
+export function checkControlRoom(data: PairingData): void {
+  if (data.control.length >= MAX_CONTROL) throw full('too many pairing messages waiting for a relay', MAX_CONTROL);
+}
+
+/**
+ * After the requester was added to peers.json: the request is closed and the signed
+ * acceptance queued. Idempotent: a request already closed leaves the data as it is.
+ */
+export function commitAccept(data: PairingData, request: Incoming, job: ControlJob, now: number): Change<{ queued: boolean }> {
+  const current = pruned(data, now);
+  if (!current.incoming.some((i) => i.request_id === request.request_id)) return { next: undefined, result: { queued: current.control.some((c) => c.msg_id === job.msg_id) } };
+  checkControlRoom(current);
+  return {
+    next: {
+      ...current,
+      incoming: current.incoming.filter((i) => i.request_id !== request.request_id),
+      control: [...current.control, job],
+      handled: [...current.handled, { from: request.from, msg_id: request.request_id, outcome: 'accepted', until: now + HANDLED_MS }],
+    },
+    result: { queued: true },
+  };
+}
+
+export function reject(data: PairingData, fingerprint: string, now: number): Change<Incoming> {
+  const request = findIncoming(data, fingerprint);
+  if (request === undefined) throw new InterlinkError('unknown_request', `no open pairing request from ${fingerprint} (see list_pair_requests)`);
+  const current = pruned(data, now);
+  return {
+    next: {
+      ...current,
+      incoming: current.incoming.filter((i) => i.request_id !== request.request_id),
+      handled: [...current.handled, { from: request.from, msg_id: request.request_id, outcome: 'rejected', until: now + HANDLED_MS }],
+    },
+    result: request,
+  };
+}
+
+/** The open request a pair_accept from `from` answers: by its in_reply_to, or by key when it names none. */
+export function matchAccept(data: PairingData, from: string, inReplyTo: string | undefined): Outgoing | undefined {
+  return data.outgoing.find((o) => o.to === from && (inReplyTo === undefined || inReplyTo === o.request_id));
+}
+
+/** After the accepter was added to peers.json (or refused as a conflict): the request is closed or marked. */
+export function commitAccepted(data: PairingData, request: Outgoing, acceptId: string, conflict: string | undefined, now: number): Change<undefined> {
+  const current = pruned(data, now);
+  const handled: Handled = { from: request.to, msg_id: acceptId, outcome: 'confirmed', until: now + HANDLED_MS };
+  if (conflict !== undefined) {
+    return { next: { ...current, outgoing: current.outgoing.map((o) => (o.request_id === request.request_id ? { ...o, conflict } : o)), handled: [...current.handled, handled] }, result: undefined };
+  }
+  return { next: { ...current, outgoing: current.outgoing.filter((o) => o.request_id !== request.request_id), handled: [...current.handled, handled] }, result: undefined };
+}
+
+export function wasHandled(data: PairingData, from: string, msgId: string, now: number): boolean {
+  return pruned(data, now).handled.some((h) => h.from === from && h.msg_id === msgId);
+}
+
+/** A relay accepted the control message: it leaves the queue. */
+export function controlDone(data: PairingData, msgId: string): Change<undefined> {
+  if (!data.control.some((c) => c.msg_id === msgId)) return { next: undefined, result: undefined };
+  return { next: { ...data, control: data.control.filter((c) => c.msg_id !== msgId) }, result: undefined };
+}

@@ -1,0 +1,31 @@
+/**
+ * `pairing/<identity>/<session>.json`: open requests both ways and the control messages
+ * not yet accepted by a relay (rules.ts). A schema-validated state file: every change runs
+ * a pure transition under the file's sidecar lock and is durable (atomic replacement,
+ * synced) before it returns; a damaged file is moved aside and reported.
+ */
+import { join } from 'node:path';
+import { checkSafeName } from '../config/paths.js';
+import { readJson, updateJson } from '../store/json-store.js';
+import { emptyPairing, pairingFileSchema, type Change, type PairingData } from './rules.js';
+
+export function pairingPath(stateDir: string, identity: string, session: string): string {
+  return join(stateDir, 'pairing', identity, `${checkSafeName(session, 'session id')}.json`);
+}
+
+export class PairingStore {
+  constructor(readonly path: string) {}
+
+  async read(): Promise<PairingData> {
+    return (await readJson(this.path, pairingFileSchema, emptyPairing)).value;
+  }
+
+  /** Runs `transition` on the current data under the lock; writes what it returns. */
+  async update<R>(transition: (data: PairingData) => Change<R>): Promise<R> {
+    const { value } = await updateJson(this.path, pairingFileSchema, emptyPairing, (current) => {
+      const change = transition(current);
+      return { next: change.next, result: { value: change.result } };
+    });
+    return value;
+  }
+}

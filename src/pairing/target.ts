@@ -1,0 +1,63 @@
+/**
+ * Which identity and session a `request_pair {target}` means, as a pure function over
+ * the verified roster. A target is a full public key, an exact fingerprint, or a name
+ * the roster shows; a name several identities use is ambiguous and needs the full key.
+ * The request goes to a live session of that identity if there is one, else an away one
+ * (the freshest); with none on the roster it is refused rather than sent nowhere.
+ */
+import { InterlinkError } from '../errors.js';
+import { fingerprintOf, normalizeFingerprint, parsePublicKey } from '../identity/identity.js';
+
+export interface RosterView {
+  key: string;
+  session: string;
+  name: string;
+  state: 'live' | 'away';
+  age_ms: number;
+}
+
+export interface ResolvedTarget {
+  key: string;
+  session: string;
+  /** The name its chosen session announces (a default petname; unverified). */
+  name: string;
+}
+
+function isPublicKey(text: string): boolean {
+  try {
+    parsePublicKey(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function resolveTarget(target: string, roster: readonly RosterView[], me: string, session?: string): ResolvedTarget {
+  let keys: string[];
+  if (isPublicKey(target)) {
+    keys = [target];
+  } else if (normalizeFingerprint(target) !== undefined) {
+    const fingerprint = normalizeFingerprint(target);
+    keys = [...new Set(roster.filter((r) => fingerprintOf(parsePublicKey(r.key)) === fingerprint).map((r) => r.key))];
+  } else {
+    keys = [...new Set(roster.filter((r) => r.name === target).map((r) => r.key))];
+    if (keys.length > 1) {
+      const list = keys.map((k) => fingerprintOf(parsePublicKey(k))).join(', ');
+      throw new InterlinkError('ambiguous_target', `several identities announce the name ${JSON.stringify(target)} (fingerprints ${list}); pass the full public key of the one you mean`);
+    }
+  }
+  const key = keys[0];
+  if (key === undefined) throw new InterlinkError('unknown_target', `no identity on the relay rosters matches ${JSON.stringify(target)}; see discover`);
+  if (key === me) throw new InterlinkError('unknown_target', 'that is this identity; its sessions already trust each other');
+  const sessions = roster.filter((r) => r.key === key && (session === undefined || r.session === session)).sort((a, b) => a.age_ms - b.age_ms);
+  const chosen = sessions.find((s) => s.state === 'live') ?? sessions.find((s) => s.state === 'away');
+  if (chosen === undefined) {
+    throw new InterlinkError(
+      'no_route',
+      session === undefined
+        ? 'no session of that identity is on any relay roster; ask its person to start a session or run `interlink-mcp pair list`'
+        : `session ${session} of that identity is not on any relay roster`,
+    );
+  }
+  return { key, session: chosen.session, name: chosen.name };
+}
