@@ -10,7 +10,9 @@ import { buildVectors } from '../scripts/gen-vectors.js';
 import { envelopeSchema, parseEnvelope, signEnvelope, signedBytes, verifyEnvelope } from '../src/envelope/envelope.js';
 import { InterlinkError } from '../src/errors.js';
 import { signingKeyFromSeed } from '../src/identity/ed25519.js';
+import { encodeBase64url } from '../src/identity/base64url.js';
 import { fingerprintOf } from '../src/identity/identity.js';
+import { verificationCode } from '../src/pairing/code.js';
 import { equationHoldsLeniently, nobleVerify, strictVerdict } from './helpers/noble-oracle.js';
 
 const vectorSchema = z.object({
@@ -137,5 +139,25 @@ describe('envelope-v2 vectors', () => {
     const { from, sig } = rawParts(minimal?.envelope ?? {});
     expect(doc).toContain(`has fingerprint \`${fingerprintOf(from)}\``);
     expect(doc).toContain(sig.toString('base64url'));
+  });
+});
+
+describe('test/vectors/pair-code-v1.json', () => {
+  const codeVectorSchema = z.object({
+    name: z.string(),
+    requester_seed_hex: z.string(),
+    accepter_seed_hex: z.string(),
+    requester: z.string(),
+    accepter: z.string(),
+    request_id: z.string(),
+    code: z.string(),
+  });
+  const codeVectors = z.array(codeVectorSchema).parse(JSON.parse(readFileSync(new URL('vectors/pair-code-v1.json', import.meta.url), 'utf8')));
+
+  it.each(codeVectors.map((v) => [v.name, v] as const))('%s', (_name, v) => {
+    // The keys follow from the seeds, and the code from the keys and the request id.
+    expect(encodeBase64url(signingKeyFromSeed(Buffer.from(v.requester_seed_hex, 'hex')).publicKey)).toBe(v.requester);
+    expect(encodeBase64url(signingKeyFromSeed(Buffer.from(v.accepter_seed_hex, 'hex')).publicKey)).toBe(v.accepter);
+    expect(verificationCode(v.requester, v.accepter, v.request_id)).toBe(v.code);
   });
 });
