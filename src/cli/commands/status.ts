@@ -9,6 +9,9 @@ import { keyPath, peersPath, stateDir } from '../../config/paths.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
 import { FailedDeliveries } from '../../codex/failed.js';
+import { pairingFileSchema } from '../../pairing/rules.js';
+import { pairingPath } from '../../pairing/store.js';
+import { peekJson } from '../../store/json-store.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
 import { currentState } from '../../mailbox/state.js';
 import { Outbox, isPending } from '../../outbox/outbox.js';
@@ -39,8 +42,8 @@ async function identityOrNull(): Promise<Identity | undefined> {
 export const statusHelp = `usage: interlink-mcp status [--json]
 
 This identity, its peers, the relays and whether each answers, and per session the
-unread messages, the messages no relay has accepted yet and the Codex notices saved as
-failed deliveries. Reads only.`;
+unread messages, the messages no relay has accepted yet, the Codex notices saved as
+failed deliveries and the pairing requests waiting for a decision. Reads only.`;
 
 export async function status(argv: readonly string[]): Promise<void> {
   const args = parse(argv, { json: { type: 'boolean' } });
@@ -50,24 +53,34 @@ export async function status(argv: readonly string[]): Promise<void> {
   const urls = configuredRelays(process.env) ?? [`ws://${localRelayAddr(process.env)}`];
   const relays = await Promise.all(urls.map(async (url) => ({ url, answers: await relayAnswers(url, 1_000) })));
   const state = stateDir();
-  const sessions: { session: string; unread: number; stored: number; pending: number; failed_deliveries: number | 'unreadable' }[] = [];
+  const sessions: {
+    session: string;
+    unread: number;
+    stored: number;
+    pending: number;
+    failed_deliveries: number | 'unreadable';
+    pair_requests: number | 'unreadable';
+  }[] = [];
   if (identity) {
     const names = new Set([
       ...(await sessionsIn(join(state, 'mailbox', identity.key))),
       ...(await sessionsIn(join(state, 'outbox', identity.key))),
       ...(await sessionsIn(join(state, 'failed', identity.key))),
+      ...(await sessionsIn(join(state, 'pairing', identity.key))),
     ]);
     for (const session of [...names].sort()) {
       const mailbox = await Mailbox.open(join(state, 'mailbox', identity.key, `${session}.json`), { readOnly: true });
       const outbox = await Outbox.open(join(state, 'outbox', identity.key, `${session}.json`), { readOnly: true });
       const stats = await mailbox.stats();
       const failed = await FailedDeliveries.forSession(state, identity.key, session).peek();
+      const pairing = await peekJson(pairingPath(state, identity.key, session), pairingFileSchema);
       sessions.push({
         session,
         unread: stats.unread,
         stored: stats.records,
         pending: (await outbox.all()).filter(isPending).length,
         failed_deliveries: 'failures' in failed ? failed.failures.length : 'unreadable',
+        pair_requests: pairing.kind === 'ok' ? pairing.value.incoming.length : pairing.kind === 'missing' ? 0 : 'unreadable',
       });
     }
   }
@@ -86,7 +99,8 @@ export async function status(argv: readonly string[]): Promise<void> {
     if (sessions.length === 0) lines.push('sessions     none yet');
     for (const s of sessions) {
       const failed = s.failed_deliveries === 0 ? '' : `; failed Codex notices: ${s.failed_deliveries} (interlink-mcp failed-deliveries list)`;
-      lines.push(`session      ${s.session}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${failed}`);
+      const pairing = s.pair_requests === 0 ? '' : `; pairing requests waiting for you: ${s.pair_requests} (interlink-mcp pair list)`;
+      lines.push(`session      ${s.session}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${failed}${pairing}`);
     }
     return lines.join('\n');
   });
