@@ -15,11 +15,13 @@
  */
 import { z } from 'zod';
 import { InterlinkError } from '../errors.js';
+import { MAX_FUTURE_MS, MAX_PAST_MS } from '../gate/decide.js';
 
 export const MAX_OUTGOING = 64;
 export const MAX_INCOMING = 64;
 export const MAX_CONTROL = 128;
-export const HANDLED_MS = 24 * 60 * 60 * 1000;
+/** As long as the gate could still admit a copy: 24 h in the past plus 60 s in the future. */
+export const HANDLED_MS = MAX_PAST_MS + MAX_FUTURE_MS;
 
 const outgoingSchema = z.object({
   request_id: z.string(),
@@ -43,6 +45,8 @@ const incomingSchema = z.object({
   session: z.string(),
   received_at: z.number().int(),
   code: z.string(),
+  /** The request's signed timestamp: only a newer request from the same key replaces it. */
+  ts: z.number().int().optional(),
 });
 export type Incoming = z.infer<typeof incomingSchema>;
 
@@ -90,6 +94,14 @@ function isHandled(data: PairingData, from: string, msgId: string): boolean {
   return data.handled.some((h) => h.from === from && h.msg_id === msgId);
 }
 
+/**
+ * The same request: a msg_id is chosen by its sender, so two keys may send the same one;
+ * a request is its sender's key and msg_id together.
+ */
+function sameRequest(a: Pick<Incoming, 'from' | 'request_id'>, b: Pick<Incoming, 'from' | 'request_id'>): boolean {
+  return a.from === b.from && a.request_id === b.request_id;
+}
+
 function full(what: string, limit: number): InterlinkError {
   return new InterlinkError('pairing_full', `${what} (at most ${limit}); nothing was changed`);
 }
@@ -111,14 +123,18 @@ export function planRequest(
 export type RequestAdmission = 'stored' | 'replaced' | 'duplicate' | 'full';
 
 /**
- * A stranger's verified pair_request. One open request per key: a newer one replaces it.
- * A request already dealt with, or already here, changes nothing; past 64 it is dropped.
+ * A stranger's verified pair_request. One open request per key: a newer one (by its
+ * signed timestamp) replaces it, so a relay replaying an older request cannot swap it
+ * back. A request already dealt with, or already here, changes nothing; past 64 it is
+ * dropped.
  */
 export function admitRequest(data: PairingData, request: Incoming, now: number): Change<RequestAdmission> {
   const current = pruned(data, now);
-  if (isHandled(current, request.from, request.request_id) || current.incoming.some((i) => i.request_id === request.request_id && i.from === request.from)) {
+  if (isHandled(current, request.from, request.request_id) || current.incoming.some((i) => sameRequest(i, request))) {
     return { next: undefined, result: 'duplicate' };
   }
+  const open = current.incoming.find((i) => i.from === request.from);
+  if (open !== undefined && (open.ts ?? 0) >= (request.ts ?? 0)) return { next: undefined, result: 'duplicate' };
   const others = current.incoming.filter((i) => i.from !== request.from);
   const replacing = others.length !== current.incoming.length;
   if (!replacing && current.incoming.length >= MAX_INCOMING) return { next: undefined, result: 'full' };
@@ -141,13 +157,14 @@ export function checkControlRoom(data: PairingData): void {
  */
 export function commitAccept(data: PairingData, request: Incoming, job: ControlJob, now: number): Change<{ queued: boolean }> {
   const current = pruned(data, now);
-  if (!current.incoming.some((i) => i.request_id === request.request_id)) return { next: undefined, result: { queued: current.control.some((c) => c.msg_id === job.msg_id) } };
+  if (!current.incoming.some((i) => sameRequest(i, request))) return { next: undefined, result: { queued: current.control.some((c) => c.msg_id === job.msg_id) } };
   checkControlRoom(current);
   return {
     next: {
       ...current,
-      incoming: current.incoming.filter((i) => i.request_id !== request.request_id),
-      control: [...current.control, job],
+      incoming: current.incoming.filter((i) => !sameRequest(i, request)),
+      // The same acceptance retried (its job kept) is queued once: msg_ids in the queue are unique.
+      control: current.control.some((c) => c.msg_id === job.msg_id) ? current.control : [...current.control, job],
       handled: [...current.handled, { from: request.from, msg_id: request.request_id, outcome: 'accepted', until: now + HANDLED_MS }],
     },
     result: { queued: true },
@@ -161,7 +178,7 @@ export function reject(data: PairingData, fingerprint: string, now: number): Cha
   return {
     next: {
       ...current,
-      incoming: current.incoming.filter((i) => i.request_id !== request.request_id),
+      incoming: current.incoming.filter((i) => !sameRequest(i, request)),
       handled: [...current.handled, { from: request.from, msg_id: request.request_id, outcome: 'rejected', until: now + HANDLED_MS }],
     },
     result: request,
@@ -180,7 +197,16 @@ export function commitAccepted(data: PairingData, request: Outgoing, acceptId: s
   if (conflict !== undefined) {
     return { next: { ...current, outgoing: current.outgoing.map((o) => (o.request_id === request.request_id ? { ...o, conflict } : o)), handled: [...current.handled, handled] }, result: undefined };
   }
-  return { next: { ...current, outgoing: current.outgoing.filter((o) => o.request_id !== request.request_id), handled: [...current.handled, handled] }, result: undefined };
+  return {
+    next: {
+      ...current,
+      outgoing: current.outgoing.filter((o) => o.request_id !== request.request_id),
+      // A request still waiting for a relay is answered already: it need not go out.
+      control: current.control.filter((c) => c.msg_id !== request.request_id),
+      handled: [...current.handled, handled],
+    },
+    result: undefined,
+  };
 }
 
 export function wasHandled(data: PairingData, from: string, msgId: string, now: number): boolean {

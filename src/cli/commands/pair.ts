@@ -62,32 +62,34 @@ export async function pair(argv: readonly string[]): Promise<void> {
     switch (action) {
       case 'request': {
         const result = await agent.pairing.request(subject!, { ...(petname !== undefined && { petname }), ...(session !== undefined && { session }) });
-        const unsent = await agent.pairing.flush(FLUSH_MS);
-        print(json, { ...result, sent: unsent === 0 }, () =>
+        await flushAll(agent);
+        const sent = !(await agent.pairing.list()).outgoing.some((o) => o.key === result.to && o.state === 'waiting_for_relay');
+        print(json, { ...result, sent }, () =>
           [
             `${result.repeated ? 'Already asked' : 'Asked'} ${result.petname} (fingerprint ${result.fingerprint}, session ${result.session}) to pair.`,
             `Verification code: ${result.code}`,
             'Compare it with the other person over another channel. They accept with',
             `  interlink-mcp pair accept ${identity.fingerprint}`,
             'then `interlink-mcp pair list` here completes the pairing.',
-            ...(unsent === 0 ? [] : ['No relay has taken the request yet; it is saved, and `interlink-mcp pair list` sends it again.']),
+            ...(sent ? [] : ['No relay has taken the request yet; it is saved, and `interlink-mcp pair list` sends it again.']),
           ].join('\n'),
         );
         return;
       }
       case 'list': {
-        await agent.pairing.flush(FLUSH_MS);
-        const listed = await agent.pairing.list();
+        await flushAll(agent);
+        const listed = await listAll(agent);
         print(json, { ...listed, completed }, () => describeList(listed, completed));
         return;
       }
       case 'accept': {
         const result = await agent.pairing.accept(subject!, petname !== undefined ? { petname } : {});
-        const unsent = await agent.pairing.flush(FLUSH_MS);
-        print(json, { ...result, sent: unsent === 0 }, () =>
+        await flushAll(agent);
+        const sent = (await agent.pairing.confirmation(result.fingerprint)) === 'sent';
+        print(json, { ...result, confirmation: sent ? ('sent' as const) : ('queued' as const), sent }, () =>
           [
             `${result.petname} (fingerprint ${result.fingerprint}) is now a peer. Verification code: ${result.code}`,
-            unsent === 0 ? 'The confirmation went to a relay.' : 'No relay has taken the confirmation yet; it is saved, and `interlink-mcp pair list` sends it again.',
+            sent ? 'The confirmation went to a relay.' : 'No relay has taken the confirmation yet; it is saved, and `interlink-mcp pair list` sends it again.',
           ].join('\n'),
         );
         return;
@@ -103,23 +105,59 @@ export async function pair(argv: readonly string[]): Promise<void> {
   }
 }
 
+/**
+ * Sends what waits for a relay in every session of this identity (bounded): a request or
+ * confirmation queued by an agent session that has since ended goes out from here, signed
+ * with that session's route. Returns how many are left.
+ */
+async function flushAll(agent: Agent): Promise<number> {
+  const sessions = [agent.pairing, ...(await agent.pairing.otherSessions())];
+  const left = await Promise.all(sessions.map((p) => p.flush(FLUSH_MS)));
+  return left.reduce((a, b) => a + b, 0);
+}
+
+type Listed = Awaited<ReturnType<Agent['pairing']['list']>>;
+type LocalListing = {
+  incoming: (Listed['incoming'][number] & { local_session: string })[];
+  outgoing: (Listed['outgoing'][number] & { local_session: string })[];
+  unsent_control_messages: number;
+};
+
+/**
+ * The pairing state of every session of this identity: a request reaches whichever
+ * session the requester's roster showed (often an agent's), and a person decides here.
+ * `local_session` says which session of this identity holds each entry.
+ */
+async function listAll(agent: Agent): Promise<LocalListing> {
+  const sessions = [agent.pairing, ...(await agent.pairing.otherSessions())];
+  const all = await Promise.all(sessions.map((p) => p.list()));
+  return {
+    incoming: all.flatMap((l, i) => l.incoming.map((entry) => ({ ...entry, local_session: sessions[i]!.session }))),
+    outgoing: all.flatMap((l, i) => l.outgoing.map((entry) => ({ ...entry, local_session: sessions[i]!.session }))),
+    unsent_control_messages: all.reduce((sum, l) => sum + l.unsent_control_messages, 0),
+  };
+}
+
 /** Open requests that closed while the relays' mail was handled: accepted, now peers. */
 async function completedSince(before: readonly { key: string; petname: string; fingerprint: string; state: string }[]) {
   const { table } = await loadPeers(peersPath());
   return before.filter((o) => o.state !== 'accepted_with_conflict' && table.has(o.key)).map((o) => ({ petname: table.petnameOf(o.key) ?? o.petname, fingerprint: o.fingerprint, key: o.key }));
 }
 
-function describeList(listed: Awaited<ReturnType<Agent['pairing']['list']>>, completed: { petname: string; fingerprint: string }[]): string {
+function describeList(listed: LocalListing, completed: { petname: string; fingerprint: string }[]): string {
+  const where = (session: string) => (session === CLI_SESSION ? '' : `  (session ${session})`);
   const lines: string[] = [];
   for (const c of completed) lines.push(`${c.petname} (fingerprint ${c.fingerprint}) accepted your request: now a peer.`);
   if (listed.incoming.length === 0) lines.push('No incoming pairing requests.');
   else lines.push('Incoming (you decide; compare the code first):');
   for (const i of listed.incoming) {
-    lines.push(`  ${i.fingerprint}  claims to be "${i.claimed_name}"  code ${i.code}`);
+    lines.push(`  ${i.fingerprint}  claims to be ${JSON.stringify(i.claimed_name)}  code ${i.code}${where(i.local_session)}`);
     lines.push(`    interlink-mcp pair accept ${i.fingerprint}   |   interlink-mcp pair reject ${i.fingerprint}`);
   }
   if (listed.outgoing.length > 0) lines.push('Your open requests:');
-  for (const o of listed.outgoing) lines.push(`  ${o.petname} (${o.fingerprint})  code ${o.code}  ${o.state.replaceAll('_', ' ')}${o.conflict !== undefined ? `: ${o.conflict}` : ''}`);
+  for (const o of listed.outgoing) {
+    lines.push(`  ${o.petname} (${o.fingerprint})  code ${o.code}  ${o.state.replaceAll('_', ' ')}${o.conflict !== undefined ? `: ${o.conflict}` : ''}${where(o.local_session)}`);
+  }
   if (listed.unsent_control_messages > 0) lines.push(`${listed.unsent_control_messages} pairing message(s) still wait for a relay.`);
   return lines.join('\n');
 }
