@@ -4,6 +4,7 @@
  * Before a hook binds the thread, nothing runs; after, the thread UUID is the session id
  * and notices go to `codex queue --thread <uuid> --message <notice>`.
  */
+import type { Failure } from '../src/codex/failed.js';
 import { randomUUID } from 'node:crypto';
 import { chmod, mkdir, mkdtemp, rm, unlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -47,17 +48,6 @@ interface Status {
 }
 interface Inbox {
   messages: { msg_id: string; text: string; receipt: { sender: string; msg_id: string } }[];
-}
-interface Failure {
-  id: string;
-  kind: string;
-  notification_id: string;
-  thread: string;
-  message: string;
-  outcome: string;
-  reason: string;
-  attempts: number;
-  retries: number;
 }
 
 const states = (s: Status) => s.history.map((h) => h.state);

@@ -12,7 +12,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { newMsgId, signEnvelope } from '../src/envelope/envelope.js';
 import { verificationCode } from '../src/pairing/code.js';
 import { eventually, startPeer, type Peer } from './helpers/mcp.js';
-import { Hand, logged, person, readPairing, reapCli, requestPair, snapshot } from './helpers/pairing.js';
+import { Hand, logged, person, readPairing, reapCli, requestPair, snapshot, type Listed, type Requested } from './helpers/pairing.js';
 import { reapAll } from './helpers/process.js';
 import { startRelay } from './helpers/spawn-relay.js';
 
@@ -37,22 +37,6 @@ async function hand(url: string, session?: string): Promise<Hand> {
   return h;
 }
 
-interface Requested {
-  request_id: string;
-  to: string;
-  fingerprint: string;
-  session: string;
-  petname: string;
-  code: string;
-  repeated: boolean;
-  sent: boolean;
-}
-interface Listed {
-  incoming: { fingerprint: string; key: string; claimed_name: string; session: string; code: string }[];
-  outgoing: { fingerprint: string; key: string; petname: string; code: string; state: string }[];
-  unsent_control_messages: number;
-  completed: { petname: string; fingerprint: string; key: string }[];
-}
 interface Accepted {
   fingerprint: string;
   key: string;

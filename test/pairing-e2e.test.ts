@@ -15,7 +15,7 @@ import { MAX_CONTROL, MAX_OUTGOING, type PairingData } from '../src/pairing/rule
 import { pairingPath } from '../src/pairing/store.js';
 import { newIdentity } from './helpers/fixtures.js';
 import { eventually, startPeer, type Peer } from './helpers/mcp.js';
-import { Hand, logged, person, readPairing, readPeers, reapCli, requestPair, snapshot } from './helpers/pairing.js';
+import { Hand, logged, person, readPairing, readPeers, reapCli, requestPair, snapshot, type Listed, type Requested } from './helpers/pairing.js';
 import { reapAll } from './helpers/process.js';
 import { freePort, startRelay } from './helpers/spawn-relay.js';
 
@@ -50,21 +50,6 @@ interface Me {
   session_id: string;
   identity: string;
   fingerprint: string;
-}
-interface Requested {
-  request_id: string;
-  to: string;
-  fingerprint: string;
-  session: string;
-  petname: string;
-  code: string;
-  repeated: boolean;
-  state: string;
-}
-interface Listed {
-  incoming: { fingerprint: string; key: string; claimed_name: string; session: string; code: string }[];
-  outgoing: { fingerprint: string; key: string; petname: string; code: string; state: string }[];
-  unsent_control_messages: number;
 }
 interface Inbox {
   messages: { sender: string; peer?: string; msg_id: string; text: string }[];

@@ -15,7 +15,7 @@ import { randomUUID } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { unsafeNameReason } from '../config/paths.js';
-import { replyToSession, signEnvelope, type Envelope } from '../envelope/envelope.js';
+import { replyToSession, type Envelope } from '../envelope/envelope.js';
 import { errnoCode, InterlinkError, isInterlinkError } from '../errors.js';
 import type { OutstandingRequest } from '../gate/decide.js';
 import { fingerprintOf, normalizeFingerprint, parsePublicKey, type Identity } from '../identity/identity.js';
@@ -24,12 +24,12 @@ import { addPeer, loadPeers } from '../peers/peers.js';
 import { peekJson } from '../store/json-store.js';
 import type { RelayClient } from '../relay/client.js';
 import { verificationCode } from './code.js';
+import { ControlOutbox } from './control.js';
 import {
   admitRequest,
   checkControlRoom,
   commitAccept,
   commitAccepted,
-  controlDone,
   findIncoming,
   matchAccept,
   planRequest,
@@ -43,7 +43,6 @@ import {
 import { PairingStore } from './store.js';
 import { resolveTarget, type RosterView } from './target.js';
 
-const CONTROL_PASS_MS = 2_000;
 const MAX_SHOWN_NAME = 128;
 
 export interface PairingNotice {
@@ -80,15 +79,14 @@ function petnameFrom(name: string): string | undefined {
 }
 
 export class Pairing {
-  private timer: NodeJS.Timeout | undefined;
-  private readonly inFlight = new Set<string>();
-  private running: Promise<void> | undefined;
-  /** A kick came while a pass was running: run another one after it (it may have read the queue before the new job). */
-  private again = false;
+  private readonly control: ControlOutbox;
   /** Where pairing notices go (the host sink); none yet means they are only logged. */
   notify: ((notice: PairingNotice) => Promise<void>) | undefined;
 
-  constructor(private readonly options: PairingOptions) {}
+  constructor(private readonly options: PairingOptions) {
+    const route = `${options.identity.key}#${options.session}`;
+    this.control = new ControlOutbox({ identity: options.identity, route, store: options.store, relays: options.relays });
+  }
 
   private get now(): number {
     return (this.options.now ?? Date.now)();
@@ -99,19 +97,12 @@ export class Pairing {
     return this.options.session;
   }
 
-  private get route(): string {
-    return `${this.options.identity.key}#${this.options.session}`;
-  }
-
   start(): void {
-    for (const relay of this.options.relays) relay.on('connected', () => this.kick());
-    this.timer = setInterval(() => this.kick(), CONTROL_PASS_MS);
-    this.timer.unref();
-    this.kick();
+    this.control.start();
   }
 
   stop(): void {
-    clearInterval(this.timer);
+    this.control.stop();
   }
 
   /** Requests this session has open, for the gate (which pair_accept it may admit). */
@@ -211,14 +202,17 @@ export class Pairing {
       in_reply_to: request.request_id,
       created_at: this.now,
     };
+    let queued: boolean;
     try {
-      await this.options.store.update((d) => commitAccept(d, request, job, this.now));
+      ({ queued } = await this.options.store.update((d) => commitAccept(d, request, job, this.now)));
     } catch (err) {
       throw new InterlinkError(
         'confirmation_pending',
         `${current ?? petname} is now your peer, but the confirmation to them could not be queued (${(err as Error).message}); run accept again to queue it`,
       );
     }
+    // Another accept of the same request closed it first: report that one's confirmation.
+    if (!queued) return this.alreadyAccepted(await this.options.store.read(), fingerprint);
     this.kick();
     return { fingerprint, key: request.from, petname: current ?? petname, code: request.code, state: 'accepted' as const, confirmation: 'queued' as const };
   }
@@ -382,59 +376,13 @@ export class Pairing {
     await this.notify(notice).catch((err: unknown) => log.warn('pairing_notice_failed', { id: notice.id, error: (err as Error).message }));
   }
 
-  /** Offers every queued control message to every connected relay. */
+  /** Offers every queued control message to every connected relay soon. */
   kick(): void {
-    if (this.running !== undefined) {
-      this.again = true;
-      return;
-    }
-    this.again = false;
-    this.running = this.pass()
-      .catch((err: unknown) => log.warn('pairing_control_failed', { error: (err as Error).message }))
-      .finally(() => {
-        this.running = undefined;
-        if (this.again) this.kick();
-      });
+    this.control.kick();
   }
 
   /** Waits (bounded) until every queued control message was accepted by a relay; returns how many are left. */
-  async flush(timeoutMs: number): Promise<number> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      await this.running;
-      await this.pass();
-      const left = (await this.options.store.read()).control.length;
-      if (left === 0 || Date.now() >= deadline) return left;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  }
-
-  private async pass(): Promise<void> {
-    const { control } = await this.options.store.read();
-    await Promise.all(control.flatMap((job) => this.options.relays.map((relay) => this.offer(relay, job))));
-  }
-
-  private async offer(relay: RelayClient, job: ControlJob): Promise<void> {
-    const key = `${relay.url} ${job.msg_id}`;
-    if (!relay.connected || this.inFlight.has(key)) return;
-    this.inFlight.add(key);
-    try {
-      // Signed now: a message that waited for a relay longer than the receiver's 24 h
-      // freshness window is still fresh when it is finally accepted. Same msg_id, so the
-      // receiver sees one message however often it was signed.
-      const envelope = signEnvelope(this.options.identity.signingKey, {
-        to: job.to,
-        kind: job.kind,
-        text: job.text,
-        msg_id: job.msg_id,
-        reply_to: this.route,
-        ...(job.in_reply_to !== undefined && { in_reply_to: job.in_reply_to }),
-      });
-      const outcome = await relay.send(`${job.to}#${job.session}`, envelope);
-      if (outcome.accepted) await this.options.store.update((d) => controlDone(d, job.msg_id));
-      else if (outcome.code !== 'disconnected') log.warn('relay_refused_send', { relay: relay.url, msg_id: job.msg_id, code: outcome.code, message: outcome.message });
-    } finally {
-      this.inFlight.delete(key);
-    }
+  flush(timeoutMs: number): Promise<number> {
+    return this.control.flush(timeoutMs);
   }
 }

@@ -247,3 +247,27 @@ export async function requestPair<T = Record<string, unknown>>(peer: Peer, args:
     `${JSON.stringify(args.target)} on the roster`,
   );
 }
+
+/** What request_pair (and `pair request --json`) returns. */
+export interface Requested {
+  request_id: string;
+  to: string;
+  fingerprint: string;
+  session: string;
+  petname: string;
+  code: string;
+  repeated: boolean;
+  /** the tool's result */
+  state?: string;
+  /** the CLI's: a relay took the request */
+  sent?: boolean;
+}
+
+/** What list_pair_requests (and `pair list --json`) returns. */
+export interface Listed {
+  incoming: { fingerprint: string; key: string; claimed_name: string; session: string; code: string }[];
+  outgoing: { fingerprint: string; key: string; petname: string; code: string; state: string }[];
+  unsent_control_messages: number;
+  /** the CLI's: open requests that completed during this run */
+  completed?: { petname: string; fingerprint: string; key: string }[];
+}

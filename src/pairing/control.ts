@@ -1,0 +1,99 @@
+/**
+ * The pairing control outbox: signed pair_request and pair_accept messages waiting in the
+ * pairing store until a relay accepts them. Every 2 s (and at once after a relay
+ * connects or a message is queued) each one is offered to every connected relay, signed
+ * again at each offer with a fresh timestamp and the same msg_id: a message that waited
+ * longer than the receiver's 24 h freshness window is still fresh when it leaves, and the
+ * receiver sees one message however often it was signed. Accepted by one relay, it
+ * leaves the queue.
+ */
+import { signEnvelope } from '../envelope/envelope.js';
+import type { Identity } from '../identity/identity.js';
+import { log } from '../log.js';
+import type { RelayClient } from '../relay/client.js';
+import { controlDone, type ControlJob } from './rules.js';
+import type { PairingStore } from './store.js';
+
+const PASS_MS = 2_000;
+const FLUSH_POLL_MS = 100;
+
+export interface ControlOutboxOptions {
+  identity: Identity;
+  /** `<key>#<session>`: where answers to these messages go. */
+  route: string;
+  store: PairingStore;
+  relays: readonly RelayClient[];
+}
+
+export class ControlOutbox {
+  private timer: NodeJS.Timeout | undefined;
+  private readonly inFlight = new Set<string>();
+  private running: Promise<void> | undefined;
+  /** A kick came while a pass was running: run another one after it (it may have read the queue before the new job). */
+  private again = false;
+
+  constructor(private readonly options: ControlOutboxOptions) {}
+
+  start(): void {
+    for (const relay of this.options.relays) relay.on('connected', () => this.kick());
+    this.timer = setInterval(() => this.kick(), PASS_MS);
+    this.timer.unref();
+    this.kick();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  kick(): void {
+    if (this.running !== undefined) {
+      this.again = true;
+      return;
+    }
+    this.again = false;
+    this.running = this.pass()
+      .catch((err: unknown) => log.warn('pairing_control_failed', { error: (err as Error).message }))
+      .finally(() => {
+        this.running = undefined;
+        if (this.again) this.kick();
+      });
+  }
+
+  /** Offers everything now and again until the queue is empty or the deadline passes; returns how many are left. */
+  async flush(timeoutMs: number): Promise<number> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      await this.running;
+      await this.pass();
+      const left = (await this.options.store.read()).control.length;
+      if (left === 0 || Date.now() >= deadline) return left;
+      await new Promise((resolve) => setTimeout(resolve, FLUSH_POLL_MS));
+    }
+  }
+
+  private async pass(): Promise<void> {
+    const { control } = await this.options.store.read();
+    await Promise.all(control.flatMap((job) => this.options.relays.map((relay) => this.offer(relay, job))));
+  }
+
+  private async offer(relay: RelayClient, job: ControlJob): Promise<void> {
+    const key = `${relay.url} ${job.msg_id}`;
+    if (!relay.connected || this.inFlight.has(key)) return;
+    this.inFlight.add(key);
+    try {
+      const envelope = signEnvelope(this.options.identity.signingKey, {
+        to: job.to,
+        kind: job.kind,
+        text: job.text,
+        msg_id: job.msg_id,
+        reply_to: this.options.route,
+        ...(job.in_reply_to !== undefined && { in_reply_to: job.in_reply_to }),
+      });
+      const outcome = await relay.send(`${job.to}#${job.session}`, envelope);
+      if (outcome.accepted) await this.options.store.update((d) => controlDone(d, job.msg_id));
+      else if (outcome.code !== 'disconnected') log.warn('relay_refused_send', { relay: relay.url, msg_id: job.msg_id, code: outcome.code, message: outcome.message });
+    } finally {
+      this.inFlight.delete(key);
+    }
+  }
+}
