@@ -20,7 +20,7 @@ import { errnoCode, InterlinkError, isInterlinkError } from '../errors.js';
 import type { OutstandingRequest } from '../gate/decide.js';
 import { fingerprintOf, normalizeFingerprint, parsePublicKey, type Identity } from '../identity/identity.js';
 import { log } from '../log.js';
-import { addPeer, checkPetname, loadPeers } from '../peers/peers.js';
+import { addPeer, checkPetname, loadPeers, removePeer } from '../peers/peers.js';
 import { peekJson } from '../store/json-store.js';
 import type { RelayClient } from '../relay/client.js';
 import { verificationCode } from './code.js';
@@ -212,8 +212,18 @@ export class Pairing {
         `${current ?? petname} is now your peer, but the confirmation to them could not be queued (${(err as Error).message}); run accept again to queue it`,
       );
     }
-    // Another accept of the same request closed it first: report that one's confirmation.
-    if (!queued) return this.alreadyAccepted(await this.options.store.read(), fingerprint);
+    if (!queued) {
+      // The request closed meanwhile: another accept (report its confirmation) or a
+      // reject or a newer request from the same key (then the peer this call added must
+      // not stay without a person's decision on the open request).
+      const after = await this.options.store.read();
+      const acceptedElsewhere = after.handled.some((h) => h.outcome === 'accepted' && h.from === request.from && h.msg_id === request.request_id);
+      if (acceptedElsewhere) return this.alreadyAccepted(after, fingerprint);
+      if (current === undefined && (await loadPeers(this.options.peersPath)).table.keyOf(petname) === request.from) {
+        await removePeer(this.options.peersPath, petname);
+      }
+      throw new InterlinkError('unknown_request', `the request from ${fingerprint} changed while it was being accepted (rejected, or replaced by a newer one); nothing was accepted, see list_pair_requests`);
+    }
     this.kick();
     return { fingerprint, key: request.from, petname: current ?? petname, code: request.code, state: 'accepted' as const, confirmation: 'queued' as const };
   }
@@ -329,10 +339,10 @@ export class Pairing {
       ts: envelope.ts,
     };
     const outcome = await this.options.store.update((data) => admitRequest(data, request, this.now));
-    if (outcome === 'full') log.warn('pair_request_dropped', { from: envelope.from, reason: 'too many open requests' });
+    if (outcome === 'evicted') log.warn('pair_request_evicted', { from: envelope.from, reason: 'too many open requests: the oldest one was dropped' });
     // One notice per requester: a newer request from the same key replaces the open one
     // quietly (the person sees it in the list), so one stranger cannot flood the host.
-    if (outcome === 'stored') {
+    if (outcome === 'stored' || outcome === 'evicted') {
       await this.send({
         id: `p-${request.request_id.slice(0, 16)}`,
         text:

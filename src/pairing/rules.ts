@@ -4,14 +4,16 @@
  * relays, notices) is in pairing.ts.
  *
  * - `outgoing`: requests this session sent and that are still open (at most 64).
- * - `incoming`: strangers' requests waiting for a person to decide (at most 64, one per key).
+ * - `incoming`: strangers' requests waiting for a person to decide (at most 64, one per
+ *   key; past 64 the oldest goes).
  * - `control`: signed control messages not yet accepted by a relay (at most 128). Each is
  *   signed again with a fresh timestamp whenever it is offered, keeping its msg_id, so a
  *   confirmation outlives an outage longer than the 24 h freshness window.
  * - `handled`: requests and acceptances already dealt with, remembered for 24 h (the
  *   freshness window) so a replay changes nothing.
  *
- * Every bound is checked before anything changes, and before any change of trust.
+ * The bounds on what this side creates (outgoing, control) refuse before anything
+ * changes, and before any change of trust.
  */
 import { z } from 'zod';
 import { InterlinkError } from '../errors.js';
@@ -120,13 +122,14 @@ export function planRequest(
   return { next: { ...data, outgoing: [...data.outgoing, outgoing], control: [...data.control, job] }, result: { outgoing, repeated: false } };
 }
 
-export type RequestAdmission = 'stored' | 'replaced' | 'duplicate' | 'full';
+/** `evicted`: stored, and the oldest open request (of another key) made room for it. */
+export type RequestAdmission = 'stored' | 'replaced' | 'duplicate' | 'evicted';
 
 /**
  * A stranger's verified pair_request. One open request per key: a newer one (by its
  * signed timestamp) replaces it, so a relay replaying an older request cannot swap it
- * back. A request already dealt with, or already here, changes nothing; past 64 it is
- * dropped.
+ * back. A request already dealt with, or already here, changes nothing; past 64 the
+ * oldest open request makes room.
  */
 export function admitRequest(data: PairingData, request: Incoming, now: number): Change<RequestAdmission> {
   const current = pruned(data, now);
@@ -137,7 +140,9 @@ export function admitRequest(data: PairingData, request: Incoming, now: number):
   if (open !== undefined && (open.ts ?? 0) >= (request.ts ?? 0)) return { next: undefined, result: 'duplicate' };
   const others = current.incoming.filter((i) => i.from !== request.from);
   const replacing = others.length !== current.incoming.length;
-  if (!replacing && current.incoming.length >= MAX_INCOMING) return { next: undefined, result: 'full' };
+  // Full: the oldest request goes. Strangers' keys are free, so dropping new requests
+  // instead would let 64 throwaway keys shut pairing out for good.
+  if (!replacing && current.incoming.length >= MAX_INCOMING) return { next: { ...current, incoming: [...current.incoming.slice(1), request] }, result: 'evicted' };
   return { next: { ...current, incoming: [...others, request] }, result: replacing ? 'replaced' : 'stored' };
 }
 
