@@ -342,6 +342,38 @@ describe('Codex mode: notices', () => {
     expect(calls[0]!.argv[4]).toMatch(/^1 unread Interlink message from alice/);
   });
 
+  it('stops a failed_deliveries retry under way when the server shuts down: its codex queue is killed', async () => {
+    const relay = await startRelay();
+    const codex = await switchableCodex(root, 'fail');
+    const alice = await peer({ root, name: 'alice', session: 'a1', relays: relay.url });
+    const bob = await codexPeer(relay.url, { INTERLINK_CODEX_BIN: codex.bin });
+    const thread = randomUUID();
+    await bob.call('bind_codex_session', { thread_id: thread });
+    await pair(alice, bob);
+    const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: thread, text: 'x', status: 'needs_input' });
+    await statusWith(bob, sent.msg_id, 2, 'delivery_failed');
+    const [failure] = (await bob.call<{ failures: Failure[] }>('failed_deliveries', { action: 'list' })).failures;
+
+    await codex.set('hang');
+    const retry = bob.call('failed_deliveries', { action: 'retry', id: failure!.id }).catch(() => undefined);
+    const hanging = await eventually(async () => codex.calls()[3], 15_000, 'the retry attempt');
+    await bob.close();
+    await retry;
+    // The attempt runs in its own process group; only the server's shutdown signal ends it.
+    await eventually(
+      async () => {
+        try {
+          process.kill(hanging.pid, 0);
+          return undefined;
+        } catch {
+          return true;
+        }
+      },
+      10_000,
+      'the hanging codex queue to be killed',
+    );
+  });
+
   it('stops between attempts when the server shuts down, saving the failure and recording delivery_failed', async () => {
     const relay = await startRelay();
     const codex = await switchableCodex(root, 'fail');

@@ -74,6 +74,7 @@ export class Agent {
   private notifier: Notifier | undefined;
   /** The session id Claude's hooks use for this session's inbox (see bindClaudeSession). */
   private hostSession: string;
+  private readonly closing = new AbortController();
 
   private constructor(
     readonly options: AgentOptions,
@@ -174,6 +175,11 @@ export class Agent {
       this.notifier?.kick();
     }
     return { session_id: sessionId, mailbox_session: this.session, changed };
+  }
+
+  /** Aborted when the session closes: work started for a tool call (a `codex queue` retry) stops with it. */
+  get closingSignal(): AbortSignal {
+    return this.closing.signal;
   }
 
   /** Codex notices that were not taken, saved for recovery (failed_deliveries). */
@@ -389,6 +395,7 @@ export class Agent {
 
   /** `goodbye: false` leaves this session on the rosters (away), so peers can still address it. */
   async close(options: { goodbye?: boolean } = {}): Promise<void> {
+    this.closing.abort();
     await this.notifier?.stop();
     this.outbound.stop();
     this.pairing.stop();

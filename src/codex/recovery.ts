@@ -14,7 +14,7 @@ export type FailedAction = (typeof FAILED_ACTIONS)[number];
 export const RECOVERY_NOTE =
   'A failed notice only points at mail: the messages stay unread in the mailbox, and receive_messages (or conversation_history) reads them whatever happened to the notice.';
 
-export interface RecoveryOptions extends Pick<QueueOptions, 'bin' | 'env' | 'timeoutMs' | 'backoffMs'> {
+export interface RecoveryOptions extends Pick<QueueOptions, 'bin' | 'env' | 'timeoutMs' | 'backoffMs' | 'signal'> {
   /** Called after a retried notice was queued (to record host_queued on its messages). */
   onQueued?: (failure: Failure) => Promise<void>;
 }
@@ -61,7 +61,7 @@ export async function retryFailure(store: FailedDeliveries, id: string | undefin
   const failure = await find(store, id);
   // Quiet: `interlink-mcp failed-deliveries retry` fails with one line on stderr, and the
   // result (reason, attempts) says everything a log line per attempt would.
-  const report = await queueNotice({ bin: options.bin, env: options.env, timeoutMs: options.timeoutMs, backoffMs: options.backoffMs, thread: failure.thread, message: failure.message, quiet: true });
+  const report = await queueNotice({ bin: options.bin, env: options.env, timeoutMs: options.timeoutMs, backoffMs: options.backoffMs, thread: failure.thread, message: failure.message, quiet: true, signal: options.signal });
   const base = { id: failure.id, notification_id: failure.notification_id, thread: failure.thread, outcome: report.outcome, reason: report.reason, attempts: report.attempts };
   if (report.outcome === 'host_queued') {
     // Codex has the notice now; what follows is bookkeeping, and its failure must not

@@ -139,6 +139,7 @@ export const TOOLS: ToolDefinition[] = [
     (agent, args) =>
       runFailedAction(agent.failedDeliveries(), args.action, args.id, {
         bin: codexBin(),
+        signal: agent.closingSignal,
         onQueued: (failure) => agent.mailbox.recordNoticeOutcome(failure.notification_id, 'host_queued'),
       }),
   ),
