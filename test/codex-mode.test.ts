@@ -383,7 +383,8 @@ describe('Codex mode: notices', () => {
     await bob.call('bind_codex_session', { thread_id: thread });
     await pair(alice, bob);
     const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: thread, text: 'x' });
-    await eventually(async () => (codex.calls().length === 1 ? true : undefined), 15_000, 'the first attempt');
+    // The stand-in logs its run when it starts; the server logs the retry once the attempt failed.
+    await eventually(async () => (bob.stderr().includes('codex_queue_retry') ? true : undefined), 15_000, 'the first attempt to fail');
 
     // Closing stdin shuts the server down during the 2 s backoff; it exits without the other attempts.
     const started = Date.now();

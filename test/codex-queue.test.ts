@@ -275,8 +275,9 @@ describe('codex queue: abort', () => {
     stop.abort();
     const report = await running;
     expect(Date.now() - abortedAt).toBeLessThan(5_000);
-    // Codex may have queued it before it died: the outcome is unknown.
+    // Codex may have queued it before it died: the outcome is unknown, and the reason says why.
     expect(report).toMatchObject({ outcome: 'delivery_unknown', save: true, attempts: 1 });
+    expect(report.reason).toMatch(/server stopped while codex queue was running/);
     expect(fake.calls()).toHaveLength(1);
     expect(isGone(fake.calls()[0]!.pid)).toBe(true);
   });

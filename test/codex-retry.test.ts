@@ -12,6 +12,7 @@ const queued: AttemptResult = { kind: 'queued', detail: QUEUED_LINE };
 const exit1: AttemptResult = { kind: 'exit', code: 1, signal: null, detail: 'Error: No active session found matching t' };
 const killed: AttemptResult = { kind: 'exit', code: null, signal: 'SIGKILL', detail: '' };
 const timeout: AttemptResult = { kind: 'timeout' };
+const interrupted: AttemptResult = { kind: 'interrupted' };
 const unstartable: AttemptResult = { kind: 'unstartable', detail: 'spawn codex ENOENT' };
 const tooLarge: AttemptResult = { kind: 'too_large', bytes: MAX_NOTICE_BYTES + 1 };
 
@@ -66,6 +67,15 @@ describe('afterAttempt', () => {
     expect(reason).toMatch(/twice/);
   });
 
+  it.each(ATTEMPTS)('attempt %i cut short by the server stopping: delivery_unknown, saved, never retried, and says why', (attempt) => {
+    const step = afterAttempt(attempt, interrupted);
+    expect(step).toMatchObject({ action: 'finish', outcome: 'delivery_unknown', save: true });
+    const reason = (step as Extract<NextStep, { action: 'finish' }>).reason;
+    expect(reason).toMatch(/server stopped while codex queue was running/);
+    expect(reason).toMatch(/twice/);
+    expect(reason).not.toMatch(/30 s/);
+  });
+
   it.each(ATTEMPTS)('attempt %i too large: delivery_failed, saved, not retried, with the size', (attempt) => {
     const step = afterAttempt(attempt, tooLarge);
     expect(step).toEqual({ action: 'finish', outcome: 'delivery_failed', save: true, reason: `the notice is ${MAX_NOTICE_BYTES + 1} bytes, over the 12 KiB limit` });
@@ -95,6 +105,7 @@ const attemptResult: fc.Arbitrary<AttemptResult> = fc.oneof(
     detail: fc.string({ maxLength: 20 }),
   }),
   fc.constant({ kind: 'timeout' as const }),
+  fc.constant({ kind: 'interrupted' as const }),
   fc.record({ kind: fc.constant('unstartable' as const), detail: fc.string({ maxLength: 20 }) }),
   fc.record({ kind: fc.constant('too_large' as const), bytes: fc.integer({ min: MAX_NOTICE_BYTES + 1, max: 1_000_000 }) }),
 );
@@ -114,7 +125,7 @@ describe('the policy over any sequence of results', () => {
         expect(attempt).toBeLessThanOrEqual(MAX_ATTEMPTS);
         const last = results[attempt - 1]!;
         expect(step.outcome === 'host_queued').toBe(last.kind === 'queued');
-        expect(step.outcome === 'delivery_unknown').toBe(last.kind === 'timeout');
+        expect(step.outcome === 'delivery_unknown').toBe(last.kind === 'timeout' || last.kind === 'interrupted');
         expect(step.save).toBe(last.kind !== 'queued');
         // Three failed exits in a row always end the run at the third.
         if (results.slice(0, MAX_ATTEMPTS).every((r) => r.kind === 'exit')) expect(attempt).toBe(MAX_ATTEMPTS);

@@ -52,7 +52,7 @@ export async function queueOnce(options: QueueOptions): Promise<AttemptResult> {
   if (options.signal?.aborted === true) return { kind: 'unstartable', detail: 'the server stopped before the attempt' };
   return new Promise((resolve) => {
     let output = '';
-    let timedOut = false;
+    let cut: 'timeout' | 'interrupted' | undefined;
     let settled = false;
     let child: ReturnType<typeof startAttempt>;
     try {
@@ -78,11 +78,11 @@ export async function queueOnce(options: QueueOptions): Promise<AttemptResult> {
     const timer = setTimeout(() => {
       // A child that already exited has a known outcome; only something it left holding
       // its output open is still running, and that is killed with the group.
-      if (child.exitCode === null && child.signalCode === null) timedOut = true;
+      if (child.exitCode === null && child.signalCode === null) cut = 'timeout';
       killGroup();
     }, options.timeoutMs ?? QUEUE_TIMEOUT_MS);
     const onAbort = () => {
-      if (child.exitCode === null && child.signalCode === null) timedOut = true;
+      if (child.exitCode === null && child.signalCode === null) cut = 'interrupted';
       killGroup();
     };
     options.signal?.addEventListener('abort', onAbort, { once: true });
@@ -96,7 +96,7 @@ export async function queueOnce(options: QueueOptions): Promise<AttemptResult> {
     child.on('error', (err) => finish({ kind: 'unstartable', detail: err.message }));
     child.on('close', (code, signal) => {
       const detail = lastLine(output);
-      if (timedOut) finish({ kind: 'timeout' });
+      if (cut !== undefined) finish({ kind: cut });
       else if (code === 0) finish({ kind: 'queued', detail });
       else finish({ kind: 'exit', code, signal, detail });
     });

@@ -3,8 +3,8 @@
  *
  * - exit 0: the notice is in Codex's queue (`host_queued`).
  * - a non-zero exit: Codex refused it; try again after 2 s, at most three attempts in all.
- * - a timeout: Codex may or may not have queued it. Trying again could queue it twice,
- *   so stop there and say so (`delivery_unknown`).
+ * - a timeout (or the server stopping mid-attempt): Codex may or may not have queued it.
+ *   Trying again could queue it twice, so stop there and say so (`delivery_unknown`).
  * - the notice is too large, or `codex` cannot be started: trying again cannot help.
  * Whatever did not end in `host_queued` is saved for a person to retry (failed_deliveries).
  */
@@ -18,6 +18,8 @@ export type AttemptResult =
   | { kind: 'queued'; detail: string }
   | { kind: 'exit'; code: number | null; signal: string | null; detail: string }
   | { kind: 'timeout' }
+  /** the server stopped while codex queue ran; it was killed, with the same unknown outcome as a timeout */
+  | { kind: 'interrupted' }
   | { kind: 'unstartable'; detail: string }
   | { kind: 'too_large'; bytes: number };
 
@@ -36,6 +38,13 @@ export function afterAttempt(attempt: number, result: AttemptResult): NextStep {
         outcome: 'delivery_unknown',
         save: true,
         reason: `codex queue did not finish within ${QUEUE_TIMEOUT_MS / 1000} s; the notice may or may not be queued, and a retry may queue it twice`,
+      };
+    case 'interrupted':
+      return {
+        action: 'finish',
+        outcome: 'delivery_unknown',
+        save: true,
+        reason: 'the server stopped while codex queue was running; the notice may or may not be queued, and a retry may queue it twice',
       };
     case 'too_large':
       return { action: 'finish', outcome: 'delivery_failed', save: true, reason: `the notice is ${result.bytes} bytes, over the 12 KiB limit` };
