@@ -74,6 +74,21 @@ async function sessionsOf(p: Peer): Promise<Map<string, string[]>> {
   return new Map(roster.identities.map((i) => [i.key, i.sessions.map((s) => s.session)]));
 }
 
+/**
+ * A relay, alice (Claude mode) and bob (Codex mode, bound to a new thread, running the
+ * switchable stand-in as its codex), paired.
+ */
+async function pairedWithCodex(mode: 'fail' | 'missing') {
+  const relay = await startRelay();
+  const codex = await switchableCodex(root, mode);
+  const alice = await peer({ root, name: 'alice', session: 'a1', relays: relay.url });
+  const bob = await codexPeer(relay.url, { INTERLINK_CODEX_BIN: codex.bin });
+  const thread = randomUUID();
+  await bob.call('bind_codex_session', { thread_id: thread });
+  await pair(alice, bob);
+  return { codex, alice, bob, thread };
+}
+
 describe('Codex mode: before binding', () => {
   it('refuses session tools with not_bound, does not announce, and still lists every tool', async () => {
     const relay = await startRelay();
@@ -237,13 +252,7 @@ describe('Codex mode: notices', () => {
   });
 
   it('records delivery_failed after three attempts 2 s apart, saves the failure, and recovers it with failed_deliveries', async () => {
-    const relay = await startRelay();
-    const codex = await switchableCodex(root, 'fail');
-    const alice = await peer({ root, name: 'alice', session: 'a1', relays: relay.url });
-    const bob = await codexPeer(relay.url, { INTERLINK_CODEX_BIN: codex.bin });
-    const thread = randomUUID();
-    await bob.call('bind_codex_session', { thread_id: thread });
-    await pair(alice, bob);
+    const { codex, alice, bob, thread } = await pairedWithCodex('fail');
 
     const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: thread, text: 'SECRET BODY', status: 'needs_input' });
     const failed = await statusWith(bob, sent.msg_id, 2, 'delivery_failed');
@@ -304,13 +313,7 @@ describe('Codex mode: notices', () => {
   });
 
   it('carries on when the failed-deliveries file cannot be written: the state is recorded and the next notice goes to codex', async () => {
-    const relay = await startRelay();
-    const codex = await switchableCodex(root, 'missing');
-    const alice = await peer({ root, name: 'alice', session: 'a1', relays: relay.url });
-    const bob = await codexPeer(relay.url, { INTERLINK_CODEX_BIN: codex.bin });
-    const thread = randomUUID();
-    await bob.call('bind_codex_session', { thread_id: thread });
-    await pair(alice, bob);
+    const { codex, alice, bob, thread } = await pairedWithCodex('missing');
     const bobKey = (await bob.call<{ identity: string }>('get_my_session_id')).identity;
 
     // Make failed/<identity>/<thread>.json unwritable. chmod does not stop root, so there
@@ -343,13 +346,7 @@ describe('Codex mode: notices', () => {
   });
 
   it('stops a failed_deliveries retry under way when the server shuts down: its codex queue is killed', async () => {
-    const relay = await startRelay();
-    const codex = await switchableCodex(root, 'fail');
-    const alice = await peer({ root, name: 'alice', session: 'a1', relays: relay.url });
-    const bob = await codexPeer(relay.url, { INTERLINK_CODEX_BIN: codex.bin });
-    const thread = randomUUID();
-    await bob.call('bind_codex_session', { thread_id: thread });
-    await pair(alice, bob);
+    const { codex, alice, bob, thread } = await pairedWithCodex('fail');
     const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: thread, text: 'x', status: 'needs_input' });
     await statusWith(bob, sent.msg_id, 2, 'delivery_failed');
     const [failure] = (await bob.call<{ failures: Failure[] }>('failed_deliveries', { action: 'list' })).failures;
@@ -375,13 +372,7 @@ describe('Codex mode: notices', () => {
   });
 
   it('stops between attempts when the server shuts down, saving the failure and recording delivery_failed', async () => {
-    const relay = await startRelay();
-    const codex = await switchableCodex(root, 'fail');
-    const alice = await peer({ root, name: 'alice', session: 'a1', relays: relay.url });
-    const bob = await codexPeer(relay.url, { INTERLINK_CODEX_BIN: codex.bin });
-    const thread = randomUUID();
-    await bob.call('bind_codex_session', { thread_id: thread });
-    await pair(alice, bob);
+    const { codex, alice, bob, thread } = await pairedWithCodex('fail');
     const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: thread, text: 'x' });
     // The stand-in logs its run when it starts; the server logs the retry once the attempt failed.
     await eventually(async () => (bob.stderr().includes('codex_queue_retry') ? true : undefined), 15_000, 'the first attempt to fail');

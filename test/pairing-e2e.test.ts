@@ -308,19 +308,28 @@ describe('bounds', () => {
   });
 });
 
+/**
+ * A relay on a known port, bob's agent session on it, and rita (a stranger's raw client)
+ * whose pair_request bob now holds; rita's connection is closed again.
+ */
+async function ritaKnocksOnBob() {
+  const port = await freePort();
+  const url = `ws://127.0.0.1:${port}`;
+  const first = await startRelay({ port });
+  const bob = await peer('bob', 'b1', url);
+  const bobMe = await bob.call<Me>('get_my_session_id');
+  const rita = await hand(url, { session: 'r1' });
+  const knock = rita.sign(bobMe.identity, { kind: 'pair_request', text: 'rita' });
+  await rita.send(`${bobMe.identity}#b1`, knock);
+  await incomingFrom(bob, rita.fingerprint);
+  await rita.close();
+  return { port, url, first, bob, bobMe, rita, knock };
+}
+
 describe('the control outbox', () => {
   it('keeps a confirmation through a relay outage and a restart, and sends it with a fresh ts and the same msg_id', async () => {
-    const port = await freePort();
-    const url = `ws://127.0.0.1:${port}`;
-    const first = await startRelay({ port });
-    let bob = await peer('bob', 'b1', url);
-    const bobMe = await bob.call<Me>('get_my_session_id');
-
-    const rita = await hand(url, { session: 'r1' });
-    const knock = rita.sign(bobMe.identity, { kind: 'pair_request', text: 'rita' });
-    await rita.send(`${bobMe.identity}#b1`, knock);
-    await incomingFrom(bob, rita.fingerprint);
-    await rita.close();
+    const { port, url, first, bob: started, bobMe, rita, knock } = await ritaKnocksOnBob();
+    let bob = started;
 
     // The relay goes away; Bob accepts meanwhile.
     await first.child.kill();
@@ -353,16 +362,7 @@ describe('the control outbox', () => {
   });
 
   it("sends a confirmation queued by an agent session that has ended from the person's next `pair list`", async () => {
-    const port = await freePort();
-    const url = `ws://127.0.0.1:${port}`;
-    const first = await startRelay({ port });
-    const bob = await peer('bob', 'b1', url);
-    const bobMe = await bob.call<Me>('get_my_session_id');
-    const rita = await hand(url, { session: 'r1' });
-    const knock = rita.sign(bobMe.identity, { kind: 'pair_request', text: 'rita' });
-    await rita.send(`${bobMe.identity}#b1`, knock);
-    await incomingFrom(bob, rita.fingerprint);
-    await rita.close();
+    const { port, url, first, bob, bobMe, rita, knock } = await ritaKnocksOnBob();
     await first.child.kill();
     await bob.call('accept_pair', { fingerprint: rita.fingerprint });
     const [job] = (await readPairing(bob.state, bobMe.identity, 'b1')).control;
