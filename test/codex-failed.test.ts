@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { captureStderr } from './helpers/assert.js';
 import { z } from 'zod';
 import {
   FAILURE_TTL_MS,
@@ -99,16 +100,6 @@ async function readDisk(path = file): Promise<z.infer<typeof onDisk>> {
 
 async function asides(dir = join(file, '..')): Promise<string[]> {
   return (await readdir(dir)).filter((name) => name.includes('.corrupt-'));
-}
-
-/** Captures the structured log lines written to stderr. */
-function captureStderr(): string[] {
-  const lines: string[] = [];
-  vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
-    lines.push(String(chunk));
-    return true;
-  });
-  return lines;
 }
 
 describe('failed deliveries: saving and reading', () => {

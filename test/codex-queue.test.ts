@@ -9,6 +9,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { captureStderr } from './helpers/assert.js';
 import { codexBin, queueNotice, queueOnce, type QueueOptions } from '../src/codex/queue.js';
 import { MAX_NOTICE_BYTES } from '../src/notices/notice.js';
 import { fakeCodex, type FakeCodex, type FakeCodexMode } from './helpers/fake-codex.js';
@@ -85,16 +86,6 @@ async function waitFor(what: string, check: () => boolean, deadlineMs = 10_000):
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
-}
-
-/** Captures what the executor logs to stderr. */
-function captureStderr(): string[] {
-  const lines: string[] = [];
-  vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
-    lines.push(String(chunk));
-    return true;
-  });
-  return lines;
 }
 
 /** A stand-in written as a shell script, for behaviours the Node stand-in lacks. */

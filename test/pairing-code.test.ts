@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { InterlinkError } from '../src/errors.js';
+import { throwsWith } from './helpers/assert.js';
 import { encodeBase64url } from '../src/identity/base64url.js';
 import { CODE_DOMAIN, verificationCode } from '../src/pairing/code.js';
 import { newIdentity } from './helpers/fixtures.js';
@@ -120,15 +120,8 @@ describe('verificationCode', () => {
         [key, bob.key, 'requester key'],
         [alice.key, key, 'accepter key'],
       ] as const) {
-        let caught: unknown;
-        try {
-          verificationCode(requester, accepter, ID);
-        } catch (err) {
-          caught = err;
-        }
-        expect(caught, JSON.stringify({ key, what })).toBeInstanceOf(InterlinkError);
-        expect((caught as InterlinkError).code).toBe('bad_key');
-        expect((caught as InterlinkError).message).toContain(what);
+        const err = throwsWith(() => verificationCode(requester, accepter, ID), 'bad_key', JSON.stringify({ key, what }));
+        expect(err.message).toContain(what);
       }
     }
   });

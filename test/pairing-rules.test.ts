@@ -7,7 +7,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { InterlinkError, type ErrorCode } from '../src/errors.js';
+import { throwsWith } from './helpers/assert.js';
 import { MAX_FUTURE_MS, MAX_PAST_MS } from '../src/gate/decide.js';
 import {
   HANDLED_MS,
@@ -51,23 +51,6 @@ function deepFreeze<T>(value: T): T {
 /** A frozen copy: the transitions must never edit their input. */
 function frozen(data: PairingData): PairingData {
   return deepFreeze(structuredClone(data));
-}
-
-function thrown(run: () => unknown): InterlinkError {
-  let caught: unknown;
-  try {
-    run();
-  } catch (err) {
-    caught = err;
-  }
-  expect(caught).toBeInstanceOf(InterlinkError);
-  return caught as InterlinkError;
-}
-
-function expectThrows(run: () => unknown, code: ErrorCode): InterlinkError {
-  const err = thrown(run);
-  expect(err.code, err.message).toBe(code);
-  return err;
 }
 
 /** Applies a change: the next data if there is one, else the same data. */
@@ -175,7 +158,7 @@ describe('planRequest', () => {
     expect(planRequest(justRoom, request(ann.key, msgId(1), T0)).next?.outgoing).toHaveLength(MAX_OUTGOING);
     const full = filled({ outgoing: MAX_OUTGOING, outgoingQueued: 0 });
     const before = structuredClone(full);
-    const err = expectThrows(() => planRequest(full, request(ann.key, msgId(1), T0)), 'pairing_full');
+    const err = throwsWith(() => planRequest(full, request(ann.key, msgId(1), T0)), 'pairing_full');
     expect(err.message).toContain(String(MAX_OUTGOING));
     expect(full).toEqual(before);
   });
@@ -184,7 +167,7 @@ describe('planRequest', () => {
     const justRoom = filled({ accepts: MAX_CONTROL - 1 });
     expect(planRequest(justRoom, request(ann.key, msgId(1), T0)).next?.control).toHaveLength(MAX_CONTROL);
     const full = filled({ accepts: MAX_CONTROL });
-    const err = expectThrows(() => planRequest(full, request(ann.key, msgId(1), T0)), 'pairing_full');
+    const err = throwsWith(() => planRequest(full, request(ann.key, msgId(1), T0)), 'pairing_full');
     expect(err.message).toContain(String(MAX_CONTROL));
   });
 });
@@ -389,8 +372,8 @@ describe('findIncoming and checkControlRoom', () => {
 
   it(`has room below ${MAX_CONTROL} control messages`, () => {
     expect(() => checkControlRoom(filled({ accepts: MAX_CONTROL - 1 }))).not.toThrow();
-    expectThrows(() => checkControlRoom(filled({ accepts: MAX_CONTROL })), 'pairing_full');
-    expectThrows(() => checkControlRoom(filled({ outgoing: MAX_OUTGOING, accepts: MAX_CONTROL - MAX_OUTGOING })), 'pairing_full');
+    throwsWith(() => checkControlRoom(filled({ accepts: MAX_CONTROL })), 'pairing_full');
+    throwsWith(() => checkControlRoom(filled({ outgoing: MAX_OUTGOING, accepts: MAX_CONTROL - MAX_OUTGOING })), 'pairing_full');
   });
 });
 
@@ -433,7 +416,7 @@ describe('commitAccept', () => {
   it('refuses when the control queue is full, changing nothing', () => {
     const full = frozen({ ...filled({ accepts: MAX_CONTROL }), incoming: [open] });
     const before = structuredClone(full);
-    expectThrows(() => commitAccept(full, open, job, T0), 'pairing_full');
+    throwsWith(() => commitAccept(full, open, job, T0), 'pairing_full');
     expect(full).toEqual(before);
   });
 
@@ -474,9 +457,9 @@ describe('reject', () => {
 
   it('refuses a fingerprint with no open request', () => {
     const data = frozen({ ...emptyPairing(), incoming: [open] });
-    const err = expectThrows(() => reject(data, ben.fingerprint, T0), 'unknown_request');
+    const err = throwsWith(() => reject(data, ben.fingerprint, T0), 'unknown_request');
     expect(err.message).toContain(ben.fingerprint);
-    expectThrows(() => reject(data, ann.fingerprint.toUpperCase(), T0), 'unknown_request');
+    throwsWith(() => reject(data, ann.fingerprint.toUpperCase(), T0), 'unknown_request');
   });
 
   it("does not touch another key's open request that carries the same id", () => {
@@ -759,7 +742,7 @@ describe('transitions agree with the model over random operation sequences', () 
         const attempt = <R>(run: () => Change<R>, expectFull: boolean, label: string): Change<R> | undefined => {
           const before = structuredClone(data);
           if (expectFull) {
-            expectThrows(run, 'pairing_full');
+            throwsWith(run, 'pairing_full');
             expect(data, label).toEqual(before);
             fullRefusals++;
             return undefined;
@@ -845,7 +828,7 @@ describe('transitions agree with the model over random operation sequences', () 
               const target = open.find((i) => i.fingerprint === fingerprint);
               if (target === undefined) {
                 const before = structuredClone(data);
-                expectThrows(() => reject(data, fingerprint, now), 'unknown_request');
+                throwsWith(() => reject(data, fingerprint, now), 'unknown_request');
                 expect(data, label).toEqual(before);
                 break;
               }

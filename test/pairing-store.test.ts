@@ -8,7 +8,6 @@ import { readFile, readdir, stat, writeFile, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { InterlinkError } from '../src/errors.js';
 import {
   HANDLED_MS,
   MAX_OUTGOING,
@@ -23,7 +22,7 @@ import {
   type PairingData,
 } from '../src/pairing/rules.js';
 import { PairingStore, pairingPath } from '../src/pairing/store.js';
-import { rejectsWith } from './helpers/assert.js';
+import { captureStderr, rejectsWith, throwsWith } from './helpers/assert.js';
 import { raceChildren, reapChildren, startLine, writeScript } from './helpers/children.js';
 import { newIdentity, tempDir } from './helpers/fixtures.js';
 
@@ -72,15 +71,6 @@ async function listing(): Promise<string[]> {
   return (await readdir(join(dir.path, 'pairing', 'me-identity'))).filter((name) => !name.endsWith('.lock')).sort();
 }
 
-function captureStderr(): string[] {
-  const lines: string[] = [];
-  vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
-    lines.push(String(chunk));
-    return true;
-  });
-  return lines;
-}
-
 describe('pairingPath', () => {
   it('is pairing/<identity>/<session>.json under the state directory', () => {
     expect(pairingPath('/state', 'abc', 'sess-1')).toBe(join('/state', 'pairing', 'abc', 'sess-1.json'));
@@ -88,14 +78,7 @@ describe('pairingPath', () => {
 
   it('refuses a session id that could leave the directory', () => {
     for (const session of ['', '..', '../x', 'a/b', 'a\\b']) {
-      let caught: unknown;
-      try {
-        pairingPath('/state', 'abc', session);
-      } catch (err) {
-        caught = err;
-      }
-      expect(caught, session).toBeInstanceOf(InterlinkError);
-      expect((caught as InterlinkError).code).toBe('bad_name');
+      throwsWith(() => pairingPath('/state', 'abc', session), 'bad_name', session);
     }
   });
 });

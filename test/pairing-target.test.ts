@@ -4,7 +4,7 @@
  * and which of its sessions gets the request (live before away, freshest first).
  */
 import { describe, expect, it } from 'vitest';
-import { InterlinkError, type ErrorCode } from '../src/errors.js';
+import { throwsWith } from './helpers/assert.js';
 import { resolveTarget, type RosterView } from '../src/pairing/target.js';
 import { newIdentity } from './helpers/fixtures.js';
 
@@ -15,23 +15,6 @@ const dave = newIdentity(13); // never on the roster
 
 function entry(who: { key: string }, session: string, name: string, state: 'live' | 'away', age_ms: number): RosterView {
   return { key: who.key, session, name, state, age_ms };
-}
-
-function failure(run: () => unknown): InterlinkError {
-  let caught: unknown;
-  try {
-    run();
-  } catch (err) {
-    caught = err;
-  }
-  expect(caught).toBeInstanceOf(InterlinkError);
-  return caught as InterlinkError;
-}
-
-function expectCode(run: () => unknown, code: ErrorCode): InterlinkError {
-  const err = failure(run);
-  expect(err.code, err.message).toBe(code);
-  return err;
 }
 
 /** Every way a person may type a fingerprint. */
@@ -60,30 +43,30 @@ describe('resolveTarget: which identity', () => {
   });
 
   it('refuses a full key that is not on any roster with no_route', () => {
-    const err = expectCode(() => resolveTarget(dave.key, roster, me.key), 'no_route');
+    const err = throwsWith(() => resolveTarget(dave.key, roster, me.key), 'no_route');
     expect(err.message).toContain('no session');
   });
 
   it('refuses an unknown fingerprint or name with unknown_target', () => {
     for (const target of [...spellings(dave.fingerprint), 'dave', 'Bob', 'bob ', '', `${bob.fingerprint}0`, bob.key.slice(0, 40)]) {
-      expectCode(() => resolveTarget(target, roster, me.key), 'unknown_target');
+      throwsWith(() => resolveTarget(target, roster, me.key), 'unknown_target');
     }
   });
 
   it('refuses this identity itself by key, fingerprint or name', () => {
     for (const target of [me.key, ...spellings(me.fingerprint), 'me']) {
-      const err = expectCode(() => resolveTarget(target, roster, me.key), 'unknown_target');
+      const err = throwsWith(() => resolveTarget(target, roster, me.key), 'unknown_target');
       expect(err.message).toContain('this identity');
     }
   });
 
   it('refuses this identity by key even when it is on no roster', () => {
-    expectCode(() => resolveTarget(me.key, [], me.key), 'unknown_target');
+    throwsWith(() => resolveTarget(me.key, [], me.key), 'unknown_target');
   });
 
   it('refuses a name two identities announce, listing both fingerprints, and accepts their keys', () => {
     const shared = [entry(bob, 'b1', 'sam', 'live', 10), entry(carol, 'c1', 'sam', 'live', 20), entry(carol, 'c2', 'sam', 'away', 1)];
-    const err = expectCode(() => resolveTarget('sam', shared, me.key), 'ambiguous_target');
+    const err = throwsWith(() => resolveTarget('sam', shared, me.key), 'ambiguous_target');
     expect(err.message).toContain(bob.fingerprint);
     expect(err.message).toContain(carol.fingerprint);
     expect(err.message).toContain('full public key');
@@ -99,7 +82,7 @@ describe('resolveTarget: which identity', () => {
   it('treats a name as exact text', () => {
     const named = [entry(bob, 'b1', 'Sam', 'live', 1)];
     expect(resolveTarget('Sam', named, me.key).key).toBe(bob.key);
-    for (const target of ['sam', 'SAM', ' Sam', 'Sa']) expectCode(() => resolveTarget(target, named, me.key), 'unknown_target');
+    for (const target of ['sam', 'SAM', ' Sam', 'Sa']) throwsWith(() => resolveTarget(target, named, me.key), 'unknown_target');
   });
 });
 
@@ -129,7 +112,7 @@ describe('resolveTarget: which session', () => {
       ];
       const run = () => resolveTarget(bob.key, roster, me.key, row.session);
       if (row.expected === 'no_route') {
-        const err = expectCode(run, 'no_route');
+        const err = throwsWith(run, 'no_route');
         if (row.session !== undefined) expect(err.message).toContain(row.session);
       } else {
         expect(run()).toEqual({ key: bob.key, session: row.expected, name: `bob@${row.expected}` });

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { InterlinkError, type ErrorCode } from '../src/errors.js';
-import { rejectsWith } from './helpers/assert.js';
+import { captureStderr, rejectsWith } from './helpers/assert.js';
 import { encodeBase64url } from '../src/identity/base64url.js';
 import { generateSigningKey } from '../src/identity/ed25519.js';
 import { addPeer, checkPetname, loadPeers, removePeer } from '../src/peers/peers.js';
@@ -36,16 +36,6 @@ afterEach(async () => {
 });
 
 const newKey = (): string => encodeBase64url(generateSigningKey().publicKey);
-
-/** Captures the structured log lines that a recovery writes to stderr. */
-function captureStderr(): string[] {
-  const lines: string[] = [];
-  vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
-    lines.push(String(chunk));
-    return true;
-  });
-  return lines;
-}
 
 async function fileState(path: string): Promise<{ bytes: string; ino: number } | undefined> {
   try {
