@@ -2,7 +2,7 @@
  * The gate's pairing cases (src/gate/decide.ts) against outstanding requests, with real
  * signatures: a stranger may knock with pair_request, and may answer with pair_accept
  * only a request of mine that went to its key (by in_reply_to, or by key when it names
- * none); a trusted key sending a pairing kind is refused.
+ * none); a peer may knock again and answer my open request; my own key never pairs.
  */
 import { describe, expect, it } from 'vitest';
 import { signEnvelope, type Envelope, type EnvelopeFields } from '../src/envelope/envelope.js';
@@ -52,8 +52,9 @@ const cases: Case[] = [
   ['stranger pair_request while I have a request to it', stranger, { kind: 'pair_request' }, [toStranger], { ok: true, admission: 'pair_request', kind: 'pair_request', sender: stranger.key }],
   ['stranger plain message', stranger, {}, [], { ok: false, code: 'not_allowlisted' }],
   ['stranger plain message while I have a request to it', stranger, { in_reply_to: REQUEST }, [toStranger], { ok: false, code: 'not_allowlisted' }],
-  ['peer pair_accept even when it answers a request', peer, { kind: 'pair_accept', in_reply_to: REQUEST }, [toPeer], { ok: false, code: 'unexpected_pairing' }],
-  ['peer pair_request', peer, { kind: 'pair_request' }, [], { ok: false, code: 'unexpected_pairing' }],
+  ['peer pair_accept answering my open request (added by hand meanwhile)', peer, { kind: 'pair_accept', in_reply_to: REQUEST }, [toPeer], { ok: true, admission: 'pair_accept', kind: 'pair_accept', sender: peer.key, petname: 'pete' }],
+  ['peer pair_accept answering no request of mine', peer, { kind: 'pair_accept', in_reply_to: REQUEST }, [toOther], { ok: false, code: 'unexpected_pairing' }],
+  ['peer pair_request (it may have removed me and asks again)', peer, { kind: 'pair_request' }, [], { ok: true, admission: 'pair_request', kind: 'pair_request', sender: peer.key, petname: 'pete' }],
   ['my own pair_request', me, { kind: 'pair_request' }, [], { ok: false, code: 'unexpected_pairing' }],
   ['my own pair_accept', me, { kind: 'pair_accept', in_reply_to: REQUEST }, [{ to: me.key, msg_id: REQUEST }], { ok: false, code: 'unexpected_pairing' }],
   ['peer plain message', peer, {}, [toPeer], { ok: true, admission: 'peer', kind: 'message', sender: peer.key, petname: 'pete' }],

@@ -76,11 +76,12 @@ type Expected =
   | { ok: true; admission: Admission; kind: string; sender: string; petname?: string };
 
 function authorizationFailure(f: Facts): RejectCode | undefined {
-  const trusted = f.from === f.me || f.peers.has(f.from);
-  if (trusted) return f.kind === 'message' ? undefined : 'unexpected_pairing';
+  const answersMine = f.requests.some((r) => r.to === f.from && (f.inReplyTo === undefined || f.inReplyTo === r.msg_id));
+  if (f.from === f.me) return f.kind === 'message' ? undefined : 'unexpected_pairing';
+  // A peer may knock again (it may have removed me), and answer my open request.
+  if (f.peers.has(f.from)) return f.kind === 'pair_accept' && !answersMine ? 'unexpected_pairing' : undefined;
   if (f.kind === 'message') return 'not_allowlisted';
   if (f.kind === 'pair_request') return undefined;
-  const answersMine = f.requests.some((r) => r.to === f.from && (f.inReplyTo === undefined || f.inReplyTo === r.msg_id));
   return answersMine ? undefined : 'unsolicited_accept';
 }
 
@@ -104,8 +105,8 @@ function expectedVerdict(f: Facts): { verdict: Expected; consultsSeen: boolean }
   const first = ORDER.find((code) => found.has(code));
   const consultsSeen = first === undefined || first === 'replay';
   if (first !== undefined) return { verdict: { ok: false, code: first }, consultsSeen };
-  const admission: Admission = f.from === f.me ? 'self' : f.peers.has(f.from) ? 'peer' : (f.kind as Admission);
-  const petname = admission === 'peer' ? f.peers.get(f.from) : undefined;
+  const admission: Admission = f.kind !== 'message' ? (f.kind as Admission) : f.from === f.me ? 'self' : 'peer';
+  const petname = f.from !== f.me ? f.peers.get(f.from) : undefined;
   const verdict: Expected = { ok: true, admission, kind: f.kind, sender: f.from, ...(petname !== undefined && { petname }) };
   return { verdict, consultsSeen };
 }
@@ -228,7 +229,8 @@ describe('decide: order and side effects', () => {
       tamper(signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW })),
       signEnvelope(peer.signingKey, { to: elsewhere.key, text: 'hi', ts: NOW }),
       signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'goodbye' }),
-      signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'pair_request' }),
+      signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'pair_accept' }),
+      signEnvelope(me.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'pair_request' }),
       signEnvelope(stranger.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'pair_accept' }),
       signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW + MINUTE + 1 }),
       signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW - DAY - 1 }),

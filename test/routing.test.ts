@@ -3,13 +3,19 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { AWAY_MS, LIVE_MS, chooseSession, presenceState, type SessionView } from '../src/agent/routing.js';
 
-const sessionArb = fc.record({ session: fc.constantFrom('alpha', 'alps', 'beta', 'b2', 'gamma'), state: fc.constantFrom<'live' | 'away'>('live', 'away') });
+const sessionArb = fc.record({ session: fc.constantFrom('alpha', 'alps', 'beta', 'b2', 'gamma', 'cli', 'cl9'), state: fc.constantFrom<'live' | 'away'>('live', 'away') });
 const rosterArb: fc.Arbitrary<SessionView[]> = fc.uniqueArray(sessionArb, { selector: (s) => s.session, maxLength: 5 });
-const nameArb = fc.constantFrom('alpha', 'alps', 'al', 'b', 'beta', 'gamma', 'delta', 'a');
+const nameArb = fc.constantFrom('alpha', 'alps', 'al', 'b', 'beta', 'gamma', 'delta', 'a', 'cli', 'c', 'cl9');
 
-/** The rule as the spec states it, written independently of the implementation. */
-function reference(hint: string | undefined, sticky: string | undefined, sessions: SessionView[]): string | 'error' {
+/**
+ * The rule as the spec states it, written independently of the implementation. The
+ * `pair` command's session `cli` is not there for mail: as if it were not on the roster.
+ */
+function reference(hint: string | undefined, stickyIn: string | undefined, everyone: SessionView[]): string | 'error' {
+  const sessions = everyone.filter((s) => s.session !== 'cli');
+  const sticky = stickyIn === 'cli' ? undefined : stickyIn;
   if (hint !== undefined) {
+    if (hint === 'cli') return 'error';
     if (sessions.some((s) => s.session === hint)) return hint;
     const prefixed = sessions.filter((s) => s.session.startsWith(hint));
     if (prefixed.length === 1) return prefixed[0]!.session;
@@ -35,13 +41,23 @@ describe('routing', () => {
         const expected = reference(hint, sticky, sessions);
         if (expected === 'error') {
           expect(decision.ok).toBe(false);
-          if (!decision.ok) expect(decision.candidates.every((c) => sessions.includes(c))).toBe(true);
+          if (!decision.ok) expect(decision.candidates.every((c) => sessions.includes(c) && c.session !== 'cli')).toBe(true);
         } else {
           expect(decision).toMatchObject({ ok: true, session: expected });
         }
       }),
       { numRuns: 2_000 },
     );
+  });
+
+  it('never sends agent mail to the pair command\'s session', () => {
+    const cliLive = { session: 'cli', state: 'live' as const };
+    const agent = { session: 'd1', state: 'live' as const };
+    expect(chooseSession({ sessions: [cliLive, agent] })).toMatchObject({ ok: true, session: 'd1', reason: 'single_live' });
+    expect(chooseSession({ sessions: [cliLive] })).toMatchObject({ ok: false, reason: 'no_session', candidates: [] });
+    expect(chooseSession({ sticky: 'cli', sessions: [cliLive, { session: 'd1', state: 'away' }] })).toMatchObject({ ok: true, session: 'd1', reason: 'single_away' });
+    expect(chooseSession({ hint: 'cli', sessions: [cliLive, agent] })).toMatchObject({ ok: false, reason: 'pairing_session' });
+    expect(chooseSession({ hint: 'c', sessions: [cliLive, { session: 'c7', state: 'away' }] })).toMatchObject({ ok: true, session: 'c7', reason: 'prefix' });
   });
 
   it('names why it chose', () => {

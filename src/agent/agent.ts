@@ -23,7 +23,7 @@ import { PairingStore, pairingPath } from '../pairing/store.js';
 import { Inbound } from './inbound.js';
 import { Outbound } from './outbound.js';
 import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
-import { chooseSession } from './routing.js';
+import { chooseSession, PAIRING_SESSION } from './routing.js';
 
 export interface AgentOptions {
   identity: Identity;
@@ -278,11 +278,12 @@ export class Agent {
     const decision = chooseSession({ sessions, ...(hint !== undefined && { hint }), ...(sticky !== undefined && { sticky }) });
     if (decision.ok) return decision.session;
     const list = decision.candidates.map((c) => `${c.session} (${c.state})`).join(', ');
-    throw new InterlinkError(
-      'no_route',
-      decision.reason === 'no_session' ? 'no session of that peer is on any relay roster; pass `session` to queue for a known session id' : `several sessions could be meant: ${list}; pass \`session\``,
-      { candidates: decision.candidates },
-    );
+    const reasons = {
+      no_session: 'no agent session of that peer is on any relay roster; pass `session` to queue for a known session id',
+      ambiguous: `several sessions could be meant: ${list}; pass \`session\``,
+      pairing_session: `session ${PAIRING_SESSION} belongs to the \`interlink-mcp pair\` command and reads no mail; pass the session id of an agent`,
+    };
+    throw new InterlinkError('no_route', reasons[decision.reason], { candidates: decision.candidates });
   }
 
   async cancelTask(args: { to: string; task_id: string; reason?: string; session?: string }): Promise<SendReceipt> {

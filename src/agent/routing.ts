@@ -8,6 +8,9 @@
  *   4. the single away session;
  *   5. the sticky session even though it is gone (its queue waits on the relay);
  *   otherwise an error listing the candidates.
+ *
+ * The `cli` session (the `pair` command's, DESIGN.md "Pairing") is never chosen: it is on
+ * the rosters so that people can be asked to pair, and no agent reads its mail.
  */
 export type PresenceState = 'live' | 'away';
 
@@ -18,7 +21,15 @@ export interface SessionView {
 
 export type RouteDecision =
   | { ok: true; session: string; reason: 'exact' | 'prefix' | 'offline_exact' | 'sticky' | 'single_live' | 'single_away' | 'sticky_gone' }
-  | { ok: false; reason: 'ambiguous' | 'no_session'; candidates: SessionView[] };
+  | { ok: false; reason: 'ambiguous' | 'no_session' | 'pairing_session'; candidates: SessionView[] };
+
+/** The session `interlink-mcp pair` runs as; reserved, so no agent session takes the id. */
+export const PAIRING_SESSION = 'cli';
+
+/** Whether agent mail may go to this session. */
+export function isMailSession(session: string): boolean {
+  return session !== PAIRING_SESSION;
+}
 
 export const LIVE_MS = 90_000;
 export const AWAY_MS = 3 * 24 * 60 * 60 * 1000;
@@ -31,8 +42,11 @@ export function presenceState(ageMs: number): PresenceState | undefined {
 }
 
 export function chooseSession(input: { hint?: string; sticky?: string; sessions: readonly SessionView[] }): RouteDecision {
-  const { hint, sticky, sessions } = input;
+  const sessions = input.sessions.filter((s) => isMailSession(s.session));
+  const sticky = input.sticky !== undefined && isMailSession(input.sticky) ? input.sticky : undefined;
+  const { hint } = input;
   if (hint !== undefined) {
+    if (!isMailSession(hint)) return { ok: false, reason: 'pairing_session', candidates: sessions };
     if (sessions.some((s) => s.session === hint)) return { ok: true, session: hint, reason: 'exact' };
     const matches = sessions.filter((s) => s.session.startsWith(hint));
     if (matches.length === 1) return { ok: true, session: matches[0]!.session, reason: 'prefix' };

@@ -5,10 +5,12 @@
  *
  *   1. signature    the envelope verifies under its own `from` key (strict Ed25519)
  *   2. recipient    `to` is my key
- *   3. authorized   a peer, or my own key (sibling sessions); a stranger may only knock
- *                   with `pair_request`, or answer my outstanding request with `pair_accept`
- *   4. fresh        at most 60 s in the future and 24 h in the past
- *   5. not a replay `(from, msg_id)` not seen before
+ *   3. kind         a kind this version handles
+ *   4. authorized   a peer, or my own key (sibling sessions); a stranger (or a peer that
+ *                   wants to pair again) may only knock with `pair_request`, or answer my
+ *                   outstanding request with `pair_accept`
+ *   5. fresh        at most 60 s in the future and 24 h in the past
+ *   6. not a replay `(from, msg_id)` not seen before
  *
  * Authorization runs before freshness and replay so that a stranger's plain message never
  * costs a replay slot.
@@ -60,22 +62,35 @@ function isKnownKind(kind: string): kind is KnownKind {
   return (KNOWN_KINDS as readonly string[]).includes(kind);
 }
 
+function answersMyRequest(envelope: Envelope, ctx: GateContext): boolean {
+  return ctx.outstandingRequests.some((request) => request.to === envelope.from && (envelope.in_reply_to === undefined || envelope.in_reply_to === request.msg_id));
+}
+
+/**
+ * A peer may knock again: it may have removed this identity on its side and want to pair
+ * anew (DESIGN.md "Re-pairing"). That is still only a notice for a person, and accepting
+ * changes no trust here. A peer's pair_accept counts only as the answer to my open
+ * request (a person may have added the peer by hand meanwhile).
+ */
+function authorizeTrusted(envelope: Envelope & { kind: KnownKind }, ctx: GateContext, petname: string | undefined): Verdict {
+  const sender = envelope.from;
+  if (envelope.kind === 'message') {
+    return petname === undefined ? { ok: true, admission: 'self', kind: 'message', sender } : { ok: true, admission: 'peer', kind: 'message', sender, petname };
+  }
+  if (petname === undefined) return reject('unexpected_pairing', `${envelope.kind} from this identity's own key`);
+  if (envelope.kind === 'pair_request') return { ok: true, admission: 'pair_request', kind: 'pair_request', sender, petname };
+  if (!answersMyRequest(envelope, ctx)) return reject('unexpected_pairing', 'pair_accept from a peer that answers no open request of mine');
+  return { ok: true, admission: 'pair_accept', kind: 'pair_accept', sender, petname };
+}
+
 function authorize(envelope: Envelope & { kind: KnownKind }, ctx: GateContext): Verdict {
   const sender = envelope.from;
   const petname = ctx.peers.get(sender);
-  const isPairing = envelope.kind !== 'message';
-  if (sender === ctx.me || petname !== undefined) {
-    if (isPairing) return reject('unexpected_pairing', `${envelope.kind} from an identity that is already trusted`);
-    return sender === ctx.me
-      ? { ok: true, admission: 'self', kind: 'message', sender }
-      : { ok: true, admission: 'peer', kind: 'message', sender, petname };
-  }
+  if (sender === ctx.me) return authorizeTrusted(envelope, ctx, undefined);
+  if (petname !== undefined) return authorizeTrusted(envelope, ctx, petname);
   if (envelope.kind === 'message') return reject('not_allowlisted', 'sender is not a peer; a stranger may only send a pairing request');
   if (envelope.kind === 'pair_request') return { ok: true, admission: 'pair_request', kind: 'pair_request', sender };
-  const matches = ctx.outstandingRequests.some(
-    (request) => request.to === sender && (envelope.in_reply_to === undefined || envelope.in_reply_to === request.msg_id),
-  );
-  if (!matches) return reject('unsolicited_accept', 'pair_accept does not answer any outstanding pairing request of mine');
+  if (!answersMyRequest(envelope, ctx)) return reject('unsolicited_accept', 'pair_accept does not answer any outstanding pairing request of mine');
   return { ok: true, admission: 'pair_accept', kind: 'pair_accept', sender };
 }
 

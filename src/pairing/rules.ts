@@ -214,6 +214,24 @@ export function commitAccepted(data: PairingData, request: Outgoing, acceptId: s
   };
 }
 
+/**
+ * Outgoing requests that end without an acceptance: withdrawn by a person (`pair cancel`),
+ * or moot because their key became a peer by other means. An unsent request need not go
+ * out; a pair_accept that still comes answers nothing open, and the gate refuses it.
+ */
+export function closeOutgoing(data: PairingData, requestIds: readonly string[]): Change<Outgoing[]> {
+  const closing = data.outgoing.filter((o) => requestIds.includes(o.request_id));
+  if (closing.length === 0) return { next: undefined, result: [] };
+  return {
+    next: {
+      ...data,
+      outgoing: data.outgoing.filter((o) => !requestIds.includes(o.request_id)),
+      control: data.control.filter((c) => !(c.kind === 'pair_request' && requestIds.includes(c.msg_id))),
+    },
+    result: closing,
+  };
+}
+
 export function wasHandled(data: PairingData, from: string, msgId: string, now: number): boolean {
   return pruned(data, now).handled.some((h) => h.from === from && h.msg_id === msgId);
 }

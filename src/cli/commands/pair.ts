@@ -8,6 +8,7 @@
  */
 import { Agent } from '../../agent/agent.js';
 import { relayUrls } from '../../agent/local-relay.js';
+import { PAIRING_SESSION } from '../../agent/routing.js';
 import { keyPath, peersPath, stateDir } from '../../config/paths.js';
 import { InterlinkError } from '../../errors.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
@@ -15,7 +16,7 @@ import { loadPeers } from '../../peers/peers.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { presenceInfo } from '../presence-info.js';
 
-export const CLI_SESSION = 'cli';
+export const CLI_SESSION = PAIRING_SESSION;
 const CONNECT_MS = 5_000;
 const FLUSH_MS = 5_000;
 
@@ -23,6 +24,7 @@ export const pairHelp = `usage: interlink-mcp pair request <target> [--petname N
        interlink-mcp pair list [--json]
        interlink-mcp pair accept <fingerprint> [--petname NAME] [--json]
        interlink-mcp pair reject <fingerprint> [--json]
+       interlink-mcp pair cancel <fingerprint> [--json]
 
 Pairing by people. Both sides see the same verification code: compare it with the other
 person over another channel (phone, in person) before accepting. A code that differs
@@ -31,9 +33,11 @@ means someone in between substituted a key: reject.
   list     incoming requests waiting for you, your open requests, and what arrived
   accept   trust the requester (peers.json) and send it the confirmation
   reject   drop an incoming request
-Runs as this identity's "cli" session; no agent session is needed.`;
+  cancel   withdraw a request of yours that is still open
+Runs as this identity's "cli" session (on the relay rosters so that people can ask to
+pair; agent mail never goes there); no agent session is needed.`;
 
-const ACTIONS = ['request', 'list', 'accept', 'reject'] as const;
+const ACTIONS = ['request', 'list', 'accept', 'reject', 'cancel'] as const;
 type Action = (typeof ACTIONS)[number];
 
 function isAction(value: string | undefined): value is Action {
@@ -58,7 +62,7 @@ export async function pair(argv: readonly string[]): Promise<void> {
     }
     const before = (await agent.pairing.list()).outgoing;
     await agent.drain();
-    const completed = await completedSince(before);
+    const completed = await completedSince(before, (await agent.pairing.list()).outgoing);
     switch (action) {
       case 'request': {
         const result = await agent.pairing.request(subject!, { ...(petname !== undefined && { petname }), ...(session !== undefined && { session }) });
@@ -78,8 +82,14 @@ export async function pair(argv: readonly string[]): Promise<void> {
       }
       case 'list': {
         await flushAll(agent);
+        const moot = (await Promise.all((await sessionsOf(agent)).map((p) => p.closeMoot()))).flat();
         const listed = await listAll(agent);
-        print(json, { ...listed, completed }, () => describeList(listed, completed));
+        print(json, { ...listed, completed, closed_already_peers: moot }, () => describeList(listed, completed, moot));
+        return;
+      }
+      case 'cancel': {
+        const result = await agent.pairing.cancel(subject!);
+        print(json, result, () => `Withdrew your request to ${result.petname} (${result.fingerprint}). If they accept it now, nothing changes here.`);
         return;
       }
       case 'accept': {
@@ -111,7 +121,7 @@ export async function pair(argv: readonly string[]): Promise<void> {
  * with that session's route. Returns how many are left.
  */
 async function flushAll(agent: Agent): Promise<number> {
-  const sessions = [agent.pairing, ...(await agent.pairing.otherSessions())];
+  const sessions = await sessionsOf(agent);
   const left = await Promise.all(sessions.map((p) => p.flush(FLUSH_MS)));
   return left.reduce((a, b) => a + b, 0);
 }
@@ -128,8 +138,12 @@ type LocalListing = {
  * session the requester's roster showed (often an agent's), and a person decides here.
  * `local_session` says which session of this identity holds each entry.
  */
+async function sessionsOf(agent: Agent): Promise<Agent['pairing'][]> {
+  return [agent.pairing, ...(await agent.pairing.otherSessions())];
+}
+
 async function listAll(agent: Agent): Promise<LocalListing> {
-  const sessions = [agent.pairing, ...(await agent.pairing.otherSessions())];
+  const sessions = await sessionsOf(agent);
   const all = await Promise.all(sessions.map((p) => p.list()));
   return {
     incoming: all.flatMap((l, i) => l.incoming.map((entry) => ({ ...entry, local_session: sessions[i]!.session }))),
@@ -138,20 +152,25 @@ async function listAll(agent: Agent): Promise<LocalListing> {
   };
 }
 
-/** Open requests that closed while the relays' mail was handled: accepted, now peers. */
-async function completedSince(before: readonly { key: string; petname: string; fingerprint: string; state: string }[]) {
+type OutgoingView = { key: string; petname: string; fingerprint: string; state: string };
+
+/** Open requests that an acceptance closed while the relays' mail was handled: now peers. */
+async function completedSince(before: readonly OutgoingView[], after: readonly OutgoingView[]) {
   const { table } = await loadPeers(peersPath());
-  return before.filter((o) => o.state !== 'accepted_with_conflict' && table.has(o.key)).map((o) => ({ petname: table.petnameOf(o.key) ?? o.petname, fingerprint: o.fingerprint, key: o.key }));
+  const closed = before.filter((o) => o.state !== 'accepted_with_conflict' && !after.some((a) => a.key === o.key));
+  return closed.filter((o) => table.has(o.key)).map((o) => ({ petname: table.petnameOf(o.key) ?? o.petname, fingerprint: o.fingerprint, key: o.key }));
 }
 
-function describeList(listed: LocalListing, completed: { petname: string; fingerprint: string }[]): string {
+function describeList(listed: LocalListing, completed: { petname: string; fingerprint: string }[], moot: { petname: string; fingerprint: string }[]): string {
   const where = (session: string) => (session === CLI_SESSION ? '' : `  (session ${session})`);
   const lines: string[] = [];
   for (const c of completed) lines.push(`${c.petname} (fingerprint ${c.fingerprint}) accepted your request: now a peer.`);
+  for (const m of moot) lines.push(`${m.petname} (fingerprint ${m.fingerprint}) is already your peer (peers.json); your open request to it is closed.`);
   if (listed.incoming.length === 0) lines.push('No incoming pairing requests.');
   else lines.push('Incoming (you decide; compare the code first):');
   for (const i of listed.incoming) {
-    lines.push(`  ${i.fingerprint}  claims to be ${JSON.stringify(i.claimed_name)}  code ${i.code}${where(i.local_session)}`);
+    const again = i.already_peer !== undefined ? `  (already your peer ${i.already_peer}: it asks again, probably because it removed you)` : '';
+    lines.push(`  ${i.fingerprint}  claims to be ${JSON.stringify(i.claimed_name)}  code ${i.code}${where(i.local_session)}${again}`);
     lines.push(`    interlink-mcp pair accept ${i.fingerprint}   |   interlink-mcp pair reject ${i.fingerprint}`);
   }
   if (listed.outgoing.length > 0) lines.push('Your open requests:');
