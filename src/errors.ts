@@ -19,6 +19,8 @@ export type ErrorCode =
   | 'busy'
   | 'corrupt'
   | 'storage'
+  /** a write failed and could not be undone: it may or may not have been kept */
+  | 'storage_uncertain'
   | 'mailbox_full'
   // sending and reading
   | 'no_route'

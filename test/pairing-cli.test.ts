@@ -97,8 +97,9 @@ describe('pairing from the command line', () => {
     expect(await alice.peers()).toEqual({ bob: { key: bobId.key } });
     expect(await bob.peers()).toEqual({ alice: { key: aliceId.key } });
     // Nothing left over on either side.
-    expect(await alice.json<Listed>(['pair', 'list'])).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0, completed: [] });
-    expect(await bob.json<Listed>(['pair', 'list'])).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0, completed: [] });
+    const cleared = { incoming: [], outgoing: [], unsent_control_messages: 0, completed: [], closed_already_peers: [] };
+    expect(await alice.json<Listed>(['pair', 'list'])).toEqual(cleared);
+    expect(await bob.json<Listed>(['pair', 'list'])).toEqual(cleared);
     // And a request to an existing peer is refused, with one line.
     const again = await alice.cli(['pair', 'request', 'bob']);
     expect(again.code).toBe(1);

@@ -8,7 +8,7 @@ import { basename, dirname, join } from 'node:path';
 import { checkSafeName, mailboxPath } from '../config/paths.js';
 import { FailedDeliveries } from '../codex/failed.js';
 import { MAX_TEXT_BYTES, parseRoute, signEnvelope, type Envelope, type Status } from '../envelope/envelope.js';
-import { InterlinkError } from '../errors.js';
+import { InterlinkError, isInterlinkError } from '../errors.js';
 import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
 import { Mailbox } from '../mailbox/mailbox.js';
 import type { StoredRecord } from '../mailbox/format.js';
@@ -258,7 +258,11 @@ export class Agent {
     if (Buffer.byteLength(JSON.stringify(envelope), 'utf8') > MAX_PAYLOAD_BYTES) {
       throw new InterlinkError('too_large', `the signed message is larger than a relay accepts (${MAX_PAYLOAD_BYTES} bytes)`);
     }
-    const result = await this.outbox.add(envelope, `${target.key}#${session}`, idempotency);
+    const result = await this.outbox.add(envelope, `${target.key}#${session}`, idempotency).catch((err: unknown) => {
+      // A failed commit is cut back and never sent; one that could not be cut back may be.
+      if (!isInterlinkError(err, 'storage_uncertain')) throw err;
+      throw new InterlinkError('storage_uncertain', `${err.message}; message_status ${envelope.msg_id} tells whether it was kept`, { msg_id: envelope.msg_id });
+    });
     if (result.outcome !== 'added') return this.replay(result.record, idempotency?.intent, args.to);
     this.outbound.offer(result.record);
     return { msg_id: envelope.msg_id, to: args.to, session, state: 'pending', duplicate: false };

@@ -12,7 +12,7 @@ import { log } from '../log.js';
 import { crashPoint } from './crash-point.js';
 import type { Recovery } from './json-store.js';
 import { closeSync } from 'node:fs';
-import { appendLines, compact, loadJournaled, openJournal, readTail, shouldCompact, type JournalFormat, type Loaded } from './journal.js';
+import { appendLines, compact, cutBack, loadJournaled, openJournal, readTail, shouldCompact, type JournalFormat, type Loaded } from './journal.js';
 import { withFileLock } from './lock.js';
 import { InterlinkError } from '../errors.js';
 
@@ -124,13 +124,18 @@ export class JournalStore<State, Op, Result, Data> {
         if (this.format.changes(result)) lines += JSON.stringify(job.op) + '\n';
       }
       if (lines.length > 0) {
+        let fd: number | undefined;
         try {
-          loaded.cursor = await appendLines(this.journalFd(loaded.cursor.ino), loaded.cursor, lines, this.format.label);
+          fd = this.journalFd(loaded.cursor.ino);
+          loaded.cursor = await appendLines(fd, loaded.cursor, lines, this.format.label);
         } catch (err) {
+          // The batch is reported failed, so none of it may come back: cut what was written.
+          const clean = fd === undefined || cutBack(fd, loaded.cursor.offset);
           // Memory now runs ahead of disk; read the files again before the next commit.
           this.loaded = undefined;
           this.closeJournal();
-          throw err;
+          if (clean) throw err;
+          throw new InterlinkError('storage_uncertain', `${asStorageError(err, this.path).message}, and the partial write could not be undone: what this commit held may or may not be kept`);
         }
         crashPoint(`${this.format.label}.append.after_sync`);
         if (shouldCompact(loaded.cursor)) await this.compactQuietly(loaded);

@@ -17,7 +17,7 @@
  * A line that is complete but does not parse means damage, not a crash: the journal is
  * kept aside, the valid prefix is kept, and the store is compacted at once.
  */
-import fs, { closeSync, fstatSync, ftruncateSync, openSync, readSync, statSync } from 'node:fs';
+import fs, { closeSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, statSync } from 'node:fs';
 import { open, readFile, stat, type FileHandle } from 'node:fs/promises';
 import { z } from 'zod';
 import { errnoCode, InterlinkError } from '../errors.js';
@@ -329,4 +329,20 @@ export async function appendLines(fd: number, cursor: Cursor, lines: string, cra
   crashPoint(`${crashLabel}.append.before_sync`);
   await datasync(fd);
   return { ...cursor, offset: end };
+}
+
+/**
+ * After a failed append (a full disk, an I/O error): cuts the journal back to where the
+ * append started and syncs that, so lines of a commit reported as failed can never be
+ * replayed by the next load. True when the cut is durable; false when even that failed,
+ * and the failed commit may or may not come back.
+ */
+export function cutBack(fd: number, offset: number): boolean {
+  try {
+    if (fstatSync(fd).size > offset) ftruncateSync(fd, offset);
+    fdatasyncSync(fd);
+    return true;
+  } catch {
+    return false;
+  }
 }

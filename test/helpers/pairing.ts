@@ -270,4 +270,6 @@ export interface Listed {
   unsent_control_messages: number;
   /** the CLI's: open requests that completed during this run */
   completed?: { petname: string; fingerprint: string; key: string }[];
+  /** the CLI's: open requests closed because their key is a peer already (added by hand) */
+  closed_already_peers?: { petname: string; fingerprint: string; key: string }[];
 }
