@@ -144,6 +144,38 @@ describe('mailbox', () => {
     expect((await (await Mailbox.open(path)).fetch()).messages.map((m) => m.envelope.text)).toEqual(['before', 'after']);
   });
 
+  it('detects a flipped byte that leaves a valid line: reported, never applied', async () => {
+    const mailbox = await Mailbox.open(path);
+    await mailbox.store(message(alice, bob, { text: 'first' }));
+    await mailbox.store(message(alice, bob, { text: 'pay alice 10' }));
+    const journal = await readFile(journalPathOf(path), 'utf8');
+    expect(journal).toContain('pay alice 10');
+    // Still JSON, still a valid op: only the checksum tells.
+    await writeFile(journalPathOf(path), journal.replace('pay alice 10', 'pay alice 90'));
+    const reopened = await Mailbox.open(path);
+    expect(reopened.recoveries).toHaveLength(1);
+    expect(reopened.recoveries[0]!.reason).toMatch(/fails its checksum/);
+    expect((await reopened.fetch()).messages.map((m) => m.envelope.text)).toEqual(['first']);
+  });
+
+  it('reads a journal written before line checksums, and rewrites it checked', async () => {
+    const mailbox = await Mailbox.open(path);
+    await mailbox.store(message(alice, bob, { text: 'old format' }));
+    await mailbox.close();
+    const lines = (await readFile(journalPathOf(path), 'utf8')).split('\n').filter((l) => l !== '');
+    const header = JSON.parse(lines[0]!) as Record<string, unknown>;
+    delete header.line_check;
+    const legacy = [JSON.stringify(header), ...lines.slice(1).map((l) => l.slice(l.indexOf(' ') + 1))].join('\n') + '\n';
+    await writeFile(journalPathOf(path), legacy);
+    const readOnly = await Mailbox.open(path, { readOnly: true });
+    expect((await readOnly.fetch()).messages.map((m) => m.envelope.text)).toEqual(['old format']);
+    const writer = await Mailbox.open(path);
+    expect(writer.recoveries).toEqual([]);
+    await writer.store(message(alice, bob, { text: 'new format' }));
+    expect(await readFile(journalPathOf(path), 'utf8')).toContain('"line_check"');
+    expect((await (await Mailbox.open(path, { readOnly: true })).fetch()).messages.map((m) => m.envelope.text)).toEqual(['old format', 'new format']);
+  });
+
   it('moves a damaged snapshot aside and salvages the journal written after it', async () => {
     const mailbox = await Mailbox.open(path);
     await writeFile(path, '{"format":"interlink-mailbox", broken');

@@ -12,7 +12,7 @@ import { log } from '../log.js';
 import { crashPoint } from './crash-point.js';
 import type { Recovery } from './json-store.js';
 import { closeSync } from 'node:fs';
-import { appendLines, compact, cutBack, loadJournaled, openJournal, readTail, shouldCompact, type JournalFormat, type Loaded } from './journal.js';
+import { appendLines, compact, cutBack, journalLine, loadJournaled, openJournal, readTail, shouldCompact, type JournalFormat, type Loaded } from './journal.js';
 import { withFileLock } from './lock.js';
 import { InterlinkError } from '../errors.js';
 
@@ -121,7 +121,7 @@ export class JournalStore<State, Op, Result, Data> {
       for (const job of batch) {
         const result = this.format.apply(loaded.state, job.op);
         results.push(result);
-        if (this.format.changes(result)) lines += JSON.stringify(job.op) + '\n';
+        if (this.format.changes(result)) lines += journalLine(job.op);
       }
       if (lines.length > 0) {
         let fd: number | undefined;
@@ -156,7 +156,8 @@ export class JournalStore<State, Op, Result, Data> {
 
   /** Brings memory up to date with the files; the caller holds the lock, so it may repair. */
   private async syncUnderLock(): Promise<void> {
-    if (this.loaded && this.applyTail(true)) return;
+    // A journal from before line checksums is read whole, which rewrites it checked.
+    if (this.loaded?.cursor.checked && this.applyTail(true)) return;
     const loaded = await loadJournaled(this.path, this.format, true);
     this.recoveries.push(...loaded.recoveries);
     this.loaded = loaded;

@@ -14,10 +14,17 @@
  *     writer, which holds the lock, so nobody is still writing it;
  *   - between the two steps of compaction the journal's generation is older than the
  *     snapshot's: its ops are already in the snapshot and it is ignored and replaced.
- * A line that is complete but does not parse means damage, not a crash: the journal is
- * kept aside, the valid prefix is kept, and the store is compacted at once.
+ * A line that is complete but does not parse, or whose checksum does not match, means
+ * damage, not a crash: the journal is kept aside, the valid prefix is kept, and the store
+ * is compacted at once.
+ *
+ * Each line is `<checksum> <JSON>\n`, the checksum being the first 8 bytes of SHA-256 of
+ * the JSON, in hex: a flipped byte that leaves valid JSON (a different sender, a different
+ * text) is caught, never applied. Journals written before checksums (no `line_check` in
+ * the header) are still read, and the next writer compacts them into the checked form.
  */
 import fs, { closeSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, statSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import { open, readFile, stat, type FileHandle } from 'node:fs/promises';
 import { z } from 'zod';
 import { errnoCode, InterlinkError } from '../errors.js';
@@ -46,7 +53,12 @@ export interface JournalFormat<State, Op, Result, Data> {
   changes(result: Result): boolean;
 }
 
+/** The name of the per-line checksum, written in the journal header. */
+const LINE_CHECK = 'sha256-64';
+const CHECK_CHARS = 16;
+
 const headerSchema = z.object({ format: z.string(), version: z.number().int(), generation: z.number().int().min(0) });
+const journalHeaderSchema = headerSchema.extend({ line_check: z.literal(LINE_CHECK).optional() });
 const snapshotEnvelopeSchema = headerSchema.extend({ data: z.unknown() });
 
 export const COMPACT_MIN_BYTES = 1024 * 1024;
@@ -61,7 +73,24 @@ function journalFormatName(format: { name: string }): string {
 }
 
 function headerLine(format: { name: string; version: number }, generation: number): string {
-  return JSON.stringify({ format: journalFormatName(format), version: format.version, generation }) + '\n';
+  return JSON.stringify({ format: journalFormatName(format), version: format.version, generation, line_check: LINE_CHECK }) + '\n';
+}
+
+function lineCheck(json: string): string {
+  return createHash('sha256').update(json, 'utf8').digest('hex').slice(0, CHECK_CHARS);
+}
+
+/** One op as a journal line, with its checksum. */
+export function journalLine(op: unknown): string {
+  const json = JSON.stringify(op);
+  return `${lineCheck(json)} ${json}\n`;
+}
+
+/** The JSON of a checked line, or a reason it is damaged. */
+function checkedJson(line: string): { json: string } | { damage: string } {
+  const json = line.slice(CHECK_CHARS + 1);
+  if (line.charAt(CHECK_CHARS) !== ' ' || line.slice(0, CHECK_CHARS) !== lineCheck(json)) return { damage: 'fails its checksum' };
+  return { json };
 }
 
 /** Where this process's view of the files stands. */
@@ -72,6 +101,8 @@ export interface Cursor {
   /** end of the last complete line applied. */
   offset: number;
   snapshotBytes: number;
+  /** whether the journal's lines carry checksums (every journal this version writes). */
+  checked: boolean;
 }
 
 interface ParsedLines<Op> {
@@ -84,13 +115,18 @@ interface ParsedLines<Op> {
   partial: number;
 }
 
-function parseLines<Op>(buffer: Buffer, opSchema: z.ZodType<Op>): ParsedLines<Op> {
+function parseLines<Op>(buffer: Buffer, opSchema: z.ZodType<Op>, checked: boolean): ParsedLines<Op> {
   const ops: Op[] = [];
   let start = 0;
   for (;;) {
     const end = buffer.indexOf(NEWLINE, start);
     if (end < 0) return { ops, consumed: start, partial: buffer.length - start };
-    const text = buffer.toString('utf8', start, end);
+    let text = buffer.toString('utf8', start, end);
+    if (checked) {
+      const line = checkedJson(text);
+      if ('damage' in line) return { ops, consumed: start, partial: 0, damage: `journal line at byte ${start} ${line.damage}` };
+      text = line.json;
+    }
     let data: unknown;
     try {
       data = JSON.parse(text);
@@ -137,6 +173,7 @@ async function readSnapshot<State, Op>(
 interface JournalRead<Op> {
   ino: number;
   generation: number;
+  checked: boolean;
   body: ParsedLines<Op>;
   /** byte offset where the body starts (after the header line). */
   bodyStart: number;
@@ -156,19 +193,20 @@ async function readJournal<Op>(path: string, format: { name: string; version: nu
     const buffer = await handle.readFile();
     const headerEnd = buffer.indexOf(NEWLINE);
     const empty: ParsedLines<Op> = { ops: [], consumed: 0, partial: 0 };
-    const damaged = (damage: string): JournalRead<Op> => ({ ino: info.ino, generation: -1, body: empty, bodyStart: 0, damage });
+    const damaged = (damage: string): JournalRead<Op> => ({ ino: info.ino, generation: -1, checked: true, body: empty, bodyStart: 0, damage });
     if (headerEnd < 0) return damaged('journal has no header');
     let header;
     try {
-      header = headerSchema.safeParse(JSON.parse(buffer.toString('utf8', 0, headerEnd)));
+      header = journalHeaderSchema.safeParse(JSON.parse(buffer.toString('utf8', 0, headerEnd)));
     } catch {
       header = undefined;
     }
     if (!header?.success || header.data.format !== journalFormatName(format) || header.data.version !== format.version) {
       return damaged('journal header is invalid');
     }
-    const body = parseLines(buffer.subarray(headerEnd + 1), format.opSchema);
-    return { ino: info.ino, generation: header.data.generation, body, bodyStart: headerEnd + 1, ...(body.damage !== undefined && { damage: body.damage }) };
+    const checked = header.data.line_check === LINE_CHECK;
+    const body = parseLines(buffer.subarray(headerEnd + 1), format.opSchema, checked);
+    return { ino: info.ino, generation: header.data.generation, checked, body, bodyStart: headerEnd + 1, ...(body.damage !== undefined && { damage: body.damage }) };
   } finally {
     await handle.close();
   }
@@ -218,7 +256,8 @@ async function loadOnce<State, Op>(path: string, format: AnyFormat<State, Op>, r
       // Normal case; or the snapshot is gone or damaged and the journal's ops are salvaged on their own.
       for (const op of journal.body.ops) format.apply(state, op);
       offset = journal.bodyStart + journal.body.consumed;
-      if (journal.generation !== generation) needsCompaction = true;
+      // A journal from before line checksums is rewritten in the checked form.
+      if (journal.generation !== generation || !journal.checked) needsCompaction = true;
     } else {
       // Compaction finished the snapshot but not the journal: its ops are in the snapshot.
       replaceJournal = true;
@@ -229,7 +268,7 @@ async function loadOnce<State, Op>(path: string, format: AnyFormat<State, Op>, r
     }
   }
 
-  let cursor: Cursor = { generation, ino: journal?.ino ?? -1, offset, snapshotBytes: snap.bytes };
+  let cursor: Cursor = { generation, ino: journal?.ino ?? -1, offset, snapshotBytes: snap.bytes, checked: journal?.checked ?? true };
   if (repair) {
     if (needsCompaction) {
       cursor = await compact(path, format, state, Math.max(generation, journal?.generation ?? 0) + 1);
@@ -246,7 +285,7 @@ async function writeJournal(journalPath: string, format: { name: string; version
   const header = headerLine(format, generation);
   await writeFileAtomic(journalPath, header);
   const info = await stat(journalPath);
-  return { generation, ino: info.ino, offset: Buffer.byteLength(header), snapshotBytes };
+  return { generation, ino: info.ino, offset: Buffer.byteLength(header), snapshotBytes, checked: true };
 }
 
 async function truncateTo(journalPath: string, offset: number): Promise<void> {
@@ -299,7 +338,7 @@ export function readTail<Op>(path: string, cursor: Cursor, opSchema: z.ZodType<O
     if (fstatSync(fd).ino !== cursor.ino) return { kind: 'replaced' };
     const buffer = Buffer.allocUnsafe(info.size - cursor.offset);
     const bytesRead = readSync(fd, buffer, 0, buffer.length, cursor.offset);
-    const parsed = parseLines(buffer.subarray(0, bytesRead), opSchema);
+    const parsed = parseLines(buffer.subarray(0, bytesRead), opSchema, cursor.checked);
     return { kind: 'tail', ops: parsed.ops, offset: cursor.offset + parsed.consumed, partial: parsed.partial, ...(parsed.damage !== undefined && { damage: parsed.damage }) };
   } finally {
     closeSync(fd);
