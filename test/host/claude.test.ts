@@ -178,7 +178,7 @@ describe.runIf(enabled)(`Claude Code ${CLAUDE_CODE_VERSION} with the interlink p
   });
 
   it.runIf(process.platform === 'linux')('starts the installed server from PATH, in the session, with the channels switch expanded', async () => {
-    const servers = (await markedProcesses(run)).filter((p) => p.argv[1] === installed.entry && p.argv.includes('serve'));
+    const servers = (await markedProcesses(run)).filter((p) => p.argv.includes(installed.entry) && p.argv.includes('serve'));
     expect(servers).toHaveLength(1);
     expect(servers[0]).toMatchObject({ cwd: project, env: { CLAUDE_CODE_SESSION_ID: sessionId, INTERLINK_CHANNELS: '' } });
   });
@@ -232,7 +232,7 @@ describe.runIf(enabled)(`Claude Code ${CLAUDE_CODE_VERSION} with the interlink p
   /** The listener process of this run whose hook was started for `session`. */
   async function waitForListener(session: string): Promise<MarkedProcess> {
     return eventually(
-      async () => (await markedProcesses(run)).find((p) => p.argv[1] === installed.entry && p.argv.includes('wait') && p.env.CLAUDE_CODE_SESSION_ID === session),
+      async () => (await markedProcesses(run)).find((p) => p.argv.includes(installed.entry) && p.argv.includes('wait') && p.env.CLAUDE_CODE_SESSION_ID === session),
       15_000,
       `the listener of ${session}`,
     );

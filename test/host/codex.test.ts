@@ -151,7 +151,7 @@ describe.runIf(enabled)(`Codex ${CODEX_VERSION} with Interlink from codex/`, () 
 
     // Codex starts MCP servers with only a few variables of its own (not the run marker);
     // INTERLINK_STATE_DIR reaches them through codex/config.toml's env_vars.
-    const servers = (await processesWithEnv(`INTERLINK_STATE_DIR=${bob.state}`)).filter((p) => p.argv[1] === installed.entry && p.argv.includes('serve'));
+    const servers = (await processesWithEnv(`INTERLINK_STATE_DIR=${bob.state}`)).filter((p) => p.argv.includes(installed.entry) && p.argv.includes('serve'));
     expect(servers).toHaveLength(1);
     for (const server of servers) {
       expect(server.argv).toContain('--codex');
