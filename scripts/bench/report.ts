@@ -14,7 +14,8 @@ export interface Table {
 export interface Check {
   target: string;
   actual: string;
-  pass: boolean;
+  /** 'skipped': not measured in this run (a baseline that is not installed); `actual` says why. */
+  pass: boolean | 'skipped';
 }
 
 export interface Section {
@@ -59,6 +60,7 @@ function headerText(header: string): string {
 }
 
 function verdict(check: Check): string {
+  if (check.pass === 'skipped') return 'SKIPPED';
   return check.pass ? 'PASS' : 'FAIL';
 }
 

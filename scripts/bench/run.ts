@@ -22,7 +22,7 @@ import { groupCommit } from './group-commit.js';
 import { mailboxCommit } from './mailbox.js';
 import { renderConsole, renderMarkdown, type Benchmark, type MachineInfo, type Section } from './report.js';
 import { signatures } from './signatures.js';
-import { SqliteRecords } from './sqlite.js';
+import { loadSqlite, SQLITE_MISSING, type SqliteBaseline } from './sqlite.js';
 
 const COMMAND = 'npm run bench';
 
@@ -50,7 +50,7 @@ function loadNow(): string {
   return loadavg()[0]!.toFixed(2);
 }
 
-function machineInfo(mount: Mount | undefined, loadAtStart: string, sqliteVersion: string): MachineInfo {
+function machineInfo(mount: Mount | undefined, loadAtStart: string, sqlite: SqliteBaseline | undefined): MachineInfo {
   const cpu = cpus();
   const speed = cpu[0]?.speed ?? 0;
   return {
@@ -63,7 +63,7 @@ function machineInfo(mount: Mount | undefined, loadAtStart: string, sqliteVersio
     libraries: [
       `@noble/ed25519 ${packageVersion('@noble/ed25519')}`,
       `@noble/hashes ${packageVersion('@noble/hashes')}`,
-      `better-sqlite3 ${packageVersion('better-sqlite3')} (SQLite ${sqliteVersion})`,
+      sqlite === undefined ? 'better-sqlite3 not installed (SQLite baseline skipped)' : `better-sqlite3 ${packageVersion('better-sqlite3')} (SQLite ${sqlite.sqliteVersion})`,
       `OpenSSL ${process.versions.openssl ?? 'unknown'}`,
     ].join(', '),
     load: `${loadAtStart} at the start, ${loadNow()} at the end (${cpu.length} cores)`,
@@ -87,7 +87,8 @@ async function main(): Promise<void> {
   const scratch = await makeScratch(PROJECT_ROOT);
   console.log(`interlink benchmarks: Node ${process.version}, load average ${loadAtStart}`);
   console.log(`scratch: ${scratch.path} (${describeDisk(scratch.mount)})`);
-  const sqliteVersion = SqliteRecords.version();
+  const sqlite = await loadSqlite();
+  if (sqlite === undefined) console.log(`SQLite baseline: skipped, ${SQLITE_MISSING}`);
 
   const started = performance.now();
   const sections: Section[] = [];
@@ -101,12 +102,14 @@ async function main(): Promise<void> {
     await scratch.remove();
   }
   const seconds = (performance.now() - started) / 1000;
-  const machine = machineInfo(scratch.mount, loadAtStart, sqliteVersion);
+  const machine = machineInfo(scratch.mount, loadAtStart, sqlite);
   console.log(`\n${machine.cpu} × ${machine.cores}; load average ${machine.load}`);
 
   const checks = sections.flatMap((s) => s.checks);
-  const failed = checks.filter((c) => !c.pass).length;
-  console.log(`\n${checks.length - failed} of ${checks.length} targets met; ${seconds.toFixed(1)} s in total.`);
+  const failed = checks.filter((c) => c.pass === false).length;
+  const skipped = checks.filter((c) => c.pass === 'skipped').length;
+  const met = checks.length - failed - skipped;
+  console.log(`\n${met} of ${checks.length} targets met${skipped > 0 ? `, ${skipped} skipped` : ''}; ${seconds.toFixed(1)} s in total.`);
   if (selected.length === BENCHMARKS.length && !values['no-write']) {
     const date = new Date().toISOString().slice(0, 10);
     await writeFile(DOCUMENT, renderMarkdown(sections, machine, date, COMMAND, seconds));

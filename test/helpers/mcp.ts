@@ -30,6 +30,8 @@ export interface PeerOptions {
   relays: string;
   env?: Record<string, string>;
   args?: string[];
+  /** Run this (looked up on the env's PATH) with `args` instead of `node dist/src/cli/main.js`. */
+  command?: string;
 }
 
 export async function startPeer(options: PeerOptions): Promise<Peer> {
@@ -46,7 +48,9 @@ export async function startPeer(options: PeerOptions): Promise<Peer> {
     INTERLINK_LOG: 'warn',
     ...options.env,
   };
-  const transport = new StdioClientTransport({ command: process.execPath, args: [MAIN, ...(options.args ?? ['serve'])], env, stderr: 'pipe' });
+  const args = options.args ?? ['serve'];
+  const command = options.command === undefined ? { command: process.execPath, args: [MAIN, ...args] } : { command: options.command, args };
+  const transport = new StdioClientTransport({ ...command, env, stderr: 'pipe' });
   let stderr = '';
   transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   const client = new Client({ name: `test-${options.name}`, version: '0.0.0' });

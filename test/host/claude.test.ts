@@ -21,7 +21,7 @@ import { z } from 'zod';
 import { mailboxPath } from '../../src/config/paths.js';
 import { Mailbox } from '../../src/mailbox/mailbox.js';
 import { TOOLS } from '../../src/mcp/tools.js';
-import { MAIN, eventually, startPeer, type Peer } from '../helpers/mcp.js';
+import { eventually, startPeer, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
 import { freePort, startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
 import { ClaudeSession, type StreamEvent } from './claude-session.js';
@@ -33,6 +33,7 @@ import {
   PLUGIN_DIR,
   createIdentity,
   createProject,
+  installInterlink,
   lastUserText,
   pair,
   pluginTool,
@@ -40,6 +41,7 @@ import {
   startFakeApi,
   type FakeApi,
   type Identity,
+  type InstalledInterlink,
 } from './setup.js';
 
 const enabled = process.env.INTERLINK_HOST_TESTS === '1';
@@ -76,11 +78,6 @@ function isListenerResponse(e: StreamEvent): boolean {
   return isStopHook('hook_response')(e) && bindResult(e) === undefined;
 }
 
-/** The CLI entry of this checkout, as the project's npx shim runs it. */
-function isMain(arg: string): boolean {
-  return arg === MAIN;
-}
-
 /** Names of the tools the assistant called in these events, in order. */
 function toolCalls(events: readonly StreamEvent[]): string[] {
   const names: string[] = [];
@@ -104,6 +101,7 @@ describe.runIf(enabled)(`Claude Code ${CLAUDE_CODE_VERSION} with the interlink p
   let sender: Identity;
   let claude: ClaudeSession;
   let alice: Peer | undefined;
+  let installed: InstalledInterlink;
 
   beforeAll(async () => {
     if (!existsSync(CLAUDE)) throw new Error(`no Claude Code at ${CLAUDE}: run scripts/host/install-clis.sh first`);
@@ -112,6 +110,7 @@ describe.runIf(enabled)(`Claude Code ${CLAUDE_CODE_VERSION} with the interlink p
     const home = join(root, 'home');
     await mkdir(home, { recursive: true });
 
+    installed = await installInterlink(root);
     relay = await startRelay();
     api = await startFakeApi(join(root, 'api.jsonl'));
     receiver = await createIdentity(root, 'bob');
@@ -121,7 +120,7 @@ describe.runIf(enabled)(`Claude Code ${CLAUDE_CODE_VERSION} with the interlink p
     // No proxy listens on this port: anything that ignores NO_PROXY fails here, not outside.
     const deadProxy = `http://127.0.0.1:${await freePort()}`;
     const env: Record<string, string> = {
-      PATH: process.env.PATH ?? '',
+      PATH: `${installed.bin}:${process.env.PATH ?? ''}`,
       HOME: home,
       CLAUDE_CONFIG_DIR: join(home, '.claude'),
       TERM: 'dumb',
@@ -137,7 +136,7 @@ describe.runIf(enabled)(`Claude Code ${CLAUDE_CODE_VERSION} with the interlink p
       INTERLINK_LOG: 'warn',
       [RUN_MARKER]: run,
     };
-    await createProject(project, env);
+    await createProject(project, env, installed);
 
     claude = ClaudeSession.start({
       claude: CLAUDE,
@@ -178,8 +177,8 @@ describe.runIf(enabled)(`Claude Code ${CLAUDE_CODE_VERSION} with the interlink p
     expect(init.tools).toEqual(expect.arrayContaining(TOOLS.map((t) => pluginTool(t.name))));
   });
 
-  it.runIf(process.platform === 'linux')('starts the server of this checkout through npx, in the session, with the channels switch expanded', async () => {
-    const servers = (await markedProcesses(run)).filter((p) => p.argv.some(isMain) && p.argv.includes('serve'));
+  it.runIf(process.platform === 'linux')('starts the installed server from PATH, in the session, with the channels switch expanded', async () => {
+    const servers = (await markedProcesses(run)).filter((p) => p.argv.includes(installed.entry) && p.argv.includes('serve'));
     expect(servers).toHaveLength(1);
     expect(servers[0]).toMatchObject({ cwd: project, env: { CLAUDE_CODE_SESSION_ID: sessionId, INTERLINK_CHANNELS: '' } });
   });
@@ -198,7 +197,7 @@ describe.runIf(enabled)(`Claude Code ${CLAUDE_CODE_VERSION} with the interlink p
     expect(turns[0]!.headers['user-agent']).toContain(`claude-cli/${CLAUDE_CODE_VERSION}`);
   });
 
-  it.runIf(process.platform === 'linux')('runs the listener of this checkout from the Stop hook, and it waits', async () => {
+  it.runIf(process.platform === 'linux')('runs the installed listener from the Stop hook, and it waits', async () => {
     const listener = await waitForListener(sessionId);
     expect(listener.cwd).toBe(project);
     // Waiting: the listener's hook has not answered (a launch failure would have, with 0).
@@ -233,7 +232,7 @@ describe.runIf(enabled)(`Claude Code ${CLAUDE_CODE_VERSION} with the interlink p
   /** The listener process of this run whose hook was started for `session`. */
   async function waitForListener(session: string): Promise<MarkedProcess> {
     return eventually(
-      async () => (await markedProcesses(run)).find((p) => p.argv.some(isMain) && p.argv.includes('wait') && p.env.CLAUDE_CODE_SESSION_ID === session),
+      async () => (await markedProcesses(run)).find((p) => p.argv.includes(installed.entry) && p.argv.includes('wait') && p.env.CLAUDE_CODE_SESSION_ID === session),
       15_000,
       `the listener of ${session}`,
     );

@@ -33,8 +33,8 @@ const tomlString = (value: string) => JSON.stringify(value);
 
 /**
  * `<codexHome>/config.toml`: the fake provider, then codex/config.toml as shipped with one
- * line added (the server's working directory, where `npx interlink-mcp` finds this
- * checkout), and the project marked trusted. `<codexHome>/hooks.json` is codex/hooks.json.
+ * line added (the server's working directory: the project), and the project marked
+ * trusted. The server is the `interlink-mcp` on PATH, which the test installs. `<codexHome>/hooks.json` is codex/hooks.json.
  */
 export async function writeCodexHome(codexHome: string, api: FakeApi, project: string): Promise<void> {
   await mkdir(codexHome, { recursive: true });

@@ -26,7 +26,7 @@ import { mailboxPath } from '../../src/config/paths.js';
 import type { StoredRecord } from '../../src/mailbox/format.js';
 import { Mailbox } from '../../src/mailbox/mailbox.js';
 import { fakeCodex, type FakeCodex } from '../helpers/fake-codex.js';
-import { MAIN, eventually, startPeer, type Peer } from '../helpers/mcp.js';
+import { eventually, startPeer, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
 import { freePort, startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
 import {
@@ -44,7 +44,7 @@ import {
   type ResponsesRequest,
 } from './codex-setup.js';
 import { RUN_MARKER, processesWithEnv, reapMarked, reapWithEnv } from './processes.js';
-import { createIdentity, createProject, interlink, pair, type FakeApi, type Identity } from './setup.js';
+import { createIdentity, createProject, installInterlink, interlink, pair, type FakeApi, type Identity, type InstalledInterlink } from './setup.js';
 
 const enabled = process.env.INTERLINK_HOST_TESTS === '1';
 const RETRY_GAP_MS = 1_900; // the executor waits 2 s between attempts; allow for clock granularity
@@ -69,6 +69,7 @@ describe.runIf(enabled)(`Codex ${CODEX_VERSION} with Interlink from codex/`, () 
   let control: string;
   let thread: string;
   let firstTurn: ExecEventList;
+  let installed: InstalledInterlink;
 
   type ExecEventList = Awaited<ReturnType<typeof execOnDaemon>>;
 
@@ -80,6 +81,7 @@ describe.runIf(enabled)(`Codex ${CODEX_VERSION} with Interlink from codex/`, () 
     codexHome = join(home, '.codex');
     await mkdir(home, { recursive: true });
 
+    installed = await installInterlink(root);
     relay = await startRelay();
     api = await startFakeOpenAi(join(root, 'responses.jsonl'));
     bob = await createIdentity(root, 'bob');
@@ -91,7 +93,7 @@ describe.runIf(enabled)(`Codex ${CODEX_VERSION} with Interlink from codex/`, () 
 
     const deadProxy = `http://127.0.0.1:${await freePort()}`;
     env = {
-      PATH: `${dirname(CODEX)}:${dirname(process.execPath)}:${process.env.PATH ?? ''}`,
+      PATH: `${installed.bin}:${dirname(CODEX)}:${dirname(process.execPath)}:${process.env.PATH ?? ''}`,
       HOME: home,
       CODEX_HOME: codexHome,
       TERM: 'dumb',
@@ -108,7 +110,7 @@ describe.runIf(enabled)(`Codex ${CODEX_VERSION} with Interlink from codex/`, () 
       INTERLINK_LOG: 'warn',
       [RUN_MARKER]: run,
     };
-    await createProject(project, env);
+    await createProject(project, env, installed);
     await writeCodexHome(codexHome, api, project);
     await trustHooks(codexHome, await listHooks(env, project));
     await codexCli(env, project, ['app-server', 'daemon', 'start']);
@@ -149,7 +151,7 @@ describe.runIf(enabled)(`Codex ${CODEX_VERSION} with Interlink from codex/`, () 
 
     // Codex starts MCP servers with only a few variables of its own (not the run marker);
     // INTERLINK_STATE_DIR reaches them through codex/config.toml's env_vars.
-    const servers = (await processesWithEnv(`INTERLINK_STATE_DIR=${bob.state}`)).filter((p) => p.argv.includes(MAIN) && p.argv.includes('serve'));
+    const servers = (await processesWithEnv(`INTERLINK_STATE_DIR=${bob.state}`)).filter((p) => p.argv.includes(installed.entry) && p.argv.includes('serve'));
     expect(servers).toHaveLength(1);
     for (const server of servers) {
       expect(server.argv).toContain('--codex');

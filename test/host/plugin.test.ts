@@ -51,17 +51,18 @@ describe('plugin files', () => {
     });
   });
 
-  it('run the published command and pin no paths', async () => {
+  it('run the installed interlink-mcp from PATH, never npx, and pin no paths', async () => {
     const servers = z.object({ mcpServers: z.record(z.string(), z.object({ command: z.string(), args: z.array(z.string()), env: z.record(z.string(), z.string()) })) }).parse(await json('plugin/.mcp.json'));
     expect(servers.mcpServers).toEqual({
-      interlink: { command: 'npx', args: ['-y', 'interlink-mcp', 'serve'], env: { INTERLINK_CHANNELS: '${INTERLINK_CHANNELS:-}' } },
+      interlink: { command: 'interlink-mcp', args: ['serve'], env: { INTERLINK_CHANNELS: '${INTERLINK_CHANNELS:-}' } },
     });
   });
 
   it('register an async, re-waking Stop hook with a one-hour timeout', async () => {
     const hook = await stopHook();
     expect(hook).toMatchObject({ async: true, asyncRewake: true, timeout: 3600 });
-    expect(hook.command).toContain('INTERLINK_HOST_PID=$PPID npx -y interlink-mcp wait');
+    expect(hook.command).toContain('out=$(INTERLINK_HOST_PID=$PPID interlink-mcp wait)');
+    expect(hook.command).not.toContain('npx');
   });
 
   it('bind the server to the hooks\' session id at every Stop, with a tool the server has', async () => {
@@ -78,8 +79,8 @@ describe.skipIf(process.platform === 'win32')('the Stop hook guard', () => {
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'interlink-guard-'));
     command = (await stopHook()).command;
-    // A stand-in `npx`: records its arguments and stdin, then behaves as $LISTENER says.
-    await writeFile(join(dir, 'npx'), '#!/bin/sh\nprintf "%s" "$*" > "$GUARD_DIR/argv"\ncat > "$GUARD_DIR/stdin"\neval "$LISTENER"\n', { mode: 0o755 });
+    // A stand-in `interlink-mcp`: records its arguments and stdin, then behaves as $LISTENER says.
+    await writeFile(join(dir, 'interlink-mcp'), '#!/bin/sh\nprintf "%s" "$*" > "$GUARD_DIR/argv"\ncat > "$GUARD_DIR/stdin"\neval "$LISTENER"\n', { mode: 0o755 });
   });
   afterAll(async () => {
     await rm(dir, { recursive: true, force: true });
@@ -100,7 +101,7 @@ describe.skipIf(process.platform === 'win32')('the Stop hook guard', () => {
 
   const cases: [string, string | undefined, number][] = [
     ['notices: marker, then exit 2', 'echo "notice n1" >&2; echo INTERLINK_NOTICES; exit 2', 2],
-    ['npm noise before the marker', 'echo "npm warn exec installing"; echo INTERLINK_NOTICES; exit 2', 2],
+    ['other output before the marker', 'echo "node warning"; echo INTERLINK_NOTICES; exit 2', 2],
     ['exit 2 without the marker (a launcher failure)', 'echo "npm error" >&2; exit 2', 0],
     ['the marker, but not last', 'echo INTERLINK_NOTICES; echo more; exit 2', 0],
     ['the marker with exit 0', 'echo INTERLINK_NOTICES; exit 0', 0],
@@ -109,7 +110,7 @@ describe.skipIf(process.platform === 'win32')('the Stop hook guard', () => {
     ['the listener fails', 'exit 1', 0],
     ['a usage error (old package without wait)', 'exit 64', 0],
     ['killed', 'kill -9 $$', 0],
-    ['npx missing', undefined, 0],
+    ['interlink-mcp not installed (not on PATH)', undefined, 0],
   ];
 
   for (const shell of shells) {
@@ -120,7 +121,7 @@ describe.skipIf(process.platform === 'win32')('the Stop hook guard', () => {
     it(`${shell}: passes the Stop payload and the notices through, and keeps stdout for itself`, async () => {
       const result = runHook(shell, 'echo "Interlink: call receive_messages notification_id=n1" >&2; echo INTERLINK_NOTICES; exit 2');
       expect(result).toEqual({ status: 2, stdout: '', stderr: 'Interlink: call receive_messages notification_id=n1\n' });
-      expect(await readFile(join(dir, 'argv'), 'utf8')).toBe('-y interlink-mcp wait');
+      expect(await readFile(join(dir, 'argv'), 'utf8')).toBe('wait');
       expect(JSON.parse(await readFile(join(dir, 'stdin'), 'utf8'))).toEqual({ hook_event_name: 'Stop', session_id: 's1' });
     });
   }

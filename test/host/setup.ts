@@ -1,20 +1,22 @@
 /**
- * What a host test stands on: identities made and paired with the real CLI, a project
- * directory in which `npx -y interlink-mcp` runs this checkout without the network, the
+ * What a host test stands on: identities made and paired with the real CLI, this clone
+ * installed the README's way (`npm install -g .`, into a prefix of the run, without the
+ * network) so that the plugin and codex/config.toml find `interlink-mcp` on PATH, the
  * scripted fake Anthropic API, and the pinned Claude Code from scripts/host/install-clis.sh.
  */
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
+import { installFromClone, REPO } from '../helpers/install.js';
 import { MAIN } from '../helpers/mcp.js';
 import { spawnNode, type Child } from '../helpers/process.js';
 
 const run = promisify(execFile);
 
-export const REPO = join(import.meta.dirname, '..', '..');
+export { REPO };
 export const PLUGIN_DIR = join(REPO, 'plugin');
 export const CLAUDE_CODE_VERSION = '2.1.197';
 /** The pinned CLI; INTERLINK_HOST_CLAUDE points elsewhere. */
@@ -25,7 +27,7 @@ export function pluginTool(name: string): string {
   return `mcp__plugin_interlink_interlink__${name}`;
 }
 
-/** Keeps Claude Code from calling anything but ANTHROPIC_BASE_URL, and npm (the plugin's npx) offline. */
+/** Keeps Claude Code from calling anything but ANTHROPIC_BASE_URL, and npm offline should anything run it. */
 export const OFFLINE_CLAUDE_ENV = {
   CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
   DISABLE_AUTOUPDATER: '1',
@@ -65,19 +67,24 @@ export async function pair(a: Identity, b: Identity): Promise<void> {
   await interlink(b.env, ['peers', 'add', a.name, a.key]);
 }
 
-/**
- * A project whose `node_modules/interlink-mcp` is this checkout, so the plugin's
- * `npx -y interlink-mcp …` runs it with npm offline. The bin is a shim rather than a link
- * to dist/src/cli/main.js, which the build leaves without its execute bit.
- */
-export async function createProject(dir: string, env: Record<string, string>): Promise<void> {
-  await mkdir(join(dir, 'node_modules', '.bin'), { recursive: true });
-  await writeFile(join(dir, 'package.json'), JSON.stringify({ name: 'host-test-project', private: true, dependencies: { 'interlink-mcp': `file:${REPO}` } }, null, 2) + '\n');
-  await symlink(REPO, join(dir, 'node_modules', 'interlink-mcp'), 'dir');
-  const shim = join(dir, 'node_modules', '.bin', 'interlink-mcp');
-  await writeFile(shim, `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(MAIN)} "$@"\n`, { mode: 0o755 });
-  const { stdout } = await run('npx', ['--no-install', 'interlink-mcp', '--help'], { cwd: dir, env });
-  if (!stdout.startsWith('usage: interlink-mcp')) throw new Error(`npx did not run this checkout: ${stdout}`);
+export interface InstalledInterlink {
+  /** The install's bin directory: put it first on PATH. */
+  bin: string;
+  /** `<bin>/interlink-mcp`, argv[1] of every process the hosts start from it. */
+  entry: string;
+}
+
+/** This clone, installed into `<root>/prefix` as the README's `npm install -g .` does. */
+export async function installInterlink(root: string): Promise<InstalledInterlink> {
+  const { bin } = await installFromClone(join(root, 'prefix'));
+  return { bin, entry: join(bin, 'interlink-mcp') };
+}
+
+/** The project the host runs in; `interlink-mcp` on its PATH must be the installed one. */
+export async function createProject(dir: string, env: Record<string, string>, installed: InstalledInterlink): Promise<void> {
+  await mkdir(dir, { recursive: true });
+  const { stdout } = await run('sh', ['-c', 'command -v interlink-mcp'], { cwd: dir, env });
+  if (stdout.trim() !== installed.entry) throw new Error(`interlink-mcp on the host's PATH is ${stdout.trim() || 'missing'}, not ${installed.entry}`);
 }
 
 export interface FakeApi {
