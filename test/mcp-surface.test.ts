@@ -83,7 +83,7 @@ describe('tools/list', () => {
     expect(shared(claude).length).toBeGreaterThan(10);
   });
 
-  it('gives hints that match what the tools do', async () => {
+  it('gives hints that match what the tools do, and descriptions that say who may call them', async () => {
     const { tools } = await (await server('codex')).client.listTools();
     const withHint = (hint: (typeof HINTS)[number]) =>
       tools
@@ -97,6 +97,7 @@ describe('tools/list', () => {
     expect(withHint('openWorldHint')).toEqual(['accept_pair', 'cancel_task', 'discover', 'request_pair', 'send_message', 'set_summary']);
     expect(withHint('idempotentHint')).not.toContain('send_message');
     expect(tools.find((t) => t.name === 'set_summary')?.description).toMatch(/anyone who can reach the relay/);
+    expect(tools.find((t) => t.name === 'bind_codex_session')?.description).toMatch(/operator setup.*never on a peer's request/i);
   });
 });
 
