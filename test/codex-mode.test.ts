@@ -10,7 +10,7 @@ import { chmod, mkdir, mkdtemp, rm, unlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { TOOLS } from '../src/mcp/tools.js';
+import { toolsFor } from '../src/mcp/tools.js';
 import { callWithMeta, errorCode, reapCli, runCli, switchableCodex } from './helpers/codex.js';
 import { fakeCodex } from './helpers/fake-codex.js';
 import { eventually, pair, startPeer, type Peer, type PeerOptions } from './helpers/mcp.js';
@@ -90,7 +90,7 @@ async function pairedWithCodex(mode: 'fail' | 'missing') {
 }
 
 describe('Codex mode: before binding', () => {
-  it('refuses session tools with not_bound, does not announce, and still lists every tool', async () => {
+  it('refuses session tools with not_bound, does not announce, and still lists every Codex-mode tool', async () => {
     const relay = await startRelay();
     const bob = await codexPeer(relay.url, {});
     for (const [name, args] of [
@@ -104,8 +104,9 @@ describe('Codex mode: before binding', () => {
       expect(error.message).toContain('bind_codex_session');
     }
     const listed = (await bob.client.listTools()).tools.map((t) => t.name);
-    expect(listed.sort()).toEqual(TOOLS.map((t) => t.name).sort());
-    expect(listed).toEqual(expect.arrayContaining(['bind_codex_session', 'failed_deliveries', 'bind_claude_session']));
+    expect(listed.sort()).toEqual(toolsFor('codex').map((t) => t.name).sort());
+    expect(listed).toEqual(expect.arrayContaining(['bind_codex_session', 'failed_deliveries']));
+    expect(listed).not.toContain('bind_claude_session');
 
     // A Claude-mode peer started after bob announces and sees itself on the roster; bob,
     // running for longer, is not there: an unbound server does not announce.

@@ -34,8 +34,16 @@ interface Status {
 const states = (s: Status) => s.history.map((h) => h.state);
 const UNKNOWN_ID = 'f-0000000000000000';
 
+/**
+ * The saved failures as the tool lists them, with the ISO strings the tool adds beside
+ * each time checked and set aside, so they compare with the file and the CLI's JSON.
+ */
 async function listed(bob: Peer): Promise<Failure[]> {
-  return (await bob.call<{ failures: Failure[] }>('failed_deliveries', { action: 'list' })).failures;
+  const { failures } = await bob.call<{ failures: (Failure & { at_iso: string; expires_at_iso: string })[] }>('failed_deliveries', { action: 'list' });
+  return failures.map(({ at_iso, expires_at_iso, ...failure }) => {
+    expect([at_iso, expires_at_iso]).toEqual([new Date(failure.at).toISOString(), new Date(failure.expires_at).toISOString()]);
+    return failure;
+  });
 }
 
 async function statusWith(bob: Peer, msgId: string, count: number): Promise<string[]> {

@@ -9,7 +9,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { eventually, startPeer, type Peer } from './helpers/mcp.js';
+import { eventually, resultData, startPeer, type Peer } from './helpers/mcp.js';
 import { Hand, person, reapCli, type Listed, type Person, type Requested, type Run } from './helpers/pairing.js';
 import { reapAll } from './helpers/process.js';
 import { startRelay } from './helpers/spawn-relay.js';
@@ -55,7 +55,7 @@ async function sendWhenRoutable(from: Peer, to: string, text: string): Promise<S
   return eventually(
     async () => {
       const result = await from.client.callTool({ name: 'send_message', arguments: { to, text } });
-      const data = result.structuredContent as (Sent & { error?: { code: string } }) | undefined;
+      const data = resultData(result) as unknown as Sent & { error?: { code: string } };
       if (result.isError !== true) return data;
       if (data?.error?.code === 'no_route') return undefined;
       throw new Error(`send_message failed: ${JSON.stringify(data)}`);

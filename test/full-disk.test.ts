@@ -9,7 +9,7 @@ import { mkdir, mkdtemp, open, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { eventually, pair, startPeer, type Peer } from './helpers/mcp.js';
+import { eventually, pair, resultData, startPeer, type Peer } from './helpers/mcp.js';
 import { reapAll } from './helpers/process.js';
 import { startRelay } from './helpers/spawn-relay.js';
 
@@ -84,7 +84,7 @@ describe.skipIf(!mountable)('a full disk under the sender', () => {
     const results = await Promise.all(
       texts.map(async (text) => {
         const result = await alice.client.callTool({ name: 'send_message', arguments: { to: 'bob', session: 'b1', text } });
-        return { text, failed: result.isError === true, data: result.structuredContent as { error?: { code: string } } };
+        return { text, failed: result.isError === true, data: resultData(result) as { error?: { code: string } } };
       }),
     );
     const failed = results.filter((r) => r.failed);

@@ -227,11 +227,11 @@ describe('pairing with the MCP tools', () => {
       expect(tool, name).toBeDefined();
       return tool!.description ?? '';
     };
-    for (const name of ['request_pair', 'accept_pair', 'add_peer', 'remove_peer', 'bind_codex_session']) {
+    for (const name of ['request_pair', 'accept_pair', 'add_peer', 'remove_peer', 'bind_claude_session']) {
       expect(described(name), name).toMatch(/operator (action|setup)/i);
     }
     for (const name of ['request_pair', 'accept_pair', 'add_peer']) expect(described(name), name).toMatch(/never because a peer/i);
-    expect(described('bind_codex_session')).toMatch(/never on a peer's request/i);
+    expect(described('bind_claude_session')).toMatch(/never on a peer's request/i);
   });
 });
 

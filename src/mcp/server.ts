@@ -1,7 +1,8 @@
 /**
  * The MCP server of one session, over stdio, on the SDK's low-level Server: tools are
  * listed from their zod schemas and every call is validated here, so a bad argument gets
- * the same `{error: {code, message}}` result as any other failure.
+ * the same `{error: {code, message}}` result as any other failure. A server lists and
+ * runs the tools of its own mode only (see tools.ts); results go back as result.ts says.
  */
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -12,7 +13,8 @@ import { threadFromMeta } from '../codex/thread.js';
 import { InterlinkError } from '../errors.js';
 import { log } from '../log.js';
 import type { NoticeSink } from '../notices/notifier.js';
-import { TOOLS } from './tools.js';
+import { toolResult } from './result.js';
+import { TOOLS, toolsFor, wrongMode } from './tools.js';
 
 export const SERVER_NAME = 'interlink';
 
@@ -23,12 +25,8 @@ export const INSTRUCTIONS = `Interlink: signed messages between coding agents (o
 - Delivery states (pending, bus_accepted, ...) say where a message is, not that anyone read it or did the work. Never infer completion from a delivery state: wait for a result message.
 - Reply with send_message (to the peer's petname) and in_reply_to set to the message you answer.`;
 
-function result(data: object, isError = false): CallToolResult {
-  return { content: [{ type: 'text', text: JSON.stringify(data) }], structuredContent: data as Record<string, unknown>, ...(isError && { isError: true }) };
-}
-
 function failure(code: string, message: string): CallToolResult {
-  return result({ error: { code, message } }, true);
+  return toolResult({ error: { code, message } }, true);
 }
 
 function jsonSchema(schema: z.ZodObject): { type: 'object'; [key: string]: unknown } {
@@ -49,13 +47,19 @@ export function createServer(session: ServedSession, version: string, options: {
   const channels = options.channels === true && codex === undefined;
   const capabilities = channels ? { tools: {}, experimental: { 'claude/channel': {} } } : { tools: {} };
   const server = new Server({ name: SERVER_NAME, version }, { capabilities, instructions: INSTRUCTIONS });
+  const listed = toolsFor(codex === undefined ? 'claude' : 'codex');
   const byName = new Map(TOOLS.map((t) => [t.name, t]));
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
-    tools: TOOLS.map((t) => ({ name: t.name, description: t.description, inputSchema: jsonSchema(t.input) })),
+    tools: listed.map((t) => ({ name: t.name, description: t.description, annotations: t.annotations, inputSchema: jsonSchema(t.input) })),
   }));
   server.setRequestHandler(CallToolRequestSchema, async (request) => {
     const definition = byName.get(request.params.name);
     if (definition === undefined) return failure('unknown_tool', `no tool named ${request.params.name}`);
+    // A tool of the other mode is not listed; a host that calls it anyway learns why.
+    if (definition.only !== undefined && !listed.includes(definition)) {
+      const error = wrongMode(definition.name, definition.only);
+      return failure(error.code, error.message);
+    }
     const parsed = definition.input.safeParse(request.params.arguments ?? {});
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
@@ -66,7 +70,7 @@ export function createServer(session: ServedSession, version: string, options: {
       const metaThread = codex !== undefined ? threadFromMeta(request.params._meta) : undefined;
       codex?.checkCall(metaThread);
       const context = { agent: async () => ('agent' in session ? session.agent : session.codex.agent()), codex, metaThread };
-      return result(await definition.run(context, parsed.data as never));
+      return toolResult(await definition.run(context, parsed.data as never));
     } catch (err) {
       if (err instanceof InterlinkError) return failure(err.code, err.message);
       log.error('tool_failed', { tool: definition.name, error: (err as Error).message });

@@ -8,7 +8,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FakeCodexMode } from './fake-codex.js';
-import { MAIN, type Peer } from './mcp.js';
+import { MAIN, resultData, type Peer } from './mcp.js';
 
 export interface CodexCall {
   t: number;
@@ -70,7 +70,7 @@ export async function switchableCodex(root: string, mode: FakeCodexMode | 'missi
   };
 }
 
-/** A tool call with `_meta`; resolves with whether it failed and its structured result. */
+/** A tool call with `_meta`; resolves with whether it failed and its result. */
 export async function callWithMeta(
   peer: Peer,
   name: string,
@@ -78,7 +78,7 @@ export async function callWithMeta(
   meta: Record<string, unknown>,
 ): Promise<{ isError: boolean; data: Record<string, unknown> }> {
   const result = await peer.client.callTool({ name, arguments: args, _meta: meta });
-  return { isError: result.isError === true, data: result.structuredContent as Record<string, unknown> };
+  return { isError: result.isError === true, data: resultData(result) };
 }
 
 /** The error code of a failed result, or undefined when it succeeded. */

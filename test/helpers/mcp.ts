@@ -4,6 +4,7 @@
  */
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 
@@ -14,7 +15,7 @@ export interface Peer {
   transport: StdioClientTransport;
   config: string;
   state: string;
-  /** Calls a tool; resolves with its structured result, rejects on a tool error. */
+  /** Calls a tool; resolves with its result (see resultData), rejects on a tool error. */
   call: <T = Record<string, unknown>>(name: string, args?: Record<string, unknown>) => Promise<T>;
   /** Calls a tool that should fail; resolves with the error object. */
   fail: (name: string, args?: Record<string, unknown>) => Promise<{ code: string; message: string }>;
@@ -32,6 +33,21 @@ export interface PeerOptions {
   args?: string[];
   /** Run this (looked up on the env's PATH) with `args` instead of `node dist/src/cli/main.js`. */
   command?: string;
+}
+
+/**
+ * A tool result's data: the JSON object its text content always carries. Where the server
+ * also sent structuredContent (small results only), it must be the very same object.
+ */
+export function resultData(result: Record<string, unknown>): Record<string, unknown> {
+  const blocks = Array.isArray(result.content) ? (result.content as { type?: unknown; text?: unknown }[]) : [];
+  const text = blocks.length === 1 && blocks[0]?.type === 'text' && typeof blocks[0].text === 'string' ? blocks[0].text : undefined;
+  if (text === undefined) throw new Error(`a tool result without exactly one text block: ${JSON.stringify(result).slice(0, 500)}`);
+  const data = JSON.parse(text) as Record<string, unknown>;
+  if (result.structuredContent !== undefined && !isDeepStrictEqual(result.structuredContent, data)) {
+    throw new Error(`structuredContent differs from the text content: ${JSON.stringify(result.structuredContent).slice(0, 500)}`);
+  }
+  return data;
 }
 
 export async function startPeer(options: PeerOptions): Promise<Peer> {
@@ -58,7 +74,7 @@ export async function startPeer(options: PeerOptions): Promise<Peer> {
 
   const raw = async (name: string, args: Record<string, unknown>) => {
     const result = await client.callTool({ name, arguments: args });
-    return { isError: result.isError === true, data: result.structuredContent as Record<string, unknown> };
+    return { isError: result.isError === true, data: resultData(result) };
   };
   return {
     client,

@@ -13,7 +13,7 @@ import { pairingFileSchema, type PairingData } from '../../src/pairing/rules.js'
 import { pairingPath } from '../../src/pairing/store.js';
 import { signAnnouncement } from '../../src/presence/announcement.js';
 import { newIdentity } from './fixtures.js';
-import { MAIN, eventually, type Peer } from './mcp.js';
+import { MAIN, eventually, resultData, type Peer } from './mcp.js';
 import { TestClient, type Deliver } from './relay-test-client.js';
 
 export interface Run {
@@ -238,7 +238,7 @@ export async function requestPair<T = Record<string, unknown>>(peer: Peer, args:
   return eventually(
     async () => {
       const result = await peer.client.callTool({ name: 'request_pair', arguments: args });
-      const data = result.structuredContent as { error?: { code: string } } | undefined;
+      const data = resultData(result) as { error?: { code: string } };
       if (result.isError !== true) return data as T;
       if (data?.error?.code === 'unknown_target' || data?.error?.code === 'no_route') return undefined;
       throw new Error(`request_pair failed: ${JSON.stringify(data)}`);

@@ -20,7 +20,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { mailboxPath } from '../../src/config/paths.js';
 import { Mailbox } from '../../src/mailbox/mailbox.js';
-import { TOOLS } from '../../src/mcp/tools.js';
+import { toolsFor } from '../../src/mcp/tools.js';
 import { eventually, startPeer, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
 import { freePort, startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
@@ -174,7 +174,7 @@ describe.runIf(enabled)(`Claude Code ${CLAUDE_CODE_VERSION} with the interlink p
       mcp_servers: [{ name: 'plugin:interlink:interlink', status: 'connected' }],
       plugins: [expect.objectContaining({ name: 'interlink', path: PLUGIN_DIR })],
     });
-    expect(init.tools).toEqual(expect.arrayContaining(TOOLS.map((t) => pluginTool(t.name))));
+    expect(init.tools).toEqual(expect.arrayContaining(toolsFor('claude').map((t) => pluginTool(t.name))));
   });
 
   it.runIf(process.platform === 'linux')('starts the installed server from PATH, in the session, with the channels switch expanded', async () => {

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { TOOLS } from '../../src/mcp/tools.js';
+import { toolsFor } from '../../src/mcp/tools.js';
 
 const REPO = join(import.meta.dirname, '..', '..');
 
@@ -68,7 +68,7 @@ describe('plugin files', () => {
   it('bind the server to the hooks\' session id at every Stop, with a tool the server has', async () => {
     const binds = (await stopHooks()).filter((h) => h.type === 'mcp_tool');
     expect(binds).toEqual([{ type: 'mcp_tool', server: 'plugin:interlink:interlink', tool: 'bind_claude_session', input: { session_id: '${session_id}' } }]);
-    expect(TOOLS.map((t) => t.name)).toContain('bind_claude_session');
+    expect(toolsFor('claude').map((t) => t.name)).toContain('bind_claude_session');
   });
 });
 

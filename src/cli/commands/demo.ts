@@ -51,7 +51,7 @@ async function startPeer(root: string, name: string, relay: string): Promise<Dem
   await client.connect(transport);
   const raw = async (tool: string, args: Record<string, unknown>) => {
     const result = await client.callTool({ name: tool, arguments: args });
-    return { isError: result.isError === true, data: result.structuredContent as Record<string, unknown> | undefined };
+    return { isError: result.isError === true, data: textResult(result.content) };
   };
   return {
     name,
@@ -69,6 +69,14 @@ async function startPeer(root: string, name: string, relay: string): Promise<Dem
     log: () => log,
     close: () => client.close(),
   };
+}
+
+/** A tool result's JSON, from its text content (large results carry no structuredContent). */
+function textResult(content: unknown): Record<string, unknown> | undefined {
+  const first: unknown = Array.isArray(content) ? content[0] : undefined;
+  if (typeof first !== 'object' || first === null || !('text' in first) || typeof first.text !== 'string') return undefined;
+  const data: unknown = JSON.parse(first.text);
+  return typeof data === 'object' && data !== null ? (data as Record<string, unknown>) : undefined;
 }
 
 /** Polls until `check` gives a value; the demo's only waiting. */

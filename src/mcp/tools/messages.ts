@@ -1,0 +1,115 @@
+/** The tools that send, read and follow messages of this session. */
+import { z } from 'zod';
+import { STATUSES } from '../../envelope/envelope.js';
+import { LOCAL_READ, peerName, sessionId, tool, type ToolDefinition } from './define.js';
+
+const taskId = z.string().min(1).max(128);
+const msgId = z.string().regex(/^[0-9a-f]{32}$/);
+const receipt = z
+  .object({
+    sender: z.string().describe("the sender's public key, exactly as receipt.sender in receive_messages"),
+    msg_id: z.string().describe('the message id, exactly as receipt.msg_id in receive_messages'),
+  })
+  .strict();
+
+export const MESSAGE_TOOLS: ToolDefinition[] = [
+  tool({
+    name: 'get_my_session_id',
+    description: 'This session: its id, this identity (public key) and fingerprint.',
+    annotations: LOCAL_READ,
+    input: z.object({}).strict(),
+    run: (agent) => ({ session_id: agent.session, identity: agent.identity.key, fingerprint: agent.identity.fingerprint }),
+  }),
+  tool({
+    name: 'send_message',
+    description:
+      'Sign a message to a peer (petname) or to "self" (your other sessions) and queue it durably. Returns state "pending" (no relay has it yet) or, for a repeated idempotency_key, the original receipt. A delivery state is never evidence that the peer read or did anything.',
+    // Not idempotent: each call without idempotency_key is a new message. Open world: it
+    // goes through relays to other identities and machines.
+    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
+    input: z
+      .object({
+        to: peerName.describe('petname from list_peers, or "self"'),
+        text: z.string().describe('message body, at most 256 KiB of UTF-8'),
+        session: sessionId.optional().describe('target session: exact id or unique prefix; default: the session that peer last wrote from, else its only live one'),
+        task_id: taskId.optional().describe('ties progress, questions and results of one piece of work together'),
+        status: z
+          .enum(STATUSES)
+          .optional()
+          .describe('what the message is for a task: "update" (progress), "needs_input" (a question), "result", "failed" or "canceled" (finished)'),
+        in_reply_to: msgId.optional().describe('the msg_id this message answers'),
+        idempotency_key: z.string().min(1).max(128).optional().describe('same key + same message = same receipt (duplicate: true), for 24 h'),
+      })
+      .strict(),
+    run: (agent, args) => agent.send(args),
+  }),
+  tool({
+    name: 'cancel_task',
+    description: 'Tell a peer to stop work on a task: sends it a message with status "canceled". What the peer does with it is up to the peer.',
+    // A message like any other: additive here, and each call sends one more.
+    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
+    input: z
+      .object({
+        to: peerName.describe('petname from list_peers, or "self"'),
+        task_id: taskId.describe('the task to stop, as the peer knows it'),
+        reason: z.string().optional().describe('why, sent as the message text; default "canceled"'),
+        session: sessionId.optional().describe('target session, as for send_message'),
+      })
+      .strict(),
+    run: (agent, args) => agent.cancelTask(args),
+  }),
+  tool({
+    name: 'message_status',
+    description: 'Local delivery state of a message you sent (outbound) or received (inbound), with the time of each state.',
+    annotations: LOCAL_READ,
+    input: z.object({ msg_id: z.string().describe('the msg_id send_message returned, or of a received message') }).strict(),
+    run: (agent, args) => agent.messageStatus(args.msg_id),
+  }),
+  tool({
+    name: 'list_pending',
+    description: 'Messages you sent that no relay has accepted yet.',
+    annotations: LOCAL_READ,
+    input: z.object({}).strict(),
+    run: async (agent) => ({ pending: await agent.listPending() }),
+  }),
+  tool({
+    name: 'receive_messages',
+    description:
+      'Fetch current unread messages (questions and results first, progress last). Nothing is consumed: call acknowledge_messages with the receipts once you have read them.',
+    // Read-only for mail: it never consumes. reset_notification changes only when the next
+    // notice may come, never what is read, so the hint stays honest for every call.
+    annotations: LOCAL_READ,
+    input: z
+      .object({
+        notification_id: z.string().optional().describe('from the notice that woke you; advisory'),
+        reset_notification: z.boolean().optional().describe('forget the current notice so the next one can come at once'),
+        limit: z.number().int().min(1).max(100).optional().describe('at most this many messages (1-100, default 20); more: true says others wait'),
+      })
+      .strict(),
+    run: (agent, args) => agent.receive(args.limit, args.reset_notification === true),
+  }),
+  tool({
+    name: 'acknowledge_messages',
+    description: 'Mark messages read by their exact receipts ({sender, msg_id} from receive_messages). Idempotent. Nothing is sent to the sender.',
+    // Not destructive: an acknowledged message stays in conversation_history; it only stops
+    // coming back from receive_messages. Local: no receipt goes to the sender.
+    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+    input: z.object({ messages: z.array(receipt).min(1).max(100).describe('1-100 receipts, exactly as receive_messages gave them') }).strict(),
+    run: (agent, args) => agent.acknowledge(args.messages),
+  }),
+  tool({
+    name: 'conversation_history',
+    description: 'Messages exchanged with one peer, both directions, oldest first. Read-only unless consume is true, which acknowledges exactly the inbound messages returned.',
+    // Not read-only because of consume (static hints must cover every call); consuming
+    // twice changes nothing more.
+    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+    input: z
+      .object({
+        peer: peerName.describe('petname from list_peers, or "self"'),
+        limit: z.number().int().min(1).max(100).optional().describe('the last this many messages (1-100, default 20)'),
+        consume: z.boolean().optional().describe('true: also acknowledge the inbound messages returned (default false)'),
+      })
+      .strict(),
+    run: (agent, args) => agent.history(args.peer, args.limit ?? 20, args.consume ?? false),
+  }),
+];
