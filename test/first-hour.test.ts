@@ -77,7 +77,10 @@ async function pairByReadme(alice: Person, bob: Person): Promise<{ aliceKey: str
   const seen = await bob.json<Listed>(['pair', 'list']);
   expect(seen.incoming).toEqual([expect.objectContaining({ fingerprint: aliceId.fingerprint, code: asked.code })]);
   expect(ok(await bob.cli(['pair', 'accept', aliceId.fingerprint]))).toContain('is now a peer');
-  expect(ok(await alice.cli(['pair', 'list']))).toContain('accepted your request: now a peer.');
+  // Alice asked by name: she compares the code too, then confirms.
+  expect(ok(await alice.cli(['pair', 'list']))).toContain(`accepted: compare the code with them, then run \`interlink-mcp pair confirm ${asked.fingerprint}\``);
+  expect(await alice.peers()).toEqual({});
+  expect(ok(await alice.cli(['pair', 'confirm', asked.fingerprint]))).toContain(`bob (fingerprint ${asked.fingerprint}) is now a peer. Verification code: ${asked.code}`);
   return { aliceKey: aliceId.key, bobKey: asked.to };
 }
 
@@ -153,11 +156,12 @@ describe('a one-sided revocation can be repaired', () => {
     expect(ok(await alice.cli(['pair', 'accept', bobId.fingerprint]))).toContain('is now a peer');
     expect(await alice.peers()).toEqual({ bob: { key: bobId.key } });
 
-    // Bob's next list completes it.
+    // Bob asked by name: his next list shows the acceptance, and he confirms.
     const done = await bob.json<Listed>(['pair', 'list']);
-    expect(done.completed).toEqual([{ petname: 'alice', fingerprint: aliceId.fingerprint, key: aliceKey }]);
-    expect(done.outgoing).toEqual([]);
+    expect(done.outgoing).toEqual([expect.objectContaining({ key: aliceKey, state: 'accepted_confirm_needed' })]);
+    ok(await bob.cli(['pair', 'confirm', aliceId.fingerprint]));
     expect(await bob.peers()).toEqual({ alice: { key: aliceKey } });
+    expect((await bob.json<Listed>(['pair', 'list'])).outgoing).toEqual([]);
   });
 
   it('a request made moot by adding the peer by hand is closed once, not reported as accepted', async () => {

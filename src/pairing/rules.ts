@@ -35,6 +35,10 @@ const outgoingSchema = z.object({
   code: z.string(),
   /** Set when the peer accepted but its petname had meanwhile come to name another key. */
   conflict: z.string().optional(),
+  /** The target was picked by a name on the roster: an acceptance waits for a person's confirm. */
+  by_name: z.boolean().optional(),
+  /** The acceptance held for that confirm: its msg_id and when it came. */
+  accepted: z.object({ msg_id: z.string(), at: z.number().int() }).optional(),
 });
 export type Outgoing = z.infer<typeof outgoingSchema>;
 
@@ -111,7 +115,7 @@ function full(what: string, limit: number): InterlinkError {
 /** A request to `to`: the open one if there is one (same id), else a new one and its control message. */
 export function planRequest(
   data: PairingData,
-  request: Omit<Outgoing, 'conflict'> & { text: string },
+  request: Omit<Outgoing, 'conflict' | 'accepted'> & { text: string },
 ): Change<{ outgoing: Outgoing; repeated: boolean }> {
   const open = data.outgoing.find((o) => o.to === request.to);
   if (open !== undefined) return { next: undefined, result: { outgoing: open, repeated: true } };
@@ -229,6 +233,20 @@ export function closeOutgoing(data: PairingData, requestIds: readonly string[]):
       control: data.control.filter((c) => !(c.kind === 'pair_request' && requestIds.includes(c.msg_id))),
     },
     result: closing,
+  };
+}
+
+/**
+ * An acceptance of a request made by roster name: the request stays open, marked
+ * accepted, until a person confirms (`pair confirm`); nothing changes in peers.json.
+ */
+export function holdAccepted(data: PairingData, request: Outgoing, acceptId: string, now: number): PairingData {
+  const current = pruned(data, now);
+  return {
+    ...current,
+    outgoing: current.outgoing.map((o) => (o.request_id === request.request_id ? { ...o, accepted: { msg_id: acceptId, at: now } } : o)),
+    control: current.control.filter((c) => c.msg_id !== request.request_id),
+    handled: [...current.handled, { from: request.to, msg_id: acceptId, outcome: 'confirmed', until: now + HANDLED_MS }],
   };
 }
 

@@ -19,8 +19,10 @@ export interface RosterView {
 export interface ResolvedTarget {
   key: string;
   session: string;
-  /** The name its chosen session announces (a default petname; unverified). */
+  /** The name its chosen session announces (unverified). */
   name: string;
+  /** How the person named it: by a roster name (which a relay could fake), or by key or fingerprint. */
+  by: 'name' | 'key' | 'fingerprint';
 }
 
 function isPublicKey(text: string): boolean {
@@ -34,11 +36,14 @@ function isPublicKey(text: string): boolean {
 
 export function resolveTarget(target: string, roster: readonly RosterView[], me: string, session?: string): ResolvedTarget {
   let keys: string[];
+  let by: ResolvedTarget['by'] = 'name';
   if (isPublicKey(target)) {
     keys = [target];
+    by = 'key';
   } else if (normalizeFingerprint(target) !== undefined) {
     const fingerprint = normalizeFingerprint(target);
     keys = [...new Set(roster.filter((r) => fingerprintOf(parsePublicKey(r.key)) === fingerprint).map((r) => r.key))];
+    by = 'fingerprint';
   } else {
     keys = [...new Set(roster.filter((r) => r.name === target).map((r) => r.key))];
     if (keys.length > 1) {
@@ -59,5 +64,5 @@ export function resolveTarget(target: string, roster: readonly RosterView[], me:
         : `session ${session} of that identity is not on any relay roster`,
     );
   }
-  return { key, session: chosen.session, name: chosen.name };
+  return { key, session: chosen.session, name: chosen.name, by };
 }

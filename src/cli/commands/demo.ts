@@ -131,11 +131,13 @@ async function pairPeople(alice: DemoPeer, bob: DemoPeer, aliceMe: Me): Promise<
   if (request.code !== asked.code) throw new InterlinkError('storage', 'demo: the verification codes differ');
   say('  the people compare the codes over another channel: they match, so bob accepts');
   await bob.call('accept_pair', { fingerprint: request.fingerprint, petname: 'alice' });
-  await until('bob among alice\'s peers', async () => {
-    const listed = await alice.call<{ peers: { petname: string }[] }>('list_peers');
-    return listed.peers.some((p) => p.petname === 'bob') ? true : undefined;
+  await until('bob\'s acceptance at alice', async () => {
+    const listed = await alice.call<{ outgoing: { fingerprint: string; state: string }[] }>('list_pair_requests');
+    return listed.outgoing.some((o) => o.fingerprint === asked.fingerprint && o.state === 'accepted_confirm_needed') ? true : undefined;
   });
-  say('  alice receives bob\'s signed confirmation: each is now the other\'s peer');
+  say('  alice receives bob\'s signed acceptance; she asked by a name the relay showed, so she confirms after comparing the code');
+  await alice.call('confirm_pair', { fingerprint: asked.fingerprint });
+  say('  each is now the other\'s peer');
 }
 
 /** Mallory trusts Bob, but Bob never paired with Mallory: the relay carries it, Bob's gate refuses it. */

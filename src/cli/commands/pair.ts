@@ -24,6 +24,7 @@ export const pairHelp = `usage: interlink-mcp pair request <target> [--petname N
        interlink-mcp pair list [--json]
        interlink-mcp pair accept <fingerprint> [--petname NAME] [--json]
        interlink-mcp pair reject <fingerprint> [--json]
+       interlink-mcp pair confirm <fingerprint> [--json]
        interlink-mcp pair cancel <fingerprint> [--json]
 
 Pairing by people. Both sides see the same verification code: compare it with the other
@@ -33,11 +34,13 @@ means someone in between substituted a key: reject.
   list     incoming requests waiting for you, your open requests, and what arrived
   accept   trust the requester (peers.json) and send it the confirmation
   reject   drop an incoming request
+  confirm  after the other side accepted a request you made by name, and the codes
+           match: make it your peer
   cancel   withdraw a request of yours that is still open
 Runs as this identity's "cli" session (on the relay rosters so that people can ask to
 pair; agent mail never goes there); no agent session is needed.`;
 
-const ACTIONS = ['request', 'list', 'accept', 'reject', 'cancel'] as const;
+const ACTIONS = ['request', 'list', 'accept', 'reject', 'confirm', 'cancel'] as const;
 type Action = (typeof ACTIONS)[number];
 
 function isAction(value: string | undefined): value is Action {
@@ -85,6 +88,11 @@ export async function pair(argv: readonly string[]): Promise<void> {
         const moot = (await Promise.all((await sessionsOf(agent)).map((p) => p.closeMoot()))).flat();
         const listed = await listAll(agent);
         print(json, { ...listed, completed, closed_already_peers: moot }, () => describeList(listed, completed, moot));
+        return;
+      }
+      case 'confirm': {
+        const result = await agent.pairing.confirm(subject!);
+        print(json, result, () => `${result.petname} (fingerprint ${result.fingerprint}) is now a peer. Verification code: ${result.code}`);
         return;
       }
       case 'cancel': {
@@ -175,8 +183,22 @@ function describeList(listed: LocalListing, completed: { petname: string; finger
   }
   if (listed.outgoing.length > 0) lines.push('Your open requests:');
   for (const o of listed.outgoing) {
-    lines.push(`  ${o.petname} (${o.fingerprint})  code ${o.code}  ${o.state.replaceAll('_', ' ')}${o.conflict !== undefined ? `: ${o.conflict}` : ''}${where(o.local_session)}`);
+    lines.push(`  ${o.petname} (${o.fingerprint})  code ${o.code}  ${outgoingLine(o)}${where(o.local_session)}`);
   }
   if (listed.unsent_control_messages > 0) lines.push(`${listed.unsent_control_messages} pairing message(s) still wait for a relay.`);
   return lines.join('\n');
+}
+
+/** What an open request of ours waits for, and on whom. */
+function outgoingLine(o: LocalListing['outgoing'][number]): string {
+  switch (o.state) {
+    case 'accepted_confirm_needed':
+      return `accepted: compare the code with them, then run \`interlink-mcp pair confirm ${o.fingerprint}\``;
+    case 'accepted_with_conflict':
+      return `accepted, not added: ${o.conflict ?? ''}`;
+    case 'waiting_for_relay':
+      return 'waiting for a relay to take the request';
+    case 'sent':
+      return 'sent: waiting for them to accept';
+  }
 }
