@@ -17,7 +17,9 @@ export class Turns {
   take(): Turn {
     const ready = this.tail;
     let done!: () => void;
-    this.tail = new Promise<void>((resolve) => (done = resolve));
+    const finished = new Promise<void>((resolve) => (done = resolve));
+    // A call that fails before its turn ends early; later turns still wait for earlier ones.
+    this.tail = ready.then(() => finished);
     return { ready, done };
   }
 }
