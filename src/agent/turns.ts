@@ -1,12 +1,13 @@
 /**
- * Turns for one step of concurrent calls, in the order the calls began. `send_message`
- * signs in its turn, so the signed timestamps (and the outbox) follow the order in which
- * the calls reached the server, while the work before and after that step overlaps.
+ * Turns for one step of concurrent calls, in the order the calls began, while the work
+ * before and after that step overlaps. `send_message` signs in its turn, so the signed
+ * timestamps (and the outbox) follow the order in which the calls reached the server;
+ * inbound stores a relay's deliveries in the order the relay sent them.
  */
 export interface Turn {
   /** Resolves when every earlier turn is done. */
   ready: Promise<void>;
-  /** Ends this turn; must be called exactly once, also when the call fails. */
+  /** Ends this turn; must be called, also when the call fails (calls after the first do nothing). */
   done: () => void;
 }
 
