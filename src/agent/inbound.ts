@@ -98,6 +98,8 @@ export class Inbound {
       }
       if (verdict.admission === 'pair_request' || verdict.admission === 'pair_accept') {
         // Pairing has its own store and notices; committed there before the relay forgets it.
+        // Not mailbox mail, so later deliveries need not wait for it.
+        turn.done();
         await this.deps.pairing(envelope, verdict.admission);
         relay.ack(delivery.route, [delivery.id]);
         return;
