@@ -219,20 +219,67 @@ describe('mailbox state', () => {
     );
   });
 
-  it('fetches non-progress first, each group in arrival order', () => {
+  it('fetches each sender’s unread messages in signed-time order (arrival breaks ties), senders in their arrival slots', () => {
     fc.assert(
       fc.property(fc.array(actionArb, { maxLength: 60 }), (actions) => {
         const r = run(actions, { maxRecords: 4096, maxBytes: 1 << 30 }, () => undefined);
         const order = r.state.unreadInFetchOrder();
-        const firstProgress = order.findIndex((x) => isProgress(x.envelope));
-        if (firstProgress >= 0) expect(order.slice(firstProgress).every((x) => isProgress(x.envelope))).toBe(true);
-        const nonProgress = order.filter((x) => !isProgress(x.envelope)).map((x) => x.seq);
-        const progress = order.filter((x) => isProgress(x.envelope)).map((x) => x.seq);
-        expect(nonProgress).toEqual([...nonProgress].sort((a, b) => a - b));
-        expect(progress).toEqual([...progress].sort((a, b) => a - b));
+        const arrival = [...r.state.all()].filter(isUnread);
+        // The same records; each arrival position keeps its sender.
+        expect(new Set(order)).toEqual(new Set(arrival));
+        expect(order.map((x) => x.envelope.from)).toEqual(arrival.map((x) => x.envelope.from));
+        for (const sender of senders) {
+          const mine = order.filter((x) => x.envelope.from === sender.key);
+          for (let i = 1; i < mine.length; i++) {
+            const [a, b] = [mine[i - 1]!, mine[i]!];
+            expect(a.envelope.ts < b.envelope.ts || (a.envelope.ts === b.envelope.ts && a.seq < b.seq)).toBe(true);
+          }
+        }
       }),
       { numRuns: 200 },
     );
+  });
+
+  /** One sender's messages as a session signs them: strictly increasing timestamps. */
+  const sentInOrder = fc
+    .array(fc.constantFrom<Status | 'none'>('none', 'needs_input', 'update', 'result'), { minLength: 1, maxLength: 12 })
+    .map((statuses) => {
+      const sender = senders[0]!;
+      return statuses.map((status, i) =>
+        message(sender, receiver, { text: `m${i}`, ts: T0 + i, task_id: 'task', reply_to: `${sender.key}#s0`, ...(status !== 'none' && { status }) }),
+      );
+    });
+
+  it('fetches one sender’s messages in the order sent, whatever order they arrive in, with supersession as if they came in order', () => {
+    fc.assert(
+      fc.property(
+        sentInOrder.chain((sent) => fc.tuple(fc.constant(sent), fc.shuffledSubarray(sent, { minLength: sent.length, maxLength: sent.length }))),
+        ([sent, arrival]) => {
+          const inOrder = new MailboxState({ maxRecords: 4096, maxBytes: 1 << 30 });
+          const shuffled = new MailboxState({ maxRecords: 4096, maxBytes: 1 << 30 });
+          sent.forEach((envelope, i) => inOrder.apply({ op: 'store', at: T0 + i, envelope }));
+          arrival.forEach((envelope, i) => shuffled.apply({ op: 'store', at: T0 + i, envelope }));
+          const fetched = shuffled.unreadInFetchOrder().map((x) => x.envelope.msg_id);
+          // The same messages survive supersession, in the order they were sent.
+          expect(fetched).toEqual(inOrder.unreadInFetchOrder().map((x) => x.envelope.msg_id));
+          expect(fetched).toEqual(sent.filter((e) => fetched.includes(e.msg_id)).map((e) => e.msg_id));
+          expect(shuffled.fromSender(senders[0]!.key).map((x) => x.envelope.msg_id)).toEqual(sent.map((e) => e.msg_id));
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('shows a message that arrives after later ones were acknowledged, on its own', () => {
+    const sender = senders[0]!;
+    const state = new MailboxState({ maxRecords: 4096, maxBytes: 1 << 30 });
+    const [first, second, third] = [0, 1, 2].map((i) => message(sender, receiver, { text: `m${i}`, ts: T0 + i }));
+    state.apply({ op: 'store', at: T0, envelope: second! });
+    state.apply({ op: 'store', at: T0, envelope: third! });
+    state.apply({ op: 'ack', at: T0, receipts: [second!, third!].map((e) => ({ sender: e.from, msg_id: e.msg_id })) });
+    state.apply({ op: 'store', at: T0 + 1, envelope: first! });
+    expect(state.unreadInFetchOrder().map((x) => x.envelope.text)).toEqual(['m0']);
+    expect(state.fromSender(sender.key).map((x) => x.envelope.text)).toEqual(['m0', 'm1', 'm2']);
   });
 
   it('replays to the same state from the journal and from a snapshot', () => {

@@ -13,7 +13,8 @@ import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identi
 import { Mailbox } from '../mailbox/mailbox.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import { currentState } from '../mailbox/state.js';
-import { Outbox, intentOf, type OutboxRecord } from '../outbox/outbox.js';
+import { SendClock } from '../outbox/clock.js';
+import { Outbox, intentOf, type AddResult, type OutboxRecord } from '../outbox/outbox.js';
 import { PeerTable, addPeer, loadPeers, removePeer } from '../peers/peers.js';
 import { RelayClient } from '../relay/client.js';
 import { MAX_PAYLOAD_BYTES } from '../relay/frames.js';
@@ -24,6 +25,7 @@ import { Inbound } from './inbound.js';
 import { Outbound } from './outbound.js';
 import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
 import { chooseSession, PAIRING_SESSION } from './routing.js';
+import { Turns } from './turns.js';
 
 export interface AgentOptions {
   identity: Identity;
@@ -75,6 +77,7 @@ export class Agent {
   /** The session id Claude's hooks use for this session's inbox (see bindClaudeSession). */
   private hostSession: string;
   private readonly closing = new AbortController();
+  private readonly sendTurns = new Turns();
 
   private constructor(
     readonly options: AgentOptions,
@@ -87,6 +90,7 @@ export class Agent {
     readonly pairing: Pairing,
     /** The session each peer last wrote from (inbound keeps it current). */
     private readonly sticky: Map<string, string>,
+    private readonly sendClock: SendClock,
   ) {
     this.route = `${options.identity.key}#${options.session}`;
     this.hostSession = options.session;
@@ -123,7 +127,7 @@ export class Agent {
       },
     });
     const outbound = new Outbound(outbox, relays);
-    agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, sticky);
+    agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, sticky, new SendClock(await outbox.lastTimestamp()));
     for (const relay of relays) {
       inbound.attach(relay);
       relay.start();
@@ -235,37 +239,54 @@ export class Agent {
     return { key, petname: to };
   }
 
+  /**
+   * Signs and queues a message. Calls are signed in the order they began (`Turns`), with
+   * a strictly increasing timestamp (`SendClock`): that is the order receivers read this
+   * session's messages in.
+   */
   async send(args: SendArgs): Promise<SendReceipt> {
-    if (Buffer.byteLength(args.text, 'utf8') > MAX_TEXT_BYTES) {
-      throw new InterlinkError('too_large', `text is ${Buffer.byteLength(args.text, 'utf8')} bytes; the limit is ${MAX_TEXT_BYTES} bytes of UTF-8`);
+    const turn = this.sendTurns.take();
+    let adding: Promise<AddResult>;
+    let session: string;
+    let idempotency: { key: string; intent: string } | undefined;
+    try {
+      if (Buffer.byteLength(args.text, 'utf8') > MAX_TEXT_BYTES) {
+        throw new InterlinkError('too_large', `text is ${Buffer.byteLength(args.text, 'utf8')} bytes; the limit is ${MAX_TEXT_BYTES} bytes of UTF-8`);
+      }
+      const target = await this.resolvePeer(args.to);
+      idempotency =
+        args.idempotency_key === undefined
+          ? undefined
+          : { key: args.idempotency_key, intent: intentOf({ to: target.key, session: args.session, text: args.text, ...optional(args) }) };
+      if (idempotency) {
+        const existing = await this.outbox.byIdempotencyKey(idempotency.key);
+        if (existing) return this.replay(existing, idempotency.intent, args.to);
+      }
+      session = await this.chooseSession(target.key, args.session);
+      await turn.ready;
+      const envelope = signEnvelope(this.identity.signingKey, {
+        to: target.key,
+        text: args.text,
+        reply_to: this.route,
+        ts: this.sendClock.next(),
+        ...optional(args),
+      });
+      if (Buffer.byteLength(JSON.stringify(envelope), 'utf8') > MAX_PAYLOAD_BYTES) {
+        throw new InterlinkError('too_large', `the signed message is larger than a relay accepts (${MAX_PAYLOAD_BYTES} bytes)`);
+      }
+      // Submitted within the turn, so the outbox holds messages in the order they were signed.
+      adding = this.outbox.add(envelope, `${target.key}#${session}`, idempotency).catch((err: unknown) => {
+        // A failed commit is cut back and never sent; one that could not be cut back may be.
+        if (!isInterlinkError(err, 'storage_uncertain')) throw err;
+        throw new InterlinkError('storage_uncertain', `${err.message}; message_status ${envelope.msg_id} tells whether it was kept`, { msg_id: envelope.msg_id });
+      });
+    } finally {
+      turn.done();
     }
-    const target = await this.resolvePeer(args.to);
-    const idempotency =
-      args.idempotency_key === undefined
-        ? undefined
-        : { key: args.idempotency_key, intent: intentOf({ to: target.key, session: args.session, text: args.text, ...optional(args) }) };
-    if (idempotency) {
-      const existing = await this.outbox.byIdempotencyKey(idempotency.key);
-      if (existing) return this.replay(existing, idempotency.intent, args.to);
-    }
-    const session = await this.chooseSession(target.key, args.session);
-    const envelope = signEnvelope(this.identity.signingKey, {
-      to: target.key,
-      text: args.text,
-      reply_to: this.route,
-      ...optional(args),
-    });
-    if (Buffer.byteLength(JSON.stringify(envelope), 'utf8') > MAX_PAYLOAD_BYTES) {
-      throw new InterlinkError('too_large', `the signed message is larger than a relay accepts (${MAX_PAYLOAD_BYTES} bytes)`);
-    }
-    const result = await this.outbox.add(envelope, `${target.key}#${session}`, idempotency).catch((err: unknown) => {
-      // A failed commit is cut back and never sent; one that could not be cut back may be.
-      if (!isInterlinkError(err, 'storage_uncertain')) throw err;
-      throw new InterlinkError('storage_uncertain', `${err.message}; message_status ${envelope.msg_id} tells whether it was kept`, { msg_id: envelope.msg_id });
-    });
+    const result = await adding;
     if (result.outcome !== 'added') return this.replay(result.record, idempotency?.intent, args.to);
     this.outbound.offer(result.record);
-    return { msg_id: envelope.msg_id, to: args.to, session, state: 'pending', duplicate: false };
+    return { msg_id: result.record.envelope.msg_id, to: args.to, session, state: 'pending', duplicate: false };
   }
 
   private replay(record: OutboxRecord, intent: string | undefined, to: string): SendReceipt {

@@ -3,7 +3,8 @@
  *
  * A message is acknowledged to the relay only after the mailbox commit returned, so a
  * crash in between leaves it on the relay, which delivers it again (the mailbox refuses
- * the duplicate). Messages the gate rejects are acknowledged too — dropped, with the
+ * the duplicate). Deliveries from one relay reach the mailbox in the order the relay sent
+ * them. Messages the gate rejects are acknowledged too — dropped, with the
  * verdict logged — so garbage is not redelivered forever. A message the mailbox cannot
  * take (full, damaged, unwritable disk) is not acknowledged and is retried with backoff,
  * and so is a message from an unknown key while peers.json is damaged (it may come
@@ -17,6 +18,7 @@ import type { Mailbox } from '../mailbox/mailbox.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import type { PeerTable } from '../peers/peers.js';
 import type { Delivery, RelayClient } from '../relay/client.js';
+import { type Turn, Turns } from './turns.js';
 
 const SEEN_LIMIT = 4096;
 const MAX_RETRY_MS = 30_000;
@@ -44,10 +46,18 @@ export class Inbound {
   constructor(private readonly deps: InboundDeps) {}
 
   attach(relay: RelayClient): void {
-    relay.on('delivery', (delivery: Delivery) => {
-      const handled = this.handle(relay, delivery, 0).finally(() => this.handling.delete(handled));
-      this.handling.add(handled);
-    });
+    const turns = new Turns();
+    relay.on('delivery', (delivery: Delivery) => this.track(relay, delivery, 0, turns));
+  }
+
+  /**
+   * Deliveries are judged concurrently but reach the mailbox in the order the relay sent
+   * them (a turn taken on arrival), so arrival order there follows the relay's order and
+   * concurrent arrivals still share one commit.
+   */
+  private track(relay: RelayClient, delivery: Delivery, attempt: number, turns: Turns): void {
+    const handled = this.handle(relay, delivery, attempt, turns, turns.take()).finally(() => this.handling.delete(handled));
+    this.handling.add(handled);
   }
 
   /** Resolves when every delivery received so far has been handled (stored, or dropped). */
@@ -61,7 +71,15 @@ export class Inbound {
     this.retries.clear();
   }
 
-  private async handle(relay: RelayClient, delivery: Delivery, attempt: number): Promise<void> {
+  private async handle(relay: RelayClient, delivery: Delivery, attempt: number, turns: Turns, turn: Turn): Promise<void> {
+    try {
+      await this.handleInTurn(relay, delivery, attempt, turns, turn);
+    } finally {
+      turn.done();
+    }
+  }
+
+  private async handleInTurn(relay: RelayClient, delivery: Delivery, attempt: number, turns: Turns, turn: Turn): Promise<void> {
     if (this.closed) return;
     let envelope: Envelope;
     try {
@@ -80,17 +98,22 @@ export class Inbound {
       }
       if (verdict.admission === 'pair_request' || verdict.admission === 'pair_accept') {
         // Pairing has its own store and notices; committed there before the relay forgets it.
+        // Not mailbox mail, so later deliveries need not wait for it.
+        turn.done();
         await this.deps.pairing(envelope, verdict.admission);
         relay.ack(delivery.route, [delivery.id]);
         return;
       }
-      const stored = await this.deps.mailbox.store(envelope, verdict.petname !== undefined ? { peer: verdict.petname } : {});
+      await turn.ready;
+      const storing = this.deps.mailbox.store(envelope, verdict.petname !== undefined ? { peer: verdict.petname } : {});
+      turn.done();
+      const stored = await storing;
       if (stored.outcome === 'full') throw new Error(`mailbox full (${stored.reason})`);
       this.remember(envelope);
       relay.ack(delivery.route, [delivery.id]);
       if (stored.outcome === 'stored') this.deps.onStored?.(stored.record);
     } catch (err) {
-      this.retryLater(relay, delivery, attempt, err);
+      this.retryLater(relay, delivery, attempt, turns, err);
     }
   }
 
@@ -119,7 +142,7 @@ export class Inbound {
     if (session !== undefined) this.deps.sticky.set(envelope.from, session);
   }
 
-  private retryLater(relay: RelayClient, delivery: Delivery, attempt: number, err: unknown): void {
+  private retryLater(relay: RelayClient, delivery: Delivery, attempt: number, turns: Turns, err: unknown): void {
     const delay = Math.min(MAX_RETRY_MS, 250 * 2 ** attempt);
     log.warn('inbound_storage_failed', { relay: relay.url, route: delivery.route, id: delivery.id, retry_ms: delay, error: (err as Error).message });
     const key = `${delivery.relay} ${delivery.route} ${delivery.id}`;
@@ -127,7 +150,7 @@ export class Inbound {
     const timer = setTimeout(() => {
       this.retries.delete(key);
       // After a reconnect the relay redelivers on its own; retry only on the same connection.
-      if (relay.connected) void this.handle(relay, delivery, attempt + 1);
+      if (relay.connected) this.track(relay, delivery, attempt + 1, turns);
     }, delay);
     timer.unref();
     this.retries.set(key, timer);

@@ -105,7 +105,7 @@ export class Mailbox {
     await this.journal.submit({ op: 'notice_reset', at: this.now() });
   }
 
-  /** Current unread messages, non-progress first; consumes nothing. */
+  /** Current unread messages in delivery order (each sender's in the order sent); consumes nothing. */
   async fetch(limit?: number): Promise<FetchResult> {
     const bounded = clampFetchLimit(limit);
     return this.journal.read((state) => {
@@ -115,12 +115,12 @@ export class Mailbox {
   }
 
   /**
-   * The last `limit` messages from `sender`, oldest first. With `consume`, exactly the
-   * returned messages are acknowledged before this resolves.
+   * The last `limit` messages from `sender`, in the order it sent them. With `consume`,
+   * exactly the returned messages are acknowledged before this resolves.
    */
   async history(sender: string, options: { limit?: number; consume?: boolean } = {}): Promise<StoredRecord[]> {
     const limit = Math.max(1, Math.floor(options.limit ?? DEFAULT_FETCH_LIMIT));
-    const selected = await this.journal.read((state) => [...state.all()].filter((r) => r.envelope.from === sender).slice(-limit));
+    const selected = await this.journal.read((state) => state.fromSender(sender).slice(-limit));
     if (options.consume !== true) return selected.map(clone);
     const receipts = selected.filter((r) => !isAcknowledged(r)).map((r) => ({ sender: r.envelope.from, msg_id: r.envelope.msg_id }));
     if (receipts.length > 0) await this.acknowledge(receipts);

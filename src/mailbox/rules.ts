@@ -1,6 +1,6 @@
 /**
  * The mailbox's decisions, as pure functions of values: which records supersede which,
- * what a fetch returns first, and whether a new record may be admitted.
+ * the order a fetch returns them in, and whether a new record may be admitted.
  */
 import { type Envelope, type Status, TERMINAL_STATUSES, replyToSession } from '../envelope/envelope.js';
 
@@ -68,6 +68,40 @@ export function supersede(incoming: Envelope, sameTask: readonly TaskRecordView[
   }
   const others = sameTask.filter((r) => isProgress(r.envelope) && r.supersededBy === undefined).map((r) => r.envelope.msg_id);
   return { others };
+}
+
+/** What fetch order looks at: who signed a record, when, and when it arrived here. */
+export interface OrderedRecord {
+  seq: number;
+  envelope: Pick<Envelope, 'from' | 'ts'>;
+}
+
+/** One sender's order: its signed time, then arrival (for equal times, e.g. from older senders). */
+export function senderOrder(a: OrderedRecord, b: OrderedRecord): number {
+  return a.envelope.ts - b.envelope.ts || a.seq - b.seq;
+}
+
+/**
+ * Delivery order (DESIGN.md, "The mailbox"): each sender's records in the order it sent
+ * them, whatever order relays delivered them in; across senders, arrival order. The
+ * input is in arrival order; each sender keeps the positions its records arrived in, and
+ * those positions are filled with its records sorted by `senderOrder`.
+ */
+export function inDeliveryOrder<T extends OrderedRecord>(arrived: readonly T[]): T[] {
+  const bySender = new Map<string, T[]>();
+  for (const record of arrived) {
+    const mine = bySender.get(record.envelope.from);
+    if (mine) mine.push(record);
+    else bySender.set(record.envelope.from, [record]);
+  }
+  for (const mine of bySender.values()) mine.sort(senderOrder);
+  const taken = new Map<string, number>();
+  return arrived.map((slot) => {
+    const from = slot.envelope.from;
+    const next = taken.get(from) ?? 0;
+    taken.set(from, next + 1);
+    return bySender.get(from)![next]!;
+  });
 }
 
 export type AdmissionVerdict = { ok: true } | { ok: false; reason: 'records' | 'bytes' };

@@ -4,7 +4,7 @@
  * which is what lets the journal be replayed after a crash.
  */
 import type { AckOp, MailboxData, NoticeOutcomeOp, NoticeReserveOp, Op, RecordState, Reservation, StoreOp, StoredRecord, Tombstone } from './format.js';
-import { type Limits, RETENTION_MS, admit, isProgress, supersede, supersessionKey } from './rules.js';
+import { type Limits, RETENTION_MS, admit, inDeliveryOrder, isProgress, senderOrder, supersede, supersessionKey } from './rules.js';
 import { MAX_PAST_MS } from '../gate/decide.js';
 
 export type StoreOutcome = { outcome: 'stored'; record: StoredRecord } | { outcome: 'duplicate' } | { outcome: 'full'; reason: 'records' | 'bytes' };
@@ -194,15 +194,18 @@ export class MailboxState {
     return counts;
   }
 
-  /** Unread records, non-progress first, each group oldest first. */
+  /** Unread records in delivery order: each sender's as it sent them, senders by arrival. */
   unreadInFetchOrder(): StoredRecord[] {
-    const first: StoredRecord[] = [];
-    const progress: StoredRecord[] = [];
-    for (const record of this.records.values()) {
-      if (!isUnread(record)) continue;
-      (isProgress(record.envelope) ? progress : first).push(record);
-    }
-    return first.concat(progress);
+    const unread: StoredRecord[] = [];
+    for (const record of this.records.values()) if (isUnread(record)) unread.push(record);
+    return inDeliveryOrder(unread);
+  }
+
+  /** Every record from `sender`, in the order it sent them. */
+  fromSender(sender: string): StoredRecord[] {
+    const mine: StoredRecord[] = [];
+    for (const record of this.records.values()) if (record.envelope.from === sender) mine.push(record);
+    return mine.sort(senderOrder);
   }
 
   private insert(record: StoredRecord): void {

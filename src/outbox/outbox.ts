@@ -171,8 +171,14 @@ export class Outbox {
     return this.journal.read((state) => structuredClone(state.recordForKey(key)));
   }
 
+  /** In the order they were signed, which is the order they were sent in. */
   async pending(): Promise<OutboxRecord[]> {
-    return this.journal.read((state) => structuredClone([...state.records.values()].filter(isPending)));
+    return this.journal.read((state) => structuredClone([...state.records.values()].filter(isPending).sort((a, b) => a.envelope.ts - b.envelope.ts)));
+  }
+
+  /** The newest signed timestamp in the outbox (0 when empty): where the send clock resumes. */
+  async lastTimestamp(): Promise<number> {
+    return this.journal.read((state) => [...state.records.values()].reduce((last, r) => Math.max(last, r.envelope.ts), 0));
   }
 
   close(): Promise<void> {

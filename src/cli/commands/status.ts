@@ -108,8 +108,9 @@ export async function status(argv: readonly string[]): Promise<void> {
 
 export const inboxHelp = `usage: interlink-mcp inbox [--session ID] [--peer PETNAME] [--json]
 
-Messages in this identity's mailboxes and their delivery states, oldest first. Reads
-only: nothing is acknowledged.`;
+Messages in this identity's mailboxes and their delivery states, oldest first by the
+senders' signed time (each sender's in the order it sent them). Reads only: nothing is
+acknowledged.`;
 
 function senderName(key: string, me: Identity, table: PeerTable): string {
   if (key === me.key) return 'self';
@@ -158,6 +159,8 @@ export async function inbox(argv: readonly string[]): Promise<void> {
       });
     }
   }
+  // Stable, from arrival order: equal timestamps stay in arrival order, which is the
+  // mailbox's own tie-break, so each sender's messages appear in the order sent.
   rows.sort((a, b) => a.ts - b.ts);
   print(args.values.json === true, { messages: rows }, () =>
     rows.length === 0

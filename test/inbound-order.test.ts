@@ -1,0 +1,83 @@
+/**
+ * The inbound loop against a fake relay client: deliveries are judged concurrently, yet
+ * reach the mailbox in the order the relay sent them, and a delivery the mailbox could
+ * not take is retried without holding up the ones after it.
+ */
+import { EventEmitter } from 'node:events';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Inbound } from '../src/agent/inbound.js';
+import { Mailbox } from '../src/mailbox/mailbox.js';
+import { PeerTable } from '../src/peers/peers.js';
+import type { Delivery, RelayClient } from '../src/relay/client.js';
+import { eventually } from './helpers/mcp.js';
+import { message, newIdentity, tempDir } from './helpers/fixtures.js';
+
+const me = newIdentity(51);
+const senders = [newIdentity(52), newIdentity(53)];
+const table = new PeerTable(senders.map((s, i) => ({ petname: `p${i}`, key: s.key })));
+
+/** Just what the inbound loop uses of a relay client. */
+class FakeRelay extends EventEmitter {
+  readonly url = 'ws://fake';
+  readonly connected = true;
+  readonly acked: number[] = [];
+  ack(_route: string, ids: number[]): void {
+    this.acked.push(...ids);
+  }
+}
+
+let dir: { path: string; remove: () => Promise<void> };
+let mailbox: Mailbox;
+let inbound: Inbound | undefined;
+beforeEach(async () => {
+  dir = await tempDir();
+  mailbox = await Mailbox.open(join(dir.path, 'mailbox', me.key, 's1.json'));
+});
+afterEach(async () => {
+  inbound?.close();
+  await mailbox.close();
+  await dir.remove();
+});
+
+describe('inbound order', () => {
+  it('stores deliveries in the order the relay sent them when the first one takes longest to judge', async () => {
+    // The first judgement waits until every other delivery has been judged.
+    const count = 6;
+    let judged = 0;
+    let releaseFirst!: () => void;
+    const firstHeld = new Promise<void>((resolve) => (releaseFirst = resolve));
+    const trust = async () => {
+      const mine = judged++;
+      if (mine === count - 1) releaseFirst();
+      if (mine === 0) await firstHeld;
+      return { table, damaged: false };
+    };
+    inbound = new Inbound({ me, mailbox, trust, outstanding: async () => [], pairing: async () => undefined, sticky: new Map() });
+    const relay = new FakeRelay();
+    inbound.attach(relay as unknown as RelayClient);
+    const sent = Array.from({ length: count }, (_, i) => message(senders[i % 2]!, me, { text: `m${i}` }));
+    sent.forEach((envelope, i) => relay.emit('delivery', { relay: relay.url, route: `${me.key}#s1`, id: i, payload: envelope } satisfies Delivery));
+    await inbound.settled();
+    expect((await mailbox.all()).map((r) => r.envelope.text)).toEqual(sent.map((e) => e.text));
+    expect([...relay.acked].sort()).toEqual(sent.map((_, i) => i));
+  });
+
+  it('retries a delivery the mailbox refused without holding up the ones after it', async () => {
+    let failures = 1;
+    const trust = async () => {
+      if (failures-- > 0) throw new Error('peers.json unreadable');
+      return { table, damaged: false };
+    };
+    inbound = new Inbound({ me, mailbox, trust, outstanding: async () => [], pairing: async () => undefined, sticky: new Map() });
+    const relay = new FakeRelay();
+    inbound.attach(relay as unknown as RelayClient);
+    const now = Date.now();
+    const sent = [0, 1, 2].map((i) => message(senders[0]!, me, { text: `m${i}`, ts: now + i }));
+    sent.forEach((envelope, i) => relay.emit('delivery', { relay: relay.url, route: `${me.key}#s1`, id: i, payload: envelope } satisfies Delivery));
+    await eventually(async () => (relay.acked.length === 3 ? true : undefined), 10_000, 'all three acknowledged');
+    // m0 arrived last; it is still fetched first, in the order its sender signed it.
+    expect((await mailbox.all()).map((r) => r.envelope.text)).toEqual(['m1', 'm2', 'm0']);
+    expect((await mailbox.fetch()).messages.map((r) => r.envelope.text)).toEqual(['m0', 'm1', 'm2']);
+  });
+});
