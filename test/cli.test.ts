@@ -232,16 +232,14 @@ describe('peers', () => {
     expect(await readFile(peersFile, 'utf8')).toBe(before);
   });
 
-  it('lists a damaged peers.json as empty, says so on stderr and keeps the damaged copy', async () => {
+  it('refuses to list a damaged peers.json: exit 1, one sentence naming the file, the file left as it is', async () => {
     await mkdir(configDir);
     await writeFile(peersFile, '{ not json');
-    const run = await cli(['peers', 'list', '--json']);
-    expect(run.code).toBe(0);
-    expect(JSON.parse(run.stdout)).toEqual({ peers: [] });
-    expect(run.stderr).toContain('store_corrupt');
-    const aside = (await readdir(configDir)).filter((name) => name.startsWith('peers.json.corrupt-'));
-    expect(aside).toHaveLength(1);
-    expect(await readFile(join(configDir, aside[0]!), 'utf8')).toBe('{ not json');
+    const err = expectOneLineFailure(await cli(['peers', 'list', '--json']));
+    expect(err).toContain(`${peersFile} is damaged: line 1: not valid JSON`);
+    expect(err).toContain('left as it is');
+    expect(await readdir(configDir)).toEqual(['peers.json']);
+    expect(await readFile(peersFile, 'utf8')).toBe('{ not json');
   });
 });
 
