@@ -7,6 +7,7 @@ import { errnoCode } from '../errors.js';
 const WORDS: Record<string, string> = {
   ECONNREFUSED: 'connection refused',
   ECONNRESET: 'connection reset',
+  EPIPE: 'connection reset',
   ETIMEDOUT: 'timed out',
   EHOSTUNREACH: 'host unreachable',
   ENETUNREACH: 'network unreachable',
