@@ -336,8 +336,15 @@ describe('status', () => {
     expect(expectSuccess(await cli(['status'], offline))).toContain('failed Codex notices: 1');
 
     await writeFile(failed.path, '{ not json');
-    const damaged = statusSchema.parse(JSON.parse(expectSuccess(await cli(['status', '--json'], offline))));
+    const run = await cli(['status', '--json'], offline);
+    const damaged = statusSchema.parse(JSON.parse(run.stdout));
     expect(damaged.sessions).toEqual([expect.objectContaining({ session: THREAD, failed_deliveries: 'unreadable' })]);
+    // Exit 1 with the sentence: which file, what is wrong, that it was left, what is unavailable.
+    expect(run.code).toBe(1);
+    expect(run.stderr).toBe(
+      `interlink-mcp status: ${failed.path} is damaged: line 1: not valid JSON (expected property name or '}'). ` +
+        'The file was left as it is; fix it in place. Until then the Codex notices it saved cannot be listed or retried (the messages themselves stay unread in the mailbox).\n',
+    );
     // A view repairs nothing: the damaged file is still where it was.
     expect(await readFile(failed.path, 'utf8')).toBe('{ not json');
   });

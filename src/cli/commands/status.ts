@@ -10,9 +10,10 @@ import { configuredRelays, localRelayAddr, probeRelay } from '../../agent/local-
 import { keyPath, peersPath, stateDir } from '../../config/paths.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
-import { FailedDeliveries } from '../../codex/failed.js';
+import { FAILED_UNAVAILABLE, FailedDeliveries } from '../../codex/failed.js';
 import { pairingFileSchema } from '../../pairing/rules.js';
-import { pairingPath } from '../../pairing/store.js';
+import { PAIRING_UNAVAILABLE, pairingPath } from '../../pairing/store.js';
+import { damageSentence, type Damage } from '../../store/damage.js';
 import { peekJson } from '../../store/json-store.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
 import { currentState } from '../../mailbox/state.js';
@@ -46,14 +47,16 @@ export const statusHelp = `usage: interlink-mcp status [--json]
 This identity, its peers, the relays and whether each answers, and per session the
 unread messages, the messages no relay has accepted yet, the Codex notices saved as
 failed deliveries and the pairing requests waiting for a decision. Reads only.
-Exits 1 when peers.json is damaged: everything else is still shown, and stderr says
-what is wrong with the file (which is left as it is).`;
+Exits 1 when a file it reads (peers.json, a pairing store, a failed-deliveries file)
+is damaged: everything else is still shown, and stderr says what is wrong with each
+(they are left as they are).`;
 
 export async function status(argv: readonly string[]): Promise<void> {
   const args = parse(argv, { json: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp status [--json]');
   const identity = await identityOrNull();
   const { table, damage } = await readPeers(peersPath());
+  const damaged: Damage[] = damage === undefined ? [] : [damage];
   const urls = configuredRelays(process.env) ?? [`ws://${localRelayAddr(process.env)}`];
   const relays = await Promise.all(urls.map((url) => probeRelay(url, 1_000)));
   const state = stateDir();
@@ -76,8 +79,12 @@ export async function status(argv: readonly string[]): Promise<void> {
       const mailbox = await Mailbox.open(join(state, 'mailbox', identity.key, `${session}.json`), { readOnly: true });
       const outbox = await Outbox.open(join(state, 'outbox', identity.key, `${session}.json`), { readOnly: true });
       const stats = await mailbox.stats();
-      const failed = await FailedDeliveries.forSession(state, identity.key, session).peek();
-      const pairing = await peekJson(pairingPath(state, identity.key, session), pairingFileSchema);
+      const failedStore = FailedDeliveries.forSession(state, identity.key, session);
+      const failed = await failedStore.peek();
+      if ('damaged' in failed) damaged.push({ file: failedStore.path, problem: failed.damaged, unavailable: FAILED_UNAVAILABLE });
+      const pairingFile = pairingPath(state, identity.key, session);
+      const pairing = await peekJson(pairingFile, pairingFileSchema);
+      if (pairing.kind === 'damaged') damaged.push({ file: pairingFile, problem: pairing.reason, unavailable: PAIRING_UNAVAILABLE });
       sessions.push({
         session,
         unread: stats.unread,
@@ -94,7 +101,7 @@ export async function status(argv: readonly string[]): Promise<void> {
     relays,
     state_dir: state,
     sessions,
-    damaged: damage === undefined ? [] : [{ file: damage.file, problem: damage.problem, message: damage.message }],
+    damaged: damaged.map((d) => ({ file: d.file, problem: d.problem, message: damageSentence(d) })),
   };
   print(args.values.json === true, data, () => {
     const lines = [identity ? `identity     ${identity.fingerprint}  ${identity.key}` : 'identity     none yet (`interlink-mcp keygen`, or start the server once)'];
@@ -110,7 +117,7 @@ export async function status(argv: readonly string[]): Promise<void> {
     }
     return lines.join('\n');
   });
-  if (damage !== undefined) throw new InterlinkError('corrupt', damage.message);
+  if (damaged.length > 0) throw new InterlinkError('corrupt', data.damaged.map((d) => d.message).join(' '));
 }
 
 export const inboxHelp = `usage: interlink-mcp inbox [--session ID] [--peer PETNAME] [--json]
