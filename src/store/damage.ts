@@ -92,7 +92,9 @@ export function schemaProblem(text: string, data: unknown, error: z.ZodError): s
   if (issue.code === 'invalid_type' && issue.message.startsWith('Invalid input')) {
     return `${line}expected ${EXPECTED[issue.expected] ?? issue.expected} for ${where}, found ${kindOf(valueAt(data, issue.path))}`;
   }
-  return issue.code === 'custom' ? `${line}${issue.message}` : `${line}${where}: ${issue.message}`;
+  // A custom message that names its entry already says where it is.
+  const named = top !== undefined && issue.message.includes(JSON.stringify(String(top)));
+  return named ? `${line}${issue.message}` : `${line}${where}: ${issue.message}`;
 }
 
 function escapeRegExp(text: string): string {
