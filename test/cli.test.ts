@@ -232,16 +232,14 @@ describe('peers', () => {
     expect(await readFile(peersFile, 'utf8')).toBe(before);
   });
 
-  it('lists a damaged peers.json as empty, says so on stderr and keeps the damaged copy', async () => {
+  it('refuses to list a damaged peers.json: exit 1, one sentence naming the file, the file left as it is', async () => {
     await mkdir(configDir);
     await writeFile(peersFile, '{ not json');
-    const run = await cli(['peers', 'list', '--json']);
-    expect(run.code).toBe(0);
-    expect(JSON.parse(run.stdout)).toEqual({ peers: [] });
-    expect(run.stderr).toContain('store_corrupt');
-    const aside = (await readdir(configDir)).filter((name) => name.startsWith('peers.json.corrupt-'));
-    expect(aside).toHaveLength(1);
-    expect(await readFile(join(configDir, aside[0]!), 'utf8')).toBe('{ not json');
+    const err = expectOneLineFailure(await cli(['peers', 'list', '--json']));
+    expect(err).toContain(`${peersFile} is damaged: line 1: not valid JSON`);
+    expect(err).toContain('left as it is');
+    expect(await readdir(configDir)).toEqual(['peers.json']);
+    expect(await readFile(peersFile, 'utf8')).toBe('{ not json');
   });
 });
 
@@ -338,8 +336,15 @@ describe('status', () => {
     expect(expectSuccess(await cli(['status'], offline))).toContain('failed Codex notices: 1');
 
     await writeFile(failed.path, '{ not json');
-    const damaged = statusSchema.parse(JSON.parse(expectSuccess(await cli(['status', '--json'], offline))));
+    const run = await cli(['status', '--json'], offline);
+    const damaged = statusSchema.parse(JSON.parse(run.stdout));
     expect(damaged.sessions).toEqual([expect.objectContaining({ session: THREAD, failed_deliveries: 'unreadable' })]);
+    // Exit 1 with the sentence: which file, what is wrong, that it was left, what is unavailable.
+    expect(run.code).toBe(1);
+    expect(run.stderr).toBe(
+      `interlink-mcp status: ${failed.path} is damaged: line 1: not valid JSON (expected property name or '}'). ` +
+        'The file was left as it is; fix it in place. Until then the Codex notices it saved cannot be listed or retried (the messages themselves stay unread in the mailbox).\n',
+    );
     // A view repairs nothing: the damaged file is still where it was.
     expect(await readFile(failed.path, 'utf8')).toBe('{ not json');
   });

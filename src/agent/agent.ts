@@ -10,6 +10,7 @@ import { FailedDeliveries } from '../codex/failed.js';
 import { MAX_TEXT_BYTES, parseRoute, signEnvelope, type Envelope, type Status } from '../envelope/envelope.js';
 import { InterlinkError, isInterlinkError } from '../errors.js';
 import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
+import { log } from '../log.js';
 import { Mailbox } from '../mailbox/mailbox.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import { currentState } from '../mailbox/state.js';
@@ -35,6 +36,8 @@ export interface AgentOptions {
   relayUrls: readonly string[];
   presence: PresenceInfo;
   announceIntervalMs?: number;
+  /** False for a command that reports unreachable relays itself (pair): no outage log lines. */
+  logOutages?: boolean;
   /** Called after each new message is committed to the mailbox (receiver_stored). */
   onStored?: (record: StoredRecord) => void;
 }
@@ -55,7 +58,13 @@ export interface SendReceipt {
   session: string;
   state: 'pending' | 'bus_accepted';
   duplicate: boolean;
+  /** How many of the configured relays this session is connected to right now. */
+  relays: { connected: number; configured: number };
+  /** Present when no relay is connected: where the message waits. */
+  note?: string;
 }
+
+const NO_RELAY_NOTE = 'no relay is connected: the message waits in the outbox and goes out when a relay answers (see list_pending)';
 
 export interface InboxMessage {
   sender: string;
@@ -101,7 +110,7 @@ export class Agent {
     const mailbox = await Mailbox.open(mailboxPath(stateDir, identity.key, session));
     const outbox = await Outbox.open(join(stateDir, 'outbox', identity.key, `${session}.json`));
     const route = `${identity.key}#${session}`;
-    const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route] }));
+    const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route], ...(options.logOutages !== undefined && { logOutages: options.logOutages }) }));
     const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
     const pairing = new Pairing({
       identity,
@@ -128,6 +137,8 @@ export class Agent {
     });
     const outbound = new Outbound(outbox, relays);
     agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, sticky, new SendClock(await outbox.lastTimestamp()));
+    // Read peers.json once now, so a damaged one is reported (and moved aside) at start, not at the first message.
+    await agent.trust().catch((err: unknown) => log.warn('peers_unreadable', { error: (err as Error).message }));
     for (const relay of relays) {
       inbound.attach(relay);
       relay.start();
@@ -205,6 +216,18 @@ export class Agent {
     return results.every(Boolean);
   }
 
+  /**
+   * Waits until each relay is either ready or has failed a connection attempt (or the
+   * deadline passed), and says which answered and why the others did not.
+   */
+  async reach(timeoutMs: number): Promise<{ answered: string[]; unanswered: { url: string; error: string | undefined }[] }> {
+    const results = await Promise.all(this.relays.map(async (r) => ({ relay: r, ready: await r.ready(timeoutMs, { failFast: true }) })));
+    return {
+      answered: results.filter((r) => r.ready).map((r) => r.relay.url),
+      unanswered: results.filter((r) => !r.ready).map((r) => ({ url: r.relay.url, error: r.relay.unreachable })),
+    };
+  }
+
   /** peers.json, read again whenever it changed on disk, so removals apply at once. */
   async peers(): Promise<PeerTable> {
     return (await this.trust()).table;
@@ -234,7 +257,11 @@ export class Agent {
 
   private async resolvePeer(to: string): Promise<{ key: string; petname?: string }> {
     if (to === 'self') return { key: this.identity.key };
-    const key = (await this.peers()).keyOf(to);
+    const { table, damaged } = await this.trust();
+    const key = table.keyOf(to);
+    if (key === undefined && damaged) {
+      throw new InterlinkError('unknown_peer', `no peer is called ${to} because peers.json was damaged and moved aside; a person must restore it (the server log says where the original is)`);
+    }
     if (key === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${to}; see list_peers (a person adds peers)`);
     return { key, petname: to };
   }
@@ -286,14 +313,21 @@ export class Agent {
     const result = await adding;
     if (result.outcome !== 'added') return this.replay(result.record, idempotency?.intent, args.to);
     this.outbound.offer(result.record);
-    return { msg_id: result.record.envelope.msg_id, to: args.to, session, state: 'pending', duplicate: false };
+    return this.withRelays({ msg_id: result.record.envelope.msg_id, to: args.to, session, state: 'pending', duplicate: false });
   }
 
   private replay(record: OutboxRecord, intent: string | undefined, to: string): SendReceipt {
     if (record.intent !== intent) {
       throw new InterlinkError('idempotency_conflict', `idempotency key ${record.idempotency_key ?? ''} was used for a different message (${record.envelope.msg_id})`);
     }
-    return { msg_id: record.envelope.msg_id, to, session: parseRoute(record.route)?.session ?? '', state: outboundState(record), duplicate: true };
+    return this.withRelays({ msg_id: record.envelope.msg_id, to, session: parseRoute(record.route)?.session ?? '', state: outboundState(record), duplicate: true });
+  }
+
+  /** A receipt says whether anything can carry the message now, so `pending` is not a mystery. */
+  private withRelays(receipt: Omit<SendReceipt, 'relays' | 'note'>): SendReceipt {
+    const connected = this.relays.filter((r) => r.connected).length;
+    const relays = { connected, configured: this.relays.length };
+    return connected === 0 && receipt.state === 'pending' ? { ...receipt, relays, note: NO_RELAY_NOTE } : { ...receipt, relays };
   }
 
   private async chooseSession(key: string, hint: string | undefined): Promise<string> {

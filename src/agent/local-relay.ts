@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { log } from '../log.js';
+import { connectError } from '../relay/reach.js';
 
 export const DEFAULT_RELAY_ADDR = '127.0.0.1:9440';
 
@@ -27,21 +28,32 @@ export function configuredRelays(env: NodeJS.ProcessEnv): string[] | undefined {
     .filter((u) => u.length > 0);
 }
 
-/** True if a relay answers at `url` (it greets every connection with a challenge). */
-export function relayAnswers(url: string, timeoutMs = 1_000): Promise<boolean> {
+export type Probe = { url: string; answers: true } | { url: string; answers: false; error: string };
+
+/** Whether a relay answers at `url` (it greets every connection with a challenge), and if not, why. */
+export function probeRelay(url: string, timeoutMs = 1_000): Promise<Probe> {
   return new Promise((resolve) => {
-    const socket = new WebSocket(url, { handshakeTimeout: timeoutMs });
-    const timer = setTimeout(() => finish(false), timeoutMs);
-    const finish = (ok: boolean) => {
+    let socket: WebSocket;
+    try {
+      socket = new WebSocket(url, { handshakeTimeout: timeoutMs });
+    } catch (err) {
+      return resolve({ url, answers: false, error: (err as Error).message });
+    }
+    const timer = setTimeout(() => finish(`no answer within ${timeoutMs} ms`), timeoutMs);
+    const finish = (error?: string) => {
       clearTimeout(timer);
       socket.removeAllListeners('message');
       socket.on('error', () => undefined);
       socket.terminate();
-      resolve(ok);
+      resolve(error === undefined ? { url, answers: true } : { url, answers: false, error });
     };
-    socket.on('error', () => finish(false));
-    socket.on('message', () => finish(true));
+    socket.on('error', (err) => finish(connectError(err)));
+    socket.on('message', () => finish());
   });
+}
+
+export async function relayAnswers(url: string, timeoutMs = 1_000): Promise<boolean> {
+  return (await probeRelay(url, timeoutMs)).answers;
 }
 
 function startDetachedRelay(stateDir: string, addr: string): void {

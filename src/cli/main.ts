@@ -4,6 +4,7 @@
  * one-line reason on stderr, 64 usage error.
  */
 import { InterlinkError } from '../errors.js';
+import { reportDamageWith } from '../store/damage.js';
 import { demo, demoHelp } from './commands/demo.js';
 import { failedDeliveries, failedHelp } from './commands/failed.js';
 import { keygen, keygenHelp, whoami, whoamiHelp } from './commands/identity.js';
@@ -60,6 +61,8 @@ async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(command.help + '\n');
     return 0;
   }
+  // At a terminal a damaged file is reported as the sentence itself; `serve` logs it as JSON.
+  if (name !== 'serve') reportDamageWith((_damage, sentence) => process.stderr.write(`interlink-mcp ${name}: ${sentence}\n`));
   try {
     await command.run(rest);
     return 0;

@@ -64,6 +64,10 @@ export function failedPath(stateDir: string, identity: string, session: string):
   return join(stateDir, 'failed', identity, `${checkSafeName(session, 'session id')}.json`);
 }
 
+/** What stops working while a failed-deliveries file is damaged (said with every report of it). */
+export const FAILED_UNAVAILABLE = 'the Codex notices it saved cannot be listed or retried (the messages themselves stay unread in the mailbox)';
+const storeOptions = { unavailable: FAILED_UNAVAILABLE };
+
 export class FailedDeliveries {
   constructor(
     readonly path: string,
@@ -75,7 +79,7 @@ export class FailedDeliveries {
   }
 
   async list(): Promise<Failure[]> {
-    const { value } = await readJson(this.path, fileSchema, empty);
+    const { value } = await readJson(this.path, fileSchema, empty, storeOptions);
     return live(value.failures, this.now());
   }
 
@@ -93,7 +97,7 @@ export class FailedDeliveries {
   async save(failure: NewFailure): Promise<Failure> {
     const at = this.now();
     const saved: Failure = { ...failure, id: `f-${randomBytes(8).toString('hex')}`, at, expires_at: at + FAILURE_TTL_MS, retries: 0 };
-    await updateJson(this.path, fileSchema, empty, (current) => ({ next: fileOf(withFailure(current.failures, saved, at)), result: {} }));
+    await updateJson(this.path, fileSchema, empty, (current) => ({ next: fileOf(withFailure(current.failures, saved, at)), result: {} }), storeOptions);
     return saved;
   }
 
@@ -102,7 +106,7 @@ export class FailedDeliveries {
     await updateJson(this.path, fileSchema, empty, (current) => {
       const kept = live(current.failures, this.now()).filter((f) => f.kind !== 'notice');
       return { next: kept.length === current.failures.length ? undefined : fileOf(kept), result: {} };
-    });
+    }, storeOptions);
   }
 
   /**
@@ -114,7 +118,7 @@ export class FailedDeliveries {
       await updateJson(this.path, fileSchema, empty, (current) => {
         const found = live(current.failures, this.now()).some((f) => f.id === id);
         return { next: found ? fileOf(current.failures.filter((f) => f.id !== id)) : undefined, result: { found } };
-      })
+      }, storeOptions)
     ).found;
   }
 
@@ -123,7 +127,7 @@ export class FailedDeliveries {
     await updateJson(this.path, fileSchema, empty, (current) => {
       const failures = current.failures.map((f) => (f.id === id ? { ...f, outcome, reason, attempts: f.attempts + attempts, retries: f.retries + 1 } : f));
       return { next: fileOf(failures), result: {} };
-    });
+    }, storeOptions);
   }
 }
 

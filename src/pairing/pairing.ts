@@ -127,6 +127,8 @@ export class Pairing {
       code: outgoing.code,
       repeated,
       state: 'pending' as const,
+      /** Picked by a roster name: the acceptance waits for a person's confirm_pair. */
+      confirm_needed: outgoing.by_name === true,
       next:
         `Compare the code with the other person (not through the agents). They accept with \`interlink-mcp pair accept ${this.options.identity.fingerprint}\`` +
         (resolved.by === 'name' ? `; then, once the codes match, confirm here with \`interlink-mcp pair confirm ${fingerprintOfKey(resolved.key)}\`.` : '; then they become your peer here too.'),

@@ -13,11 +13,15 @@ export function pairingPath(stateDir: string, identity: string, session: string)
   return join(stateDir, 'pairing', identity, `${checkSafeName(session, 'session id')}.json`);
 }
 
+/** What stops working while a pairing store is damaged (said with every report of it). */
+export const PAIRING_UNAVAILABLE = 'the pairing requests it held are not shown and cannot be accepted, and its unsent pairing messages are not sent';
+const storeOptions = { unavailable: PAIRING_UNAVAILABLE };
+
 export class PairingStore {
   constructor(readonly path: string) {}
 
   async read(): Promise<PairingData> {
-    return (await readJson(this.path, pairingFileSchema, emptyPairing)).value;
+    return (await readJson(this.path, pairingFileSchema, emptyPairing, storeOptions)).value;
   }
 
   /** Runs `transition` on the current data under the lock; writes what it returns. */
@@ -25,7 +29,7 @@ export class PairingStore {
     const { value } = await updateJson(this.path, pairingFileSchema, emptyPairing, (current) => {
       const change = transition(current);
       return { next: change.next, result: { value: change.result } };
-    });
+    }, storeOptions);
     return value;
   }
 }

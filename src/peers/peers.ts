@@ -8,7 +8,8 @@ import { unsafeNameReason, checkSafeName } from '../config/paths.js';
 import { InterlinkError } from '../errors.js';
 import { parsePublicKey } from '../identity/identity.js';
 import { isAcceptablePoint } from '../identity/ed25519.js';
-import { readJson, updateJson, type Recovery } from '../store/json-store.js';
+import { damageSentence, kindOf, type Damage } from '../store/damage.js';
+import { peekJson, readJson, updateJson, type Recovery } from '../store/json-store.js';
 
 const keySchema = z.string().refine((key) => {
   try {
@@ -20,14 +21,31 @@ const keySchema = z.string().refine((key) => {
 
 const peerEntrySchema = z.object({ key: keySchema }).loose();
 
-export const peersFileSchema: z.ZodType<PeersFile> = z
-  .record(z.string(), peerEntrySchema)
-  .superRefine((peers, ctx) => {
-    for (const name of Object.keys(peers)) {
-      const reason = checkPetnameReason(name);
-      if (reason !== undefined) ctx.addIssue({ code: 'custom', message: `petname ${JSON.stringify(name)}: ${reason}`, path: [name] });
+const isEntryShaped = (entry: unknown): boolean => typeof entry === 'object' && entry !== null && !Array.isArray(entry) && typeof (entry as { key?: unknown }).key === 'string';
+
+/**
+ * Checked first, so a hand edit gets words naming the form to write: `{"bob": "<key>"}`
+ * is the common slip, and is refused rather than guessed at.
+ */
+const peersShape = z.record(z.string(), z.unknown()).superRefine((peers, ctx) => {
+  for (const [name, entry] of Object.entries(peers)) {
+    const reason = checkPetnameReason(name);
+    if (reason !== undefined) ctx.addIssue({ code: 'custom', message: `petname ${JSON.stringify(name)}: ${reason}`, path: [name] });
+    else if (!isEntryShaped(entry)) {
+      const found = typeof entry === 'object' && entry !== null && !Array.isArray(entry) ? 'an object without a "key" string' : kindOf(entry);
+      ctx.addIssue({
+        code: 'custom',
+        message: `expected {"key": "<base64url public key>"} for ${JSON.stringify(name)}, found ${found}; write it as {${JSON.stringify(name)}: {"key": "<key>"}}`,
+        path: [name],
+      });
     }
-  });
+  }
+});
+
+export const peersFileSchema: z.ZodType<PeersFile> = peersShape.pipe(z.record(z.string(), peerEntrySchema));
+
+/** What stops working while peers.json is damaged (said with every report of it). */
+export const PEERS_UNAVAILABLE = 'the peers it lists can neither message this identity (their messages wait on the relay) nor be messaged by petname';
 
 export type PeersFile = Record<string, { key: string }>;
 const emptyPeers = (): PeersFile => ({});
@@ -76,9 +94,21 @@ function toTable(file: PeersFile): PeerTable {
   );
 }
 
+const storeOptions = { unavailable: PEERS_UNAVAILABLE };
+
+/** For the server and writers: a damaged file is moved aside, reported, and read as empty. */
 export async function loadPeers(path: string): Promise<{ table: PeerTable; recovered?: Recovery }> {
-  const { value, recovered } = await readJson(path, peersFileSchema, emptyPeers);
+  const { value, recovered } = await readJson(path, peersFileSchema, emptyPeers, storeOptions);
   return recovered ? { table: toTable(value), recovered } : { table: toTable(value) };
+}
+
+/** For views (status, inbox, peers list, pair list): never moves or writes; a damaged file is described. */
+export async function readPeers(path: string): Promise<{ table: PeerTable; damage?: Damage & { message: string } }> {
+  const read = await peekJson(path, peersFileSchema);
+  if (read.kind === 'ok') return { table: toTable(read.value) };
+  if (read.kind === 'missing') return { table: toTable(emptyPeers()) };
+  const damage = { file: path, problem: read.reason, unavailable: PEERS_UNAVAILABLE };
+  return { table: toTable(emptyPeers()), damage: { ...damage, message: damageSentence(damage) } };
 }
 
 export type AddPeerOutcome = 'added' | 'unchanged';
@@ -100,7 +130,7 @@ export async function addPeer(path: string, petname: string, key: string): Promi
       throw new InterlinkError('peer_conflict', `that key is already your peer ${other[0]}; remove that petname first to rename it`);
     }
     return { next: { ...current, [petname]: { key } }, result: { outcome: 'added' } };
-  });
+  }, storeOptions);
 }
 
 export async function removePeer(path: string, petname: string): Promise<{ key: string; recovered?: Recovery }> {
@@ -111,5 +141,5 @@ export async function removePeer(path: string, petname: string): Promise<{ key: 
     const next = { ...current };
     delete next[petname];
     return { next, result: { key: existing.key } };
-  });
+  }, storeOptions);
 }

@@ -9,6 +9,7 @@ import { log } from '../log.js';
 import type { SigningKey } from '../identity/ed25519.js';
 import type { Announcement, Goodbye } from '../presence/announcement.js';
 import { signAuth } from './auth.js';
+import { connectError } from './reach.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RefusalCode, type RosterEntry } from './frames.js';
 
 export type SendOutcome = { accepted: true; id: number } | { accepted: false; code: RefusalCode | 'disconnected' | 'timeout'; message: string };
@@ -31,6 +32,8 @@ export interface RelayClientOptions {
    * host that vanished without closing TCP) and replaced.
    */
   silenceMs?: number;
+  /** Log each outage and recovery (default). A command that reports reachability itself turns it off. */
+  logOutages?: boolean;
 }
 
 const DEFAULT_SILENCE_MS = 35_000;
@@ -43,7 +46,13 @@ interface Pending<T> {
 const MAX_BACKOFF_MS = 5_000;
 
 /**
- * Events: 'delivery' (Delivery), 'connected', 'disconnected', 'authenticated' (route).
+ * Events: 'delivery' (Delivery), 'connected', 'disconnected', 'authenticated' (route),
+ * 'unreachable' (why, once per outage).
+ *
+ * An outage starts when a connection attempt fails (not when a connection drops: the
+ * first reconnect may well succeed) and ends when one opens. Each is logged once at
+ * warning level, the default, naming the relay and the error, however many retries the
+ * outage takes: a relay that is not there is visible without being noisy.
  */
 export class RelayClient extends EventEmitter {
   private socket: WebSocket | undefined;
@@ -55,6 +64,8 @@ export class RelayClient extends EventEmitter {
   private readonly authenticated = new Set<string>();
   private reconnectTimer: NodeJS.Timeout | undefined;
   private silenceTimer: NodeJS.Timeout | undefined;
+  /** Why the relay cannot be reached, while an outage lasts. */
+  private outage: { error: string; since: number } | undefined;
 
   constructor(private readonly options: RelayClientOptions) {
     super();
@@ -68,22 +79,34 @@ export class RelayClient extends EventEmitter {
     return this.socket?.readyState === WebSocket.OPEN;
   }
 
+  /** Why the last connection attempt failed, while no connection is open since. */
+  get unreachable(): string | undefined {
+    return this.outage?.error;
+  }
+
   start(): void {
     this.connect();
   }
 
-  /** Resolves once every route is authenticated, or false at the deadline. */
-  ready(timeoutMs: number): Promise<boolean> {
+  /**
+   * Resolves once every route is authenticated, or false at the deadline; with
+   * `failFast`, false as soon as a connection attempt has failed.
+   */
+  ready(timeoutMs: number, options: { failFast?: boolean } = {}): Promise<boolean> {
     if (this.isReady()) return Promise.resolve(true);
+    if (options.failFast === true && this.outage !== undefined) return Promise.resolve(false);
     return new Promise((resolve) => {
       const timer = setTimeout(() => finish(false), timeoutMs);
       const check = () => this.isReady() && finish(true);
+      const failed = () => options.failFast === true && finish(false);
       const finish = (value: boolean) => {
         clearTimeout(timer);
         this.off('authenticated', check);
+        this.off('unreachable', failed);
         resolve(value);
       };
       this.on('authenticated', check);
+      this.on('unreachable', failed);
     });
   }
 
@@ -151,11 +174,25 @@ export class RelayClient extends EventEmitter {
 
   private connect(): void {
     if (this.closed) return;
-    const socket = new WebSocket(this.options.url, { maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, handshakeTimeout: 5_000 });
+    let socket: WebSocket;
+    try {
+      socket = new WebSocket(this.options.url, { maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, handshakeTimeout: 5_000 });
+    } catch (err) {
+      // A URL ws cannot use: no retry will change that.
+      this.failedAttempt(`not a usable relay URL (${(err as Error).message})`);
+      return;
+    }
     this.socket = socket;
-    socket.on('error', (err) => log.debug('relay_socket_error', { relay: this.url, error: err.message }));
+    let opened = false;
+    let error: string | undefined;
+    socket.on('error', (err) => {
+      error = connectError(err);
+      log.debug('relay_socket_error', { relay: this.url, error: err.message });
+    });
     socket.on('open', () => {
+      opened = true;
       log.debug('relay_open', { relay: this.url });
+      this.recovered();
       this.backoff = 100;
       this.heard(socket);
       this.emit('connected');
@@ -167,6 +204,7 @@ export class RelayClient extends EventEmitter {
     });
     socket.on('close', (code) => {
       log.debug('relay_closed', { relay: this.url, code });
+      if (!opened) this.failedAttempt(error ?? `closed before it opened (code ${code})`);
       clearTimeout(this.silenceTimer);
       this.authenticated.clear();
       this.failAll('disconnected');
@@ -174,6 +212,25 @@ export class RelayClient extends EventEmitter {
       this.emit('disconnected');
       this.scheduleReconnect();
     });
+  }
+
+  /** The first failed attempt of an outage is logged; the retries that follow are not. */
+  private failedAttempt(error: string): void {
+    if (this.outage !== undefined) return;
+    this.outage = { error, since: Date.now() };
+    if (this.options.logOutages !== false) {
+      const message = `relay ${this.url} does not answer (${error}); retrying in the background, and messages wait in the outbox meanwhile`;
+      log.warn('relay_unreachable', { relay: this.url, error, message });
+    }
+    this.emit('unreachable', error);
+  }
+
+  private recovered(): void {
+    if (this.outage === undefined) return;
+    if (this.options.logOutages !== false) {
+      log.warn('relay_reachable', { relay: this.url, message: `relay ${this.url} answers again`, outage_ms: Date.now() - this.outage.since });
+    }
+    this.outage = undefined;
   }
 
   /** Restarts the silence deadline; past it the connection is dropped and replaced. */

@@ -1,21 +1,29 @@
 /**
  * Small JSON state files (peers, pairing, failed deliveries): read with a schema, edit
- * under the sidecar lock, replace atomically. A file that does not parse or does not
- * match its schema is moved aside with a timestamp and reported; the caller carries on
- * with the default value, so a bad file is never silently reset and never a crash loop.
+ * under the sidecar lock, replace atomically. A writer that finds a file that does not
+ * parse or does not match its schema moves it aside with a timestamp and reports it in
+ * a sentence (damage.ts); the caller carries on with the default value, so a bad file is
+ * never silently reset and never a crash loop. A view (`peekJson`) never moves anything.
  */
 import { randomBytes } from 'node:crypto';
 import { readFile, rename } from 'node:fs/promises';
 import type { z } from 'zod';
 import { errnoCode, InterlinkError } from '../errors.js';
-import { log } from '../log.js';
 import { writeFileAtomic } from './atomic.js';
+import { jsonProblem, reportDamage, schemaProblem } from './damage.js';
 import { withFileLock } from './lock.js';
 
 export interface Recovery {
   file: string;
   movedTo: string;
   reason: string;
+  /** The sentence reported to the person: file, problem, where the original went, what is unavailable. */
+  message: string;
+}
+
+/** What does not work while a file is damaged, for the report (damage.ts). */
+export interface StoreOptions {
+  unavailable?: string;
 }
 
 /** `<file>.corrupt-<timestamp>-<random>`: the random part keeps two asides apart. */
@@ -24,12 +32,11 @@ export function asideName(path: string, now = new Date()): string {
 }
 
 /** Moves a damaged file out of the way and says where it went. Caller holds the lock. */
-export async function moveAside(path: string, reason: string): Promise<Recovery> {
+export async function moveAside(path: string, reason: string, options: StoreOptions = {}): Promise<Recovery> {
   const movedTo = asideName(path);
   await rename(path, movedTo);
-  const recovery = { file: path, movedTo, reason };
-  log.error('store_corrupt', { ...recovery });
-  return recovery;
+  const message = reportDamage({ file: path, problem: reason, movedTo, ...(options.unavailable !== undefined && { unavailable: options.unavailable }) });
+  return { file: path, movedTo, reason, message };
 }
 
 export function describeSchemaError(error: z.ZodError): string {
@@ -60,18 +67,18 @@ async function readValidated<T>(path: string, schema: z.ZodType<T>): Promise<Val
   try {
     data = JSON.parse(text);
   } catch (err) {
-    return { kind: 'damaged', reason: `not JSON: ${(err as Error).message}` };
+    return { kind: 'damaged', reason: jsonProblem(text, err as Error) };
   }
   const parsed = schema.safeParse(data);
-  return parsed.success ? { kind: 'ok', value: parsed.data } : { kind: 'damaged', reason: describeSchemaError(parsed.error) };
+  return parsed.success ? { kind: 'ok', value: parsed.data } : { kind: 'damaged', reason: schemaProblem(text, data, parsed.error) };
 }
 
 /** Reads the file; a damaged one is moved aside and the fallback used. Caller holds the lock. */
-async function readOrRepair<T>(path: string, schema: z.ZodType<T>, fallback: () => T): Promise<ReadResult<T>> {
+async function readOrRepair<T>(path: string, schema: z.ZodType<T>, fallback: () => T, options: StoreOptions): Promise<ReadResult<T>> {
   const read = await readValidated(path, schema);
   if (read.kind === 'ok') return { value: read.value };
   if (read.kind === 'missing') return { value: fallback() };
-  return { value: fallback(), recovered: await moveAside(path, read.reason) };
+  return { value: fallback(), recovered: await moveAside(path, read.reason, options) };
 }
 
 /**
@@ -79,11 +86,11 @@ async function readOrRepair<T>(path: string, schema: z.ZodType<T>, fallback: () 
  * look again, so a writer's fresh file is never mistaken for damage and two readers
  * never both move it.
  */
-export async function readJson<T>(path: string, schema: z.ZodType<T>, fallback: () => T): Promise<ReadResult<T>> {
+export async function readJson<T>(path: string, schema: z.ZodType<T>, fallback: () => T, options: StoreOptions = {}): Promise<ReadResult<T>> {
   const read = await readValidated(path, schema);
   if (read.kind === 'ok') return { value: read.value };
   if (read.kind === 'missing') return { value: fallback() };
-  return withFileLock(path, () => readOrRepair(path, schema, fallback));
+  return withFileLock(path, () => readOrRepair(path, schema, fallback, options));
 }
 
 /**
@@ -96,9 +103,10 @@ export async function updateJson<T, R extends object>(
   schema: z.ZodType<T>,
   fallback: () => T,
   edit: (current: T) => { next: T | undefined; result: R },
+  options: StoreOptions = {},
 ): Promise<R & { recovered?: Recovery }> {
   return withFileLock(path, async () => {
-    const { value, recovered } = await readOrRepair(path, schema, fallback);
+    const { value, recovered } = await readOrRepair(path, schema, fallback, options);
     const { next, result } = edit(value);
     if (next !== undefined) await writeFileAtomic(path, JSON.stringify(next, null, 2) + '\n');
     return recovered ? { ...result, recovered } : { ...result };

@@ -12,7 +12,8 @@ import { PAIRING_SESSION } from '../../agent/routing.js';
 import { keyPath, peersPath, stateDir } from '../../config/paths.js';
 import { InterlinkError } from '../../errors.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
-import { loadPeers } from '../../peers/peers.js';
+import { loadPeers, readPeers } from '../../peers/peers.js';
+import { unreachableList } from '../../relay/reach.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { presenceInfo } from '../presence-info.js';
 
@@ -38,7 +39,9 @@ means someone in between substituted a key: reject.
            match: make it your peer
   cancel   withdraw a request of yours that is still open
 Runs as this identity's "cli" session (on the relay rosters so that people can ask to
-pair; agent mail never goes there); no agent session is needed.`;
+pair; agent mail never goes there); no agent session is needed. Exits 1, doing
+nothing, when no relay answers (stderr names each relay and why), and \`pair list\`
+exits 1 when peers.json is damaged (it leaves the file as it is).`;
 
 const ACTIONS = ['request', 'list', 'accept', 'reject', 'confirm', 'cancel'] as const;
 type Action = (typeof ACTIONS)[number];
@@ -56,12 +59,25 @@ export async function pair(argv: readonly string[]): Promise<void> {
   const session = typeof args.values.session === 'string' ? args.values.session : undefined;
   const [subject] = expectPositionals(args, action === 'list' ? 0 : 1, action === 'list' ? 'interlink-mcp pair list' : `interlink-mcp pair ${action} <${action === 'request' ? 'target' : 'fingerprint'}>`);
 
+  // `pair list` is a view of peers.json: a damaged one is reported and left as it is.
+  if (action === 'list') {
+    const { damage } = await readPeers(peersPath());
+    if (damage !== undefined) throw new InterlinkError('corrupt', damage.message);
+  }
   const identity = await loadOrCreateIdentity(keyPath());
   const state = stateDir();
-  const agent = await Agent.start({ identity, session: CLI_SESSION, stateDir: state, peersPath: peersPath(), relayUrls: await relayUrls(process.env, state), presence: presenceInfo() });
+  const agent = await Agent.start({ identity, session: CLI_SESSION, stateDir: state, peersPath: peersPath(), relayUrls: await relayUrls(process.env, state), presence: presenceInfo(), logOutages: false });
   try {
-    if (!(await agent.ready(CONNECT_MS))) {
-      process.stderr.write('interlink-mcp pair: not every relay answered; working with those that did\n');
+    const { answered, unanswered } = await agent.reach(CONNECT_MS);
+    // confirm and cancel change only this machine's files; the rest need a relay.
+    if (answered.length === 0 && action !== 'confirm' && action !== 'cancel') {
+      throw new InterlinkError(
+        'relay_unreachable',
+        `no relay answered: ${unreachableList(unanswered)}. Is the relay running? Start one with \`interlink-mcp relay\`, or set INTERLINK_URL to one that runs. Nothing was done.`,
+      );
+    }
+    if (unanswered.length > 0) {
+      process.stderr.write(`interlink-mcp pair: working with the relays that answered; no answer from ${unreachableList(unanswered)}\n`);
     }
     const before = (await agent.pairing.list()).outgoing;
     await agent.drain();
@@ -77,7 +93,9 @@ export async function pair(argv: readonly string[]): Promise<void> {
             `Verification code: ${result.code}`,
             'Compare it with the other person over another channel. They accept with',
             `  interlink-mcp pair accept ${identity.fingerprint}`,
-            'then `interlink-mcp pair list` here completes the pairing.',
+            result.confirm_needed
+              ? `then \`interlink-mcp pair list\` here shows their acceptance, and after comparing the code \`interlink-mcp pair confirm ${result.fingerprint}\` completes it.`
+              : 'then `interlink-mcp pair list` here completes the pairing.',
             ...(sent ? [] : ['No relay has taken the request yet; it is saved, and `interlink-mcp pair list` sends it again.']),
           ].join('\n'),
         );

@@ -1,7 +1,7 @@
 import { peersPath } from '../../config/paths.js';
 import { InterlinkError } from '../../errors.js';
 import { fingerprintOf, parsePublicKey } from '../../identity/identity.js';
-import { addPeer, loadPeers, removePeer } from '../../peers/peers.js';
+import { addPeer, readPeers, removePeer } from '../../peers/peers.js';
 import { expectPositionals, parse, print } from '../args.js';
 
 export const peersHelp = `usage: interlink-mcp peers list [--json]
@@ -9,7 +9,9 @@ export const peersHelp = `usage: interlink-mcp peers list [--json]
        interlink-mcp peers remove <petname> [--json]
 
 Edits peers.json ($INTERLINK_PEERS or <config>/peers.json): the identities whose messages
-this machine accepts. A petname is never re-pointed to a different key; remove it first.`;
+this machine accepts. A petname is never re-pointed to a different key; remove it first.
+A damaged peers.json: \`list\` exits 1 and leaves it as it is; \`add\` and \`remove\` move it
+aside (they say where) and start a fresh file.`;
 
 export async function peers(argv: readonly string[]): Promise<void> {
   const [action, ...rest] = argv;
@@ -19,7 +21,8 @@ export async function peers(argv: readonly string[]): Promise<void> {
   switch (action) {
     case 'list': {
       expectPositionals(args, 0, 'interlink-mcp peers list');
-      const { table } = await loadPeers(path);
+      const { table, damage } = await readPeers(path);
+      if (damage !== undefined) throw new InterlinkError('corrupt', damage.message);
       const rows = table.peers.map((p) => ({ petname: p.petname, key: p.key, fingerprint: fingerprintOf(parsePublicKey(p.key)) }));
       print(json, { peers: rows }, () =>
         rows.length === 0 ? 'no peers yet (add one with `interlink-mcp peers add <petname> <key>`)' : rows.map((r) => `${r.petname}  ${r.fingerprint}  ${r.key}`).join('\n'),

@@ -1,21 +1,24 @@
 /**
  * `status` and `inbox`: what people ask at a terminal. Both only read: mailboxes and
- * outboxes are opened as read-only views, nothing is acknowledged or repaired.
+ * outboxes are opened as read-only views, nothing is acknowledged or repaired. A damaged
+ * peers.json is left where it is: both show everything else, then fail (exit 1) with a
+ * sentence saying what is wrong with it and what does not work until it is fixed.
  */
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { configuredRelays, localRelayAddr, relayAnswers } from '../../agent/local-relay.js';
+import { configuredRelays, localRelayAddr, probeRelay } from '../../agent/local-relay.js';
 import { keyPath, peersPath, stateDir } from '../../config/paths.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
-import { FailedDeliveries } from '../../codex/failed.js';
+import { FAILED_UNAVAILABLE, FailedDeliveries } from '../../codex/failed.js';
 import { pairingFileSchema } from '../../pairing/rules.js';
-import { pairingPath } from '../../pairing/store.js';
+import { PAIRING_UNAVAILABLE, pairingPath } from '../../pairing/store.js';
+import { damageSentence, type Damage } from '../../store/damage.js';
 import { peekJson } from '../../store/json-store.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
 import { currentState } from '../../mailbox/state.js';
 import { Outbox, isPending } from '../../outbox/outbox.js';
-import { loadPeers, type PeerTable } from '../../peers/peers.js';
+import { readPeers, type PeerTable } from '../../peers/peers.js';
 import { expectPositionals, parse, print } from '../args.js';
 
 /**
@@ -43,15 +46,19 @@ export const statusHelp = `usage: interlink-mcp status [--json]
 
 This identity, its peers, the relays and whether each answers, and per session the
 unread messages, the messages no relay has accepted yet, the Codex notices saved as
-failed deliveries and the pairing requests waiting for a decision. Reads only.`;
+failed deliveries and the pairing requests waiting for a decision. Reads only.
+Exits 1 when a file it reads (peers.json, a pairing store, a failed-deliveries file)
+is damaged: everything else is still shown, and stderr says what is wrong with each
+(they are left as they are).`;
 
 export async function status(argv: readonly string[]): Promise<void> {
   const args = parse(argv, { json: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp status [--json]');
   const identity = await identityOrNull();
-  const { table } = await loadPeers(peersPath());
+  const { table, damage } = await readPeers(peersPath());
+  const damaged: Damage[] = damage === undefined ? [] : [damage];
   const urls = configuredRelays(process.env) ?? [`ws://${localRelayAddr(process.env)}`];
-  const relays = await Promise.all(urls.map(async (url) => ({ url, answers: await relayAnswers(url, 1_000) })));
+  const relays = await Promise.all(urls.map((url) => probeRelay(url, 1_000)));
   const state = stateDir();
   const sessions: {
     session: string;
@@ -72,8 +79,12 @@ export async function status(argv: readonly string[]): Promise<void> {
       const mailbox = await Mailbox.open(join(state, 'mailbox', identity.key, `${session}.json`), { readOnly: true });
       const outbox = await Outbox.open(join(state, 'outbox', identity.key, `${session}.json`), { readOnly: true });
       const stats = await mailbox.stats();
-      const failed = await FailedDeliveries.forSession(state, identity.key, session).peek();
-      const pairing = await peekJson(pairingPath(state, identity.key, session), pairingFileSchema);
+      const failedStore = FailedDeliveries.forSession(state, identity.key, session);
+      const failed = await failedStore.peek();
+      if ('damaged' in failed) damaged.push({ file: failedStore.path, problem: failed.damaged, unavailable: FAILED_UNAVAILABLE });
+      const pairingFile = pairingPath(state, identity.key, session);
+      const pairing = await peekJson(pairingFile, pairingFileSchema);
+      if (pairing.kind === 'damaged') damaged.push({ file: pairingFile, problem: pairing.reason, unavailable: PAIRING_UNAVAILABLE });
       sessions.push({
         session,
         unread: stats.unread,
@@ -90,11 +101,13 @@ export async function status(argv: readonly string[]): Promise<void> {
     relays,
     state_dir: state,
     sessions,
+    damaged: damaged.map((d) => ({ file: d.file, problem: d.problem, message: damageSentence(d) })),
   };
   print(args.values.json === true, data, () => {
     const lines = [identity ? `identity     ${identity.fingerprint}  ${identity.key}` : 'identity     none yet (`interlink-mcp keygen`, or start the server once)'];
-    lines.push(`peers        ${data.peers.length === 0 ? 'none' : data.peers.map((p) => `${p.petname} (${p.fingerprint})`).join(', ')}`);
-    for (const r of relays) lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : 'does not answer'}`);
+    const peers = data.peers.length === 0 ? 'none' : data.peers.map((p) => `${p.petname} (${p.fingerprint})`).join(', ');
+    lines.push(`peers        ${damage === undefined ? peers : `unreadable: ${damage.file} is damaged (see below)`}`);
+    for (const r of relays) lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : `no answer (${r.error})`}`);
     lines.push(`state        ${state}`);
     if (sessions.length === 0) lines.push('sessions     none yet');
     for (const s of sessions) {
@@ -104,17 +117,20 @@ export async function status(argv: readonly string[]): Promise<void> {
     }
     return lines.join('\n');
   });
+  if (damaged.length > 0) throw new InterlinkError('corrupt', data.damaged.map((d) => d.message).join(' '));
 }
 
 export const inboxHelp = `usage: interlink-mcp inbox [--session ID] [--peer PETNAME] [--json]
 
 Messages in this identity's mailboxes and their delivery states, oldest first by the
 senders' signed time (each sender's in the order it sent them). Reads only: nothing is
-acknowledged.`;
+acknowledged. Exits 1 when peers.json is damaged: the messages are still shown (senders
+by fingerprint), and stderr says what is wrong with the file.`;
 
-function senderName(key: string, me: Identity, table: PeerTable): string {
+function senderName(key: string, me: Identity, table: PeerTable, peersKnown: boolean): string {
   if (key === me.key) return 'self';
-  return table.petnameOf(key) ?? `stranger ${fingerprintOf(parsePublicKey(key))}`;
+  const fingerprint = fingerprintOf(parsePublicKey(key));
+  return table.petnameOf(key) ?? (peersKnown ? `stranger ${fingerprint}` : fingerprint);
 }
 
 interface InboxRow {
@@ -133,8 +149,9 @@ export async function inbox(argv: readonly string[]): Promise<void> {
   const args = parse(argv, { session: { type: 'string' }, peer: { type: 'string' }, json: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp inbox [--session ID] [--peer PETNAME] [--json]');
   const identity = await loadIdentity(keyPath());
-  const { table } = await loadPeers(peersPath());
+  const { table, damage } = await readPeers(peersPath());
   const peer = typeof args.values.peer === 'string' ? args.values.peer : undefined;
+  if (peer !== undefined && peer !== 'self' && damage !== undefined) throw new InterlinkError('corrupt', damage.message);
   const peerKey = peer === undefined ? undefined : peer === 'self' ? identity.key : table.keyOf(peer);
   if (peer !== undefined && peerKey === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${peer}`);
   const dir = join(stateDir(), 'mailbox', identity.key);
@@ -148,7 +165,7 @@ export async function inbox(argv: readonly string[]): Promise<void> {
       const e = record.envelope;
       rows.push({
         session,
-        from: senderName(e.from, identity, table),
+        from: senderName(e.from, identity, table, damage === undefined),
         sender: e.from,
         msg_id: e.msg_id,
         ts: e.ts,
@@ -173,4 +190,5 @@ export async function inbox(argv: readonly string[]): Promise<void> {
           })
           .join('\n'),
   );
+  if (damage !== undefined) throw new InterlinkError('corrupt', damage.message);
 }
