@@ -165,9 +165,15 @@ function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+/**
+ * Takes the lock, or throws `busy` once one holder has kept it for `timeoutMs` while we
+ * waited. The clock restarts whenever the lock changes hands: a queue of short holders
+ * (24 processes editing one file at once on a busy machine) is progress, not an error.
+ */
 async function acquire(lockPath: string, timeoutMs: number): Promise<string> {
   const holder: Holder = { ...SELF, token: randomBytes(8).toString('hex') };
-  const deadline = Date.now() + timeoutMs;
+  let waitingOn: string | undefined;
+  let deadline = 0;
   let backoff = 1;
   for (;;) {
     if (tryCreate(lockPath, holder)) return holder.token;
@@ -175,8 +181,13 @@ async function acquire(lockPath: string, timeoutMs: number): Promise<string> {
     if (state.kind === 'absent') continue;
     const dead = (state.kind === 'held' && holderIsDead(state.holder)) || (state.kind === 'unreadable' && state.ageMs > UNREADABLE_LOCK_STALE_MS);
     // A removed dead lock is retried at once; one another waiter is breaking, or that
-    // cannot be removed, is waited on like a live one, within the same deadline.
+    // cannot be removed, is waited on like a live one.
     if (dead && breakDeadLock(lockPath, state.kind === 'held' ? state.holder.token : undefined)) continue;
+    const current = state.kind === 'held' ? state.holder.token : '';
+    if (current !== waitingOn) {
+      waitingOn = current;
+      deadline = Date.now() + timeoutMs;
+    }
     if (Date.now() >= deadline) {
       const who = state.kind === 'held' ? `process ${state.holder.pid} on ${state.holder.host}` : 'an unknown process';
       throw new InterlinkError('busy', `${lockPath} is held by ${who}; gave up after ${timeoutMs} ms (if that process is gone, remove the lock file)`, {
