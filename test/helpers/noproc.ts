@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 import { expect } from 'vitest';
 
 /** True in the no-/proc run. */
-export const procHidden = process.env.INTERLINK_TEST_NOPROC === '1';
+const procHidden = process.env.INTERLINK_TEST_NOPROC === '1';
 
 /** True where the OS shows processes under /proc (Linux, outside the no-/proc run). */
 export const procShown = existsSync('/proc/self/stat');
