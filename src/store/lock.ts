@@ -161,8 +161,13 @@ function breakDeadLock(lockPath: string, deadToken: string | undefined): boolean
   }
 }
 
-function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+/** A randomised pause between looks at a contended lock, growing from 1 ms to 20 ms. */
+function backoff(): () => Promise<void> {
+  let ms = 1;
+  return async () => {
+    await new Promise((resolve) => setTimeout(resolve, ms * (0.5 + Math.random())));
+    ms = Math.min(ms * 1.5, 20);
+  };
 }
 
 /**
@@ -174,7 +179,7 @@ async function acquire(lockPath: string, timeoutMs: number): Promise<string> {
   const holder: Holder = { ...SELF, token: randomBytes(8).toString('hex') };
   let waitingOn: string | undefined;
   let deadline = 0;
-  let backoff = 1;
+  const pause = backoff();
   for (;;) {
     if (tryCreate(lockPath, holder)) return holder.token;
     const state = inspect(lockPath);
@@ -194,8 +199,7 @@ async function acquire(lockPath: string, timeoutMs: number): Promise<string> {
         lock: lockPath,
       });
     }
-    await delay(backoff * (0.5 + Math.random()));
-    backoff = Math.min(backoff * 1.5, 20);
+    await pause();
   }
 }
 
@@ -207,7 +211,7 @@ async function acquire(lockPath: string, timeoutMs: number): Promise<string> {
  */
 async function releaseLock(lockPath: string, token: string): Promise<void> {
   const deadline = Date.now() + 2 * BREAKER_STALE_MS;
-  let backoff = 1;
+  const pause = backoff();
   for (;;) {
     try {
       const outcome = underBreaker(lockPath, () => removeIf(lockPath, (now) => now.kind === 'held' && now.holder.token === token));
@@ -223,8 +227,7 @@ async function releaseLock(lockPath: string, token: string): Promise<void> {
       log.warn('lock_release_failed', { lock: lockPath, message: `${lockPath}.break stayed in place` });
       return;
     }
-    await delay(backoff * (0.5 + Math.random()));
-    backoff = Math.min(backoff * 1.5, 20);
+    await pause();
   }
 }
 
