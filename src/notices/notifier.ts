@@ -41,7 +41,7 @@ const RECONCILE_MS = 1_000;
 
 export class Notifier {
   private timer: NodeJS.Timeout | undefined;
-  private release: (() => void) | undefined;
+  private release: (() => Promise<void>) | undefined;
   private running: Promise<void> | undefined;
   private again = false;
   private stopped = false;
@@ -83,7 +83,7 @@ export class Notifier {
     clearInterval(this.timer);
     this.options.sink.close?.();
     await this.running;
-    this.release?.();
+    await this.release?.();
     this.release = undefined;
   }
 

@@ -1,11 +1,14 @@
 /**
  * Sidecar locks: `<file>.lock` is held while a process reads-modifies-writes `<file>`.
  *
- * A lock file is created exclusively (O_EXCL) and names its holder: host, boot id, pid
- * and the pid's start time. A waiter that finds a lock whose holder is dead on this host — the pid is gone,
- * was reused by a newer process, or the machine rebooted since — removes it at once, so
- * a kill -9 never wedges a mailbox. A live holder is waited on until the deadline, and
- * then the caller gets a clear `busy` error naming the lock.
+ * A lock file is created exclusively (O_EXCL) and names its holder — host, boot id, pid
+ * and the pid's start time where the OS gives them (liveness.ts) — and a random owner
+ * token. A waiter that finds a lock whose holder is surely dead on this host removes it
+ * at once, so a kill -9 never wedges a mailbox. A live holder is waited on until the
+ * deadline, and then the caller gets a clear `busy` error naming the lock. Removing a
+ * lock, whether a holder releases its own or a waiter breaks a dead one, happens under
+ * `<file>.lock.break` and only while the file still carries the expected token: nobody
+ * ever removes a lock that another process took since.
  *
  * Not proper-lockfile: it judges staleness by the age of an mtime that the holder keeps
  * refreshing, so a crashed holder blocks others for the stale period (>= 2 s) and a
@@ -15,12 +18,13 @@
  * lock is only contended between processes.
  */
 import { randomBytes } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync } from 'node:fs';
-import { writeFully } from './atomic.js';
-import { mkdir, readFile, rmdir, stat, unlink } from 'node:fs/promises';
-import { hostname } from 'node:os';
+import { closeSync, mkdirSync, openSync, readFileSync, rmdirSync, statSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { z } from 'zod';
+import { writeFully } from './atomic.js';
+import { SELF, holderIsDead } from './liveness.js';
 import { InterlinkError, errnoCode } from '../errors.js';
+import { log } from '../log.js';
 
 export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
 /** A lock-breaker that has not finished in this long died while breaking. */
@@ -28,79 +32,34 @@ const BREAKER_STALE_MS = 10_000;
 /** A lock file that cannot be parsed this long after it was written is debris. */
 const UNREADABLE_LOCK_STALE_MS = 10_000;
 
-interface Holder {
-  host: string;
-  boot: string;
-  pid: number;
-  start: string;
-  token: string;
-}
-
-function readBootId(): string {
-  try {
-    return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
-  } catch {
-    return '';
-  }
-}
-
-/** Start time of a process in clock ticks since boot (Linux), or '' where unknown. */
-function processStartTime(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // Field 22, counted after the parenthesised command name, which may contain spaces.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return fields[19] ?? '';
-  } catch (err) {
-    if (errnoCode(err) === 'ENOENT') return undefined;
-    return '';
-  }
-}
-
-const HOST = hostname();
-const BOOT = readBootId();
-const SELF_START = processStartTime(process.pid) ?? '';
+const holderSchema = z.object({
+  host: z.string(),
+  boot: z.string(),
+  pid: z.number().int().positive(),
+  start: z.string(),
+  token: z.string().min(1),
+});
+type Holder = z.infer<typeof holderSchema>;
 
 function parseHolder(text: string): Holder | undefined {
   try {
-    const value: unknown = JSON.parse(text);
-    if (typeof value !== 'object' || value === null) return undefined;
-    const v = value as Record<string, unknown>;
-    if (typeof v.host === 'string' && typeof v.boot === 'string' && typeof v.pid === 'number' && typeof v.start === 'string' && typeof v.token === 'string') {
-      return { host: v.host, boot: v.boot, pid: v.pid, start: v.start, token: v.token };
-    }
+    const parsed = holderSchema.safeParse(JSON.parse(text));
+    return parsed.success ? parsed.data : undefined;
   } catch {
-    // fall through
+    return undefined;
   }
-  return undefined;
-}
-
-function pidIsAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return errnoCode(err) === 'EPERM';
-  }
-}
-
-/** True only when we can be sure the holder no longer runs. */
-export function holderIsDead(holder: Holder): boolean {
-  if (holder.host !== HOST) return false;
-  if (BOOT !== '' && holder.boot !== '' && holder.boot !== BOOT) return true;
-  if (!pidIsAlive(holder.pid)) return true;
-  const start = processStartTime(holder.pid);
-  if (start === undefined) return true;
-  return holder.start !== '' && start !== '' && start !== holder.start;
 }
 
 type LockState = { kind: 'absent' } | { kind: 'held'; holder: Holder } | { kind: 'unreadable'; ageMs: number };
 
-async function inspect(lockPath: string): Promise<LockState> {
+/**
+ * What the lock file says now. Synchronous, like the create: a few microseconds of
+ * local metadata, cheaper than a trip through the thread pool.
+ */
+function inspect(lockPath: string): LockState {
   try {
-    const [text, info] = await Promise.all([readFile(lockPath, 'utf8'), stat(lockPath)]);
-    const holder = parseHolder(text);
-    return holder ? { kind: 'held', holder } : { kind: 'unreadable', ageMs: Date.now() - info.mtimeMs };
+    const holder = parseHolder(readFileSync(lockPath, 'utf8'));
+    return holder ? { kind: 'held', holder } : { kind: 'unreadable', ageMs: Date.now() - statSync(lockPath).mtimeMs };
   } catch (err) {
     if (errnoCode(err) === 'ENOENT') return { kind: 'absent' };
     throw err;
@@ -142,66 +101,133 @@ function tryCreate(lockPath: string, holder: Holder): boolean {
 }
 
 /**
- * Removes a dead holder's lock. Two waiters may judge the same lock dead at once; the
- * breaker directory makes sure only one of them removes it, and only if it is still
- * the dead holder's (its token is unchanged), never a lock taken since.
+ * Runs `remove` holding `<lock>.break`, the one directory under which a lock file is
+ * ever removed; `remove` reads the lock again and unlinks it only if it is still the
+ * one it means. Returns 'busy' at once if another process holds the breaker (one left
+ * by a process that died while holding it is cleared once it is BREAKER_STALE_MS old).
  */
-async function breakDeadLock(lockPath: string, deadToken: string | undefined): Promise<boolean> {
+function underBreaker(lockPath: string, remove: () => boolean): boolean | 'busy' {
   const breaker = `${lockPath}.break`;
   try {
-    await mkdir(breaker);
+    mkdirSync(breaker);
   } catch (err) {
     if (errnoCode(err) !== 'EEXIST') throw err;
-    const info = await stat(breaker).catch(() => undefined);
-    if (info && Date.now() - info.mtimeMs > BREAKER_STALE_MS) await rmdir(breaker).catch(() => undefined);
-    return false;
+    try {
+      if (Date.now() - statSync(breaker).mtimeMs > BREAKER_STALE_MS) rmdirSync(breaker);
+    } catch {
+      // Gone or replaced meanwhile: the caller looks again.
+    }
+    return 'busy';
   }
   try {
-    const now = await inspect(lockPath);
-    const stillDead =
-      (now.kind === 'held' && now.holder.token === deadToken) || (now.kind === 'unreadable' && deadToken === undefined);
-    if (!stillDead) return now.kind === 'absent';
-    await unlink(lockPath);
-    return true;
-  } catch {
-    return false;
+    return remove();
   } finally {
-    await rmdir(breaker).catch(() => undefined);
+    try {
+      rmdirSync(breaker);
+    } catch {
+      // Already cleared as stale by another process.
+    }
   }
 }
 
-function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+/** Unlinks the lock file if `owns` says the state it is in now is the expected one. */
+function removeIf(lockPath: string, owns: (now: LockState) => boolean): boolean {
+  const now = inspect(lockPath);
+  if (now.kind === 'absent') return true;
+  if (!owns(now)) return false;
+  try {
+    unlinkSync(lockPath);
+  } catch (err) {
+    // Removed by hand meanwhile, which is what we wanted.
+    if (errnoCode(err) !== 'ENOENT') throw err;
+  }
+  return true;
 }
 
+/**
+ * Removes a dead holder's lock (`deadToken`; undefined for an unreadable lock). Two
+ * waiters may judge the same lock dead at once; only one removes it, and only if it is
+ * still the dead holder's, never a lock taken since. False: it is another's, or another
+ * process is breaking it.
+ */
+function breakDeadLock(lockPath: string, deadToken: string | undefined): boolean {
+  try {
+    const outcome = underBreaker(lockPath, () =>
+      removeIf(lockPath, (now) => (now.kind === 'held' ? now.holder.token === deadToken : deadToken === undefined)),
+    );
+    return outcome === true;
+  } catch {
+    return false;
+  }
+}
+
+/** A randomised pause between looks at a contended lock, growing from 1 ms to 20 ms. */
+function backoff(): () => Promise<void> {
+  let ms = 1;
+  return async () => {
+    await new Promise((resolve) => setTimeout(resolve, ms * (0.5 + Math.random())));
+    ms = Math.min(ms * 1.5, 20);
+  };
+}
+
+/**
+ * Takes the lock, or throws `busy` once one holder has kept it for `timeoutMs` while we
+ * waited. The clock restarts whenever the lock changes hands: a queue of short holders
+ * (24 processes editing one file at once on a busy machine) is progress, not an error.
+ */
 async function acquire(lockPath: string, timeoutMs: number): Promise<string> {
-  const holder: Holder = { host: HOST, boot: BOOT, pid: process.pid, start: SELF_START, token: randomBytes(8).toString('hex') };
-  const deadline = Date.now() + timeoutMs;
-  let backoff = 1;
+  const holder: Holder = { ...SELF, token: randomBytes(8).toString('hex') };
+  let waitingOn: string | undefined;
+  let deadline = 0;
+  const pause = backoff();
   for (;;) {
     if (tryCreate(lockPath, holder)) return holder.token;
-    const state = await inspect(lockPath);
+    const state = inspect(lockPath);
     if (state.kind === 'absent') continue;
     const dead = (state.kind === 'held' && holderIsDead(state.holder)) || (state.kind === 'unreadable' && state.ageMs > UNREADABLE_LOCK_STALE_MS);
     // A removed dead lock is retried at once; one another waiter is breaking, or that
-    // cannot be removed, is waited on like a live one, within the same deadline.
-    if (dead && (await breakDeadLock(lockPath, state.kind === 'held' ? state.holder.token : undefined))) continue;
+    // cannot be removed, is waited on like a live one.
+    if (dead && breakDeadLock(lockPath, state.kind === 'held' ? state.holder.token : undefined)) continue;
+    const current = state.kind === 'held' ? state.holder.token : '';
+    if (current !== waitingOn) {
+      waitingOn = current;
+      deadline = Date.now() + timeoutMs;
+    }
     if (Date.now() >= deadline) {
       const who = state.kind === 'held' ? `process ${state.holder.pid} on ${state.holder.host}` : 'an unknown process';
       throw new InterlinkError('busy', `${lockPath} is held by ${who}; gave up after ${timeoutMs} ms (if that process is gone, remove the lock file)`, {
         lock: lockPath,
       });
     }
-    await delay(backoff * (0.5 + Math.random()));
-    backoff = Math.min(backoff * 1.5, 20);
+    await pause();
   }
 }
 
-function releaseLock(lockPath: string): void {
-  try {
-    unlinkSync(lockPath);
-  } catch {
-    // Already gone: nothing to release.
+/**
+ * Removes the lock if it still carries `token`. One that is no longer ours (removed by
+ * hand and taken by another process) is left to its owner. The breaker is only held for
+ * microseconds, or is debris cleared after BREAKER_STALE_MS, so this waits for it; should
+ * that fail, the lock stays and, as it names this process, is broken once it has exited.
+ */
+async function releaseLock(lockPath: string, token: string): Promise<void> {
+  const deadline = Date.now() + 2 * BREAKER_STALE_MS;
+  const pause = backoff();
+  for (;;) {
+    try {
+      const outcome = underBreaker(lockPath, () => removeIf(lockPath, (now) => now.kind === 'held' && now.holder.token === token));
+      // Someone removed this lock while it was held, so another process may have run
+      // its critical section alongside ours: worth a line in the log.
+      if (outcome === false) log.warn('lock_lost', { lock: lockPath, message: `${lockPath} was taken over by another process while this one held it` });
+      if (outcome !== 'busy') return;
+    } catch (err) {
+      log.warn('lock_release_failed', { lock: lockPath, message: (err as Error).message });
+      return;
+    }
+    if (Date.now() >= deadline) {
+      log.warn('lock_release_failed', { lock: lockPath, message: `${lockPath}.break stayed in place` });
+      return;
+    }
+    await pause();
   }
 }
 
@@ -212,11 +238,11 @@ export async function withFileLock<T>(file: string, fn: () => Promise<T>, option
   const lockPath = options.lockPath ?? `${file}.lock`;
   const previous = queues.get(lockPath) ?? Promise.resolve();
   const run = previous.catch(() => undefined).then(async () => {
-    await acquire(lockPath, options.timeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS);
+    const token = await acquire(lockPath, options.timeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS);
     try {
       return await fn();
     } finally {
-      releaseLock(lockPath);
+      await releaseLock(lockPath, token);
     }
   });
   queues.set(lockPath, run);
@@ -233,13 +259,9 @@ export async function withFileLock<T>(file: string, fn: () => Promise<T>, option
  * lifetime, such as the notifier's; short critical sections use withFileLock.
  * Throws `busy` if a live holder keeps it past `timeoutMs` (0: try once).
  */
-export async function holdFileLock(file: string, timeoutMs: number): Promise<() => void> {
+export async function holdFileLock(file: string, timeoutMs: number): Promise<() => Promise<void>> {
   const lockPath = `${file}.lock`;
-  await acquire(lockPath, timeoutMs);
-  let released = false;
-  return () => {
-    if (released) return;
-    released = true;
-    releaseLock(lockPath);
-  };
+  const token = await acquire(lockPath, timeoutMs);
+  let released: Promise<void> | undefined;
+  return () => (released ??= releaseLock(lockPath, token));
 }

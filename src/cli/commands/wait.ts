@@ -23,6 +23,7 @@ import { checkSafeName, stateDir, unsafeNameReason, type Env } from '../../confi
 import { InterlinkError } from '../../errors.js';
 import { log } from '../../log.js';
 import { crashPoint } from '../../store/crash-point.js';
+import { processIsRunning } from '../../store/liveness.js';
 import { commitCursor, inboxPaths, readInboxBatch, withListenerLock } from '../../notices/inbox.js';
 import { expectPositionals, parse } from '../args.js';
 
@@ -183,15 +184,6 @@ function hostPid(env: Env): number | undefined {
   return Number(raw);
 }
 
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /** Holding the listener lock: hands over the next batch, or waits until there is one. */
 async function listen(state: string, session: string, renewMs: number, stop: AbortSignal): Promise<Outcome> {
   const paths = inboxPaths(state, session);
@@ -203,7 +195,7 @@ async function listen(state: string, session: string, renewMs: number, stop: Abo
   const host = hostPid(process.env);
   let hostGone = false;
   const poll = setInterval(() => {
-    if (host !== undefined && !isRunning(host)) hostGone = true;
+    if (host !== undefined && !processIsRunning(host)) hostGone = true;
     bell.ring();
   }, SAFETY_POLL_MS);
   const renew = setTimeout(() => {
