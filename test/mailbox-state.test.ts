@@ -219,22 +219,26 @@ describe('mailbox state', () => {
     );
   });
 
-  it('fetches each sender’s unread messages in signed-time order (arrival breaks ties), senders in their arrival slots', () => {
+  it('fetches non-progress first, then progress; each sender’s in signed-time order (arrival breaks ties); senders in their arrival slots', () => {
     fc.assert(
       fc.property(fc.array(actionArb, { maxLength: 60 }), (actions) => {
         const r = run(actions, { maxRecords: 4096, maxBytes: 1 << 30 }, () => undefined);
         const order = r.state.unreadInFetchOrder();
         const arrival = [...r.state.all()].filter(isUnread);
-        // The same records; each arrival position keeps its sender.
         expect(new Set(order)).toEqual(new Set(arrival));
-        expect(order.map((x) => x.envelope.from)).toEqual(arrival.map((x) => x.envelope.from));
-        for (const sender of senders) {
-          const mine = order.filter((x) => x.envelope.from === sender.key);
-          for (let i = 1; i < mine.length; i++) {
-            const [a, b] = [mine[i - 1]!, mine[i]!];
-            expect(a.envelope.ts < b.envelope.ts || (a.envelope.ts === b.envelope.ts && a.seq < b.seq)).toBe(true);
+        const firstProgress = order.findIndex((x) => isProgress(x.envelope));
+        if (firstProgress >= 0) expect(order.slice(firstProgress).every((x) => isProgress(x.envelope))).toBe(true);
+        for (const group of [order.filter((x) => !isProgress(x.envelope)), order.filter((x) => isProgress(x.envelope))]) {
+          for (const sender of senders) {
+            const mine = group.filter((x) => x.envelope.from === sender.key);
+            for (let i = 1; i < mine.length; i++) {
+              const [a, b] = [mine[i - 1]!, mine[i]!];
+              expect(a.envelope.ts < b.envelope.ts || (a.envelope.ts === b.envelope.ts && a.seq < b.seq)).toBe(true);
+            }
           }
         }
+        // Without progress, each arrival position keeps its sender.
+        if (firstProgress < 0) expect(order.map((x) => x.envelope.from)).toEqual(arrival.map((x) => x.envelope.from));
       }),
       { numRuns: 200 },
     );
@@ -260,9 +264,10 @@ describe('mailbox state', () => {
           sent.forEach((envelope, i) => inOrder.apply({ op: 'store', at: T0 + i, envelope }));
           arrival.forEach((envelope, i) => shuffled.apply({ op: 'store', at: T0 + i, envelope }));
           const fetched = shuffled.unreadInFetchOrder().map((x) => x.envelope.msg_id);
-          // The same messages survive supersession, in the order they were sent.
+          // The same messages survive supersession, in the order they were sent (progress after the rest).
           expect(fetched).toEqual(inOrder.unreadInFetchOrder().map((x) => x.envelope.msg_id));
-          expect(fetched).toEqual(sent.filter((e) => fetched.includes(e.msg_id)).map((e) => e.msg_id));
+          const surviving = sent.filter((e) => fetched.includes(e.msg_id));
+          expect(fetched).toEqual([...surviving.filter((e) => !isProgress(e)), ...surviving.filter((e) => isProgress(e))].map((e) => e.msg_id));
           expect(shuffled.fromSender(senders[0]!.key).map((x) => x.envelope.msg_id)).toEqual(sent.map((e) => e.msg_id));
         },
       ),

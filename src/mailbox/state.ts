@@ -194,11 +194,16 @@ export class MailboxState {
     return counts;
   }
 
-  /** Unread records in delivery order: each sender's as it sent them, senders by arrival. */
+  /**
+   * Unread records as fetch returns them: non-progress first, as the delivery spec asks
+   * (a question or result is never stuck behind progress), then progress; within each,
+   * delivery order (each sender's as it sent them, senders by arrival).
+   */
   unreadInFetchOrder(): StoredRecord[] {
     const unread: StoredRecord[] = [];
     for (const record of this.records.values()) if (isUnread(record)) unread.push(record);
-    return inDeliveryOrder(unread);
+    const ordered = inDeliveryOrder(unread);
+    return [...ordered.filter((r) => !isProgress(r.envelope)), ...ordered.filter((r) => isProgress(r.envelope))];
   }
 
   /** Every record from `sender`, in the order it sent them. */
