@@ -99,9 +99,18 @@ afterEach(async () => {
 const bob: Peer = { petname: 'bob', key: bystander.key };
 const ann: Peer = { petname: 'ann', key: requester.key };
 
+describe('the petname of an accepted requester', () => {
+  it('is never the name it claims: without one from the person, it is made from the fingerprint', async () => {
+    const result = await pairing.accept(requester.fingerprint);
+    expect(result.petname).toBe(`peer-${requester.fingerprint.slice(0, 9)}`);
+    expect(await peers()).toContainEqual({ petname: result.petname, key: requester.key });
+    expect((await peers()).some((p) => p.petname === 'ann')).toBe(false);
+  });
+});
+
 describe('accept when the request closes between the read and the commit', () => {
   it('without a race: adds the peer and queues one pair_accept', async () => {
-    const result = await pairing.accept(requester.fingerprint);
+    const result = await pairing.accept(requester.fingerprint, { petname: 'ann' });
     expect(result).toEqual({ fingerprint: requester.fingerprint, key: requester.key, petname: 'ann', code: open.code, state: 'accepted', confirmation: 'queued' });
     expect(await peers()).toEqual([ann, bob]);
     const data = await store.read();
@@ -116,7 +125,7 @@ describe('accept when the request closes between the read and the commit', () =>
 
   it('rejected meanwhile: throws unknown_request and takes the peer it added out again', async () => {
     const record = race((d) => reject(d, requester.fingerprint, now));
-    const err = await rejectsWith(pairing.accept(requester.fingerprint), 'unknown_request');
+    const err = await rejectsWith(pairing.accept(requester.fingerprint, { petname: 'ann' }), 'unknown_request');
     expect(err.message).toContain('nothing was accepted');
     expect(err.message).toContain(requester.fingerprint);
     // The race ran after the accept had added the requester, and before its commit.
@@ -132,7 +141,7 @@ describe('accept when the request closes between the read and the commit', () =>
   it('replaced meanwhile by a newer request from the same key: throws unknown_request, takes the peer out, and the newer request stays open', async () => {
     const newer = incoming(requester, msgId(2), T0 + 10);
     const record = race((d) => admitRequest(d, newer, T0 + 10));
-    const err = await rejectsWith(pairing.accept(requester.fingerprint), 'unknown_request');
+    const err = await rejectsWith(pairing.accept(requester.fingerprint, { petname: 'ann' }), 'unknown_request');
     expect(err.message).toContain('nothing was accepted');
     expect(record.seen).toEqual([[ann, bob]]);
     expect(store.raced).toEqual(['replaced']);
@@ -143,7 +152,7 @@ describe('accept when the request closes between the read and the commit', () =>
     expect(data.control).toEqual([]);
     expect(data.handled).toEqual([]);
     // A person can now decide on the newer request: accepting it works, under the same petname.
-    const result = await pairing.accept(requester.fingerprint);
+    const result = await pairing.accept(requester.fingerprint, { petname: 'ann' });
     expect(result).toMatchObject({ key: requester.key, petname: 'ann', code: newer.code, state: 'accepted', confirmation: 'queued' });
     expect(await peers()).toEqual([ann, bob]);
     expect((await store.read()).control).toEqual([expect.objectContaining({ kind: 'pair_accept', in_reply_to: newer.request_id })]);
@@ -152,7 +161,7 @@ describe('accept when the request closes between the read and the commit', () =>
   it('accepted meanwhile by another accept: returns that acceptance and the peer stays', async () => {
     const other: ControlJob = { msg_id: msgId(900), kind: 'pair_accept', to: requester.key, session: open.session, text: 'host', in_reply_to: open.request_id, created_at: now };
     const record = race((d) => commitAccept(d, open, other, now));
-    const result = await pairing.accept(requester.fingerprint);
+    const result = await pairing.accept(requester.fingerprint, { petname: 'ann' });
     expect(result).toEqual({ fingerprint: requester.fingerprint, key: requester.key, petname: 'ann', code: open.code, state: 'accepted', confirmation: 'queued' });
     expect(record.seen).toEqual([[ann, bob]]);
     expect(store.raced).toEqual([{ queued: true }]);

@@ -60,7 +60,7 @@ describe('pairing from the command line', () => {
 
     // Bob's cli session goes on the roster (and stays there, away, after the command).
     const empty = await bob.json<Listed>(['pair', 'list']);
-    expect(empty).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0, completed: [] });
+    expect(empty).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0, completed: [], closed_already_peers: [] });
     const bobId = await bob.identity();
 
     // Alice asks by the name Bob announces, once for people and once more as JSON (the same request).
@@ -82,7 +82,7 @@ describe('pairing from the command line', () => {
     expect(await bob.peers()).toEqual({});
 
     // Bob accepts: Alice is his peer at once; the confirmation goes to a relay.
-    const accepted = ok(await bob.cli(['pair', 'accept', aliceId.fingerprint]));
+    const accepted = ok(await bob.cli(['pair', 'accept', aliceId.fingerprint, '--petname', 'alice']));
     expect(accepted).toContain(`Verification code: ${asked.code}`);
     expect(accepted).toContain('is now a peer');
     expect(accepted).toContain('The confirmation went to a relay.');
@@ -90,10 +90,13 @@ describe('pairing from the command line', () => {
     // Accepting again is safe and says the same.
     expect(await bob.json<Accepted>(['pair', 'accept', aliceId.fingerprint])).toMatchObject({ key: aliceId.key, petname: 'alice', code: asked.code, state: 'accepted', confirmation: 'sent' });
 
-    // Alice's next list takes the confirmation: Bob is her peer, and the request is closed.
-    const done = await alice.json<Listed>(['pair', 'list']);
-    expect(done.completed).toEqual([{ petname: 'bob', fingerprint: bobId.fingerprint, key: bobId.key }]);
-    expect(done.outgoing).toEqual([]);
+    // Alice asked by a roster name: her next list shows the acceptance, held until she confirms.
+    const held = await alice.json<Listed>(['pair', 'list']);
+    expect(held.completed).toEqual([]);
+    expect(held.outgoing).toEqual([expect.objectContaining({ key: bobId.key, state: 'accepted_confirm_needed' })]);
+    expect(await alice.peers()).toEqual({});
+    const confirmed = await alice.json<Record<string, unknown>>(['pair', 'confirm', bobId.fingerprint]);
+    expect(confirmed).toMatchObject({ key: bobId.key, petname: 'bob', code: asked.code, state: 'confirmed' });
     expect(await alice.peers()).toEqual({ bob: { key: bobId.key } });
     expect(await bob.peers()).toEqual({ alice: { key: aliceId.key } });
     // Nothing left over on either side.
@@ -119,7 +122,8 @@ describe('pairing through two relays', () => {
     const bobId = await bob.identity();
 
     // Both relays take the request (each gets a copy), and both take the confirmation.
-    const asked = await alice.json<Requested>(['pair', 'request', 'bob']);
+    // By key, learned from Bob directly: the acceptance completes it, with no confirm step.
+    const asked = await alice.json<Requested>(['pair', 'request', bobId.key, '--petname', 'bob']);
     const info = { INTERLINK_LOG: 'info' };
     const bobList = await bob.cli(['pair', 'list', '--json'], info);
     expect((JSON.parse(ok(bobList)) as Listed).incoming).toEqual([expect.objectContaining({ key: aliceId.key, code: asked.code })]);
@@ -164,9 +168,9 @@ describe('replays and answers nobody asked for', () => {
 
     // Bob accepts Tess, then removes her again (a person may): her old request, replayed,
     // is remembered as handled and does not come back as a new request.
-    ok(await bob.cli(['pair', 'accept', tess.fingerprint]));
+    ok(await bob.cli(['pair', 'accept', tess.fingerprint, '--petname', 'tess']));
     expect(await bob.peers()).toEqual({ tess: { key: tess.key } });
-    await tess.send(bobCli, marker); // while she is a peer: a pairing kind from a peer is refused
+    await tess.send(bobCli, marker); // while she is a peer: a replay of a request already handled stays out
     const whilePeer = await bob.json<Listed>(['pair', 'list']);
     expect(whilePeer.incoming).toEqual([]);
     expect(await bob.peers()).toEqual({ tess: { key: tess.key } });
@@ -191,7 +195,7 @@ describe('replays and answers nobody asked for', () => {
     const wendy = await hand(relay.url, 'w1');
     await wendy.announce('wendy');
     await wendy.listen();
-    const asked = await bob.json<Requested>(['pair', 'request', wendy.key]);
+    const asked = await bob.json<Requested>(['pair', 'request', wendy.key, '--petname', 'wendy']);
     expect(asked).toMatchObject({ to: wendy.key, session: 'w1', petname: 'wendy', sent: true });
     const request = await wendy.received('the pair_request', (e) => e.kind === 'pair_request');
     expect(request.msg_id).toBe(asked.request_id);
@@ -293,8 +297,10 @@ describe('removing a peer', () => {
     const asked = await requestPair<Requested>(alice, { target: 'bob' });
     const aliceId = await alice.call<{ identity: string; fingerprint: string }>('get_my_session_id');
     await eventually(async () => ((await bob.call<Listed>('list_pair_requests')).incoming.length === 1 ? true : undefined), 15_000, 'the request');
-    await bob.call('accept_pair', { fingerprint: aliceId.fingerprint });
-    await eventually(async () => ((await alice.call<{ peers: unknown[] }>('list_peers')).peers.length === 1 ? true : undefined), 15_000, 'the confirmation');
+    await bob.call('accept_pair', { fingerprint: aliceId.fingerprint, petname: 'alice' });
+    await eventually(async () => ((await alice.call<Listed>('list_pair_requests')).outgoing[0]?.state === 'accepted_confirm_needed' ? true : undefined), 15_000, 'the acceptance');
+    await alice.call('confirm_pair', { fingerprint: asked.fingerprint });
+    expect((await alice.call<{ peers: unknown[] }>('list_peers')).peers).toHaveLength(1);
     expect(asked.petname).toBe('bob');
 
     type Inbox = { messages: { msg_id: string; peer?: string }[] };

@@ -33,12 +33,14 @@ describe('resolveTarget: which identity', () => {
   ];
 
   it('resolves a full key, a fingerprint in any spelling, and a unique name to the same identity', () => {
+    // `by` says how the person named it: only a roster name needs a confirm later.
+    const by = (target: string, key: string) => (target === key ? 'key' : ['bob', 'bob-laptop', 'carol'].includes(target) ? 'name' : 'fingerprint');
     const targets = [bob.key, ...spellings(bob.fingerprint), 'bob', 'bob-laptop'];
     for (const target of targets) {
-      expect(resolveTarget(target, roster, me.key), target).toEqual({ key: bob.key, session: 'b-live-new', name: 'bob-laptop' });
+      expect(resolveTarget(target, roster, me.key), target).toEqual({ key: bob.key, session: 'b-live-new', name: 'bob-laptop', by: by(target, bob.key) });
     }
     for (const target of [carol.key, ...spellings(carol.fingerprint), 'carol']) {
-      expect(resolveTarget(target, roster, me.key), target).toEqual({ key: carol.key, session: 'c1', name: 'carol' });
+      expect(resolveTarget(target, roster, me.key), target).toEqual({ key: carol.key, session: 'c1', name: 'carol', by: by(target, carol.key) });
     }
   });
 
@@ -70,13 +72,13 @@ describe('resolveTarget: which identity', () => {
     expect(err.message).toContain(bob.fingerprint);
     expect(err.message).toContain(carol.fingerprint);
     expect(err.message).toContain('full public key');
-    expect(resolveTarget(bob.key, shared, me.key)).toEqual({ key: bob.key, session: 'b1', name: 'sam' });
-    expect(resolveTarget(carol.fingerprint, shared, me.key)).toEqual({ key: carol.key, session: 'c1', name: 'sam' });
+    expect(resolveTarget(bob.key, shared, me.key)).toEqual({ key: bob.key, session: 'b1', name: 'sam', by: 'key' });
+    expect(resolveTarget(carol.fingerprint, shared, me.key)).toEqual({ key: carol.key, session: 'c1', name: 'sam', by: 'fingerprint' });
   });
 
   it('accepts a name that several sessions of one identity announce', () => {
     const one = [entry(bob, 'b1', 'sam', 'away', 1), entry(bob, 'b2', 'sam', 'live', 50), entry(bob, 'b3', 'sam', 'live', 20)];
-    expect(resolveTarget('sam', one, me.key)).toEqual({ key: bob.key, session: 'b3', name: 'sam' });
+    expect(resolveTarget('sam', one, me.key)).toEqual({ key: bob.key, session: 'b3', name: 'sam', by: 'name' });
   });
 
   it('treats a name as exact text', () => {
@@ -115,7 +117,7 @@ describe('resolveTarget: which session', () => {
         const err = throwsWith(run, 'no_route');
         if (row.session !== undefined) expect(err.message).toContain(row.session);
       } else {
-        expect(run()).toEqual({ key: bob.key, session: row.expected, name: `bob@${row.expected}` });
+        expect(run()).toEqual({ key: bob.key, session: row.expected, name: `bob@${row.expected}`, by: 'key' });
       }
     });
   }
