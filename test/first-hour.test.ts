@@ -76,7 +76,7 @@ async function pairByReadme(alice: Person, bob: Person): Promise<{ aliceKey: str
   const aliceId = await alice.identity();
   const seen = await bob.json<Listed>(['pair', 'list']);
   expect(seen.incoming).toEqual([expect.objectContaining({ fingerprint: aliceId.fingerprint, code: asked.code })]);
-  expect(ok(await bob.cli(['pair', 'accept', aliceId.fingerprint]))).toContain('is now a peer');
+  expect(ok(await bob.cli(['pair', 'accept', aliceId.fingerprint, '--petname', 'alice']))).toContain('is now a peer');
   // Alice asked by name: she compares the code too, then confirms.
   expect(ok(await alice.cli(['pair', 'list']))).toContain(`accepted: compare the code with them, then run \`interlink-mcp pair confirm ${asked.fingerprint}\``);
   expect(await alice.peers()).toEqual({});
