@@ -170,13 +170,18 @@ function backoff(): () => Promise<void> {
   };
 }
 
+/** However the lock changes hands, a waiter gives up after this many times its timeout. */
+const QUEUE_WAIT_FACTOR = 6;
+
 /**
  * Takes the lock, or throws `busy` once one holder has kept it for `timeoutMs` while we
  * waited. The clock restarts whenever the lock changes hands: a queue of short holders
  * (24 processes editing one file at once on a busy machine) is progress, not an error.
+ * Still, no wait is unbounded: past QUEUE_WAIT_FACTOR × `timeoutMs` in all, it is `busy`.
  */
 async function acquire(lockPath: string, timeoutMs: number): Promise<string> {
   const holder: Holder = { ...SELF, token: randomBytes(8).toString('hex') };
+  const giveUpAt = Date.now() + QUEUE_WAIT_FACTOR * timeoutMs;
   let waitingOn: string | undefined;
   let deadline = 0;
   const pause = backoff();
@@ -193,9 +198,10 @@ async function acquire(lockPath: string, timeoutMs: number): Promise<string> {
       waitingOn = current;
       deadline = Date.now() + timeoutMs;
     }
-    if (Date.now() >= deadline) {
+    if (Date.now() >= Math.min(deadline, giveUpAt)) {
       const who = state.kind === 'held' ? `process ${state.holder.pid} on ${state.holder.host}` : 'an unknown process';
-      throw new InterlinkError('busy', `${lockPath} is held by ${who}; gave up after ${timeoutMs} ms (if that process is gone, remove the lock file)`, {
+      const waited = Date.now() >= giveUpAt ? `${QUEUE_WAIT_FACTOR * timeoutMs} ms behind other holders` : `${timeoutMs} ms`;
+      throw new InterlinkError('busy', `${lockPath} is held by ${who}; gave up after ${waited} (if that process is gone, remove the lock file)`, {
         lock: lockPath,
       });
     }
