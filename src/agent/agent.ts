@@ -231,11 +231,14 @@ export class Agent {
   private async resolvePeer(to: string): Promise<{ key: string; petname?: string }> {
     if (to === 'self') return { key: this.identity.key };
     const key = (await this.peers()).keyOf(to);
-    if (key === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${to}; see list_peers (a person adds peers)`);
+    if (key === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${to}`, undefined, { hint: { tool: 'see list_peers; a person adds peers', cli: 'see `interlink-mcp peers list`' } });
     return { key, petname: to };
   }
 
   async send(args: SendArgs): Promise<SendReceipt> {
+    // A blank message wakes the receiver for nothing; refused here so every surface
+    // (tool, CLI, a future caller) gets the same typed error.
+    if (args.text.trim() === '') throw new InterlinkError('empty_text', 'the text is empty or only whitespace; a message must say something');
     if (Buffer.byteLength(args.text, 'utf8') > MAX_TEXT_BYTES) {
       throw new InterlinkError('too_large', `text is ${Buffer.byteLength(args.text, 'utf8')} bytes; the limit is ${MAX_TEXT_BYTES} bytes of UTF-8`);
     }
@@ -286,7 +289,7 @@ export class Agent {
   }
 
   async cancelTask(args: { to: string; task_id: string; reason?: string; session?: string }): Promise<SendReceipt> {
-    return this.send({ to: args.to, text: args.reason ?? 'canceled', task_id: args.task_id, status: 'canceled', ...(args.session !== undefined && { session: args.session }) });
+    return this.send({ to: args.to, text: args.reason?.trim() ? args.reason : 'canceled', task_id: args.task_id, status: 'canceled', ...(args.session !== undefined && { session: args.session }) });
   }
 
   async messageStatus(msgId: string): Promise<{ msg_id: string; direction: 'outbound' | 'inbound'; state: string; history: { state: string; at: number }[] }> {
@@ -359,7 +362,7 @@ export class Agent {
   }
 
   async addPeer(petname: string, key: string) {
-    const result = await addPeer(this.options.peersPath, petname, key);
+    const result = await addPeer(this.options.peersPath, petname, key, this.identity.key);
     return { petname, key, outcome: result.outcome };
   }
 

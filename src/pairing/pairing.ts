@@ -117,7 +117,7 @@ export class Pairing {
     const existing = table.petnameOf(resolved.key);
     if (existing !== undefined) throw new InterlinkError('already_peer', `that identity is already your peer ${existing}`);
     const petname = options.petname ?? petnameFrom(resolved.name);
-    if (petname === undefined) throw new InterlinkError('usage', `the name ${JSON.stringify(shownName(resolved.name))} cannot be a petname; pass petname`);
+    if (petname === undefined) throw new InterlinkError('usage', `the name ${JSON.stringify(shownName(resolved.name))} cannot be a petname`, undefined, { hint: { tool: 'pass petname', cli: 'pass --petname NAME' } });
     // The same rule peers.json applies ("self" is reserved), so the accept can be recorded.
     if (options.petname !== undefined) checkPetname(petname);
     const other = table.keyOf(petname);
@@ -144,7 +144,7 @@ export class Pairing {
       code: outgoing.code,
       repeated,
       state: 'pending' as const,
-      next: 'Compare the code with the other person (not through the agents). They accept with `interlink-mcp pair accept <your fingerprint>`; then they become your peer here too.',
+      next: `Compare the code with the other person (not through the agents). They accept with \`interlink-mcp pair accept ${this.options.identity.fingerprint}\`; then they become your peer here too.`,
     };
   }
 
@@ -190,7 +190,7 @@ export class Pairing {
     if (request === undefined) return this.alreadyAccepted(data, fingerprint);
     checkControlRoom(data);
     const petname = options.petname ?? petnameFrom(request.claimed_name);
-    if (petname === undefined) throw new InterlinkError('usage', `the claimed name ${JSON.stringify(request.claimed_name)} cannot be a petname; pass petname`);
+    if (petname === undefined) throw new InterlinkError('usage', `the claimed name ${JSON.stringify(request.claimed_name)} cannot be a petname`, undefined, { hint: { tool: 'pass petname', cli: 'pass --petname NAME' } });
     const { table } = await loadPeers(this.options.peersPath);
     const current = table.petnameOf(request.from);
     if (current === undefined) await addPeer(this.options.peersPath, petname, request.from);
@@ -222,7 +222,7 @@ export class Pairing {
       if (current === undefined && (await loadPeers(this.options.peersPath)).table.keyOf(petname) === request.from) {
         await removePeer(this.options.peersPath, petname);
       }
-      throw new InterlinkError('unknown_request', `the request from ${fingerprint} changed while it was being accepted (rejected, or replaced by a newer one); nothing was accepted, see list_pair_requests`);
+      throw new InterlinkError('unknown_request', `the request from ${fingerprint} changed while it was being accepted (rejected, or replaced by a newer one); nothing was accepted`, undefined, { hint: { tool: 'see list_pair_requests', cli: 'see `interlink-mcp pair list`' } });
     }
     this.kick();
     return { fingerprint, key: request.from, petname: current ?? petname, code: request.code, state: 'accepted' as const, confirmation: 'queued' as const };
@@ -238,7 +238,7 @@ export class Pairing {
   private async alreadyAccepted(data: Awaited<ReturnType<PairingStore['read']>>, fingerprint: string) {
     // The latest acceptance of that key (it may have been accepted, removed and accepted again).
     const done = data.handled.findLast((h) => h.outcome === 'accepted' && fingerprintOfKey(h.from) === fingerprint);
-    if (done === undefined) throw new InterlinkError('unknown_request', `no open pairing request from ${fingerprint} (see list_pair_requests)`);
+    if (done === undefined) throw new InterlinkError('unknown_request', `no open pairing request from ${fingerprint}`, undefined, { hint: { tool: 'see list_pair_requests', cli: 'see `interlink-mcp pair list`' } });
     const { table } = await loadPeers(this.options.peersPath);
     return {
       fingerprint,
