@@ -138,6 +138,7 @@ export class Agent {
   startNotices(sink: NoticeSink): void {
     this.notifier = new Notifier({
       mailbox: this.mailbox,
+      identity: this.identity.key,
       session: this.session,
       sink,
       senderName: async (key) => (key === this.identity.key ? 'self' : ((await this.peers()).petnameOf(key) ?? fingerprintOf(parsePublicKey(key)))),
