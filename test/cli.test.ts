@@ -130,7 +130,10 @@ describe('whoami', () => {
   it('with a damaged key exits 1 with one line and leaves the file', async () => {
     await cli(['keygen']);
     await writeFile(keyFile, 'damaged\n', { mode: 0o600 });
-    expectOneLineFailure(await cli(['whoami', '--json']));
+    expectOneLineFailure(await cli(['whoami']));
+    const run = await cli(['whoami', '--json']);
+    expectOneLine(run, 1);
+    expect(JSON.parse(run.stdout)).toMatchObject({ error: { code: 'bad_key' } });
     expect(await readFile(keyFile, 'utf8')).toBe('damaged\n');
   });
 });
@@ -423,9 +426,11 @@ describe('bare interlink-mcp', () => {
   it('on a terminal prints the help and exits 0, creating no identity and starting no relay', async () => {
     const port = await freePort();
     const env = userEnv({ root, configDir, stateDir }, { INTERLINK_LOCAL_RELAY: `127.0.0.1:${port}` });
-    // util-linux `script` gives the command a pseudo-terminal as stdin; -e passes its exit status on.
+    // `script` gives the command a pseudo-terminal as stdin (util-linux: -e passes its exit
+    // status on; BSD script on macOS takes the command after the log file).
+    const args = process.platform === 'darwin' ? ['-q', '/dev/null', process.execPath, MAIN] : ['-qec', `"${process.execPath}" "${MAIN}"`, '/dev/null'];
     const run = await new Promise<Run>((resolve, reject) => {
-      const child = spawn('script', ['-qec', `"${process.execPath}" "${MAIN}"`, '/dev/null'], { stdio: ['ignore', 'pipe', 'pipe'], env });
+      const child = spawn('script', args, { stdio: ['ignore', 'pipe', 'pipe'], env });
       let stdout = '';
       child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
       child.once('error', reject);

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * `interlink-mcp <command>`: a thin dispatcher. Exit codes: 0 success, 1 failure with a
- * one-line reason on stderr, 64 usage error.
+ * one-line reason on stderr, 64 usage error (also one line). With --json a failure is
+ * also `{"error": {"code", "message"}}` on stdout. `wait` exits by its own rules.
  */
 import { InterlinkError } from '../errors.js';
 import { demo, demoHelp } from './commands/demo.js';
@@ -29,9 +30,9 @@ const commands: Record<string, Command> = {
   whoami: { run: whoami, help: whoamiHelp, summary: 'print the public key and fingerprint' },
   peers: { run: peers, help: peersHelp, summary: 'list, add or remove peers' },
   pair: { run: pair, help: pairHelp, summary: 'pair with another identity: request, list, accept, reject (compare the code)' },
-  status: { run: status, help: statusHelp, summary: 'identity, peers, relays, unread and unsent messages' },
-  inbox: { run: inbox, help: inboxHelp, summary: 'messages in the mailboxes and their states (reads only)' },
-  relay: { run: relay, help: relayHelp, summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR for durable queues)' },
+  status: { run: status, help: statusHelp, summary: 'identity, peers, relays (and the local one), unread and unsent messages' },
+  inbox: { run: inbox, help: inboxHelp, summary: 'messages received (--unread) or sent (--sent) and their states (reads only)' },
+  relay: { run: relay, help: relayHelp, summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR); `relay stop` stops the local one' },
   demo: { run: demo, help: demoHelp, summary: 'show a signed message go through the gate into a mailbox' },
   'failed-deliveries': { run: failedDeliveries, help: failedHelp, summary: 'Codex notices codex queue did not take: list, read, retry, discard' },
   wait: { run: wait, help: waitHelp, summary: "Claude's Stop-hook listener: exit 2 with this session's notices on stderr" },
