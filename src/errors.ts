@@ -11,9 +11,11 @@ export type ErrorCode =
   | 'bad_name'
   | 'peer_conflict'
   | 'unknown_peer'
+  | 'own_key'
   // envelopes and input
   | 'bad_envelope'
   | 'too_large'
+  | 'empty_text'
   | 'bad_signature'
   // stores
   | 'busy'
@@ -42,15 +44,34 @@ export type ErrorCode =
   // usage
   | 'usage';
 
+/**
+ * What to do next, worded for each surface: an agent knows tools (`see list_pair_requests`),
+ * a person at a terminal knows commands (`see \`interlink-mcp pair list\``).
+ */
+export interface SurfaceHint {
+  tool: string;
+  cli: string;
+}
+
 export class InterlinkError extends Error {
   readonly code: ErrorCode;
   readonly details: Readonly<Record<string, unknown>> | undefined;
+  /** The sentence without a hint; `message` adds the tool wording (MCP results, logs). */
+  readonly sentence: string;
+  readonly hint: SurfaceHint | undefined;
 
-  constructor(code: ErrorCode, message: string, details?: Record<string, unknown>, options?: { cause?: unknown }) {
-    super(message, options);
+  constructor(code: ErrorCode, message: string, details?: Record<string, unknown>, options?: { cause?: unknown; hint?: SurfaceHint }) {
+    super(options?.hint ? `${message} (${options.hint.tool})` : message, options?.cause !== undefined ? { cause: options.cause } : undefined);
     this.name = 'InterlinkError';
     this.code = code;
     this.details = details;
+    this.sentence = message;
+    this.hint = options?.hint;
+  }
+
+  /** The message as the command line prints it: the hint names a command, not a tool. */
+  get cliMessage(): string {
+    return this.hint ? `${this.sentence} (${this.hint.cli})` : this.sentence;
   }
 
   /** The form a tool result or `--json` output carries. */

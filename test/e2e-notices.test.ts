@@ -4,7 +4,7 @@
  * (`interlink-mcp wait`) hands it over and exits 2. The notice is a pointer; the agent
  * then receives and acknowledges.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -64,6 +64,38 @@ describe('notices for Claude', () => {
     const renewal = await next.exited;
     expect(renewal.code).toBe(2);
     expect(next.stderr()).not.toMatch(/notification_id/);
+  });
+
+  it("a session's first listener does not announce notices whose messages were acknowledged, and shows one notice for what is unread", async () => {
+    const { alice, bob } = await pairedPeers('b1');
+    const env = { INTERLINK_STATE_DIR: bob.state, INTERLINK_CONFIG_DIR: bob.config };
+    const inboxFile = join(bob.state, 'inbox', 'b1.jsonl');
+    const noticeLines = async () => (await readFile(inboxFile, 'utf8').catch(() => '')).split('\n').filter((l) => l !== '').length;
+    // No listener runs: each message gets a notice in the inbox, and the agent reads and
+    // acknowledges it anyway (told by its person, or through another session).
+    for (let i = 1; i <= 3; i++) {
+      await alice.call('send_message', { to: 'bob', session: 'b1', text: `question ${i}` });
+      await eventually(async () => ((await noticeLines()) >= i ? true : undefined), 15_000, `notice ${i}`);
+      const inbox = await bob.call<Inbox>('receive_messages');
+      await bob.call('acknowledge_messages', { messages: inbox.messages.map((m) => m.receipt) });
+    }
+    expect(await noticeLines()).toBe(3);
+
+    const first = spawnNode(MAIN, ['wait', '--session', 'b1', '--renew-after-secs', '1'], env);
+    expect((await first.exited).code).toBe(2);
+    expect(first.stderr()).not.toMatch(/notification_id/);
+    expect(first.stderr()).toContain('no messages are waiting');
+
+    // Two more notices while one message stays unread: the listener shows only the newest.
+    await alice.call('send_message', { to: 'bob', session: 'b1', text: 'still open' });
+    await eventually(async () => ((await noticeLines()) >= 4 ? true : undefined), 15_000, 'notice 4');
+    await bob.call('receive_messages', { reset_notification: true });
+    await eventually(async () => ((await noticeLines()) >= 5 ? true : undefined), 15_000, 'notice 5');
+    const next = spawnNode(MAIN, ['wait', '--session', 'b1', '--renew-after-secs', '30'], env);
+    expect((await next.exited).code).toBe(2);
+    const ids = next.stderr().match(/notification_id n-[0-9a-f]{16}/g) ?? [];
+    expect(new Set(ids).size, next.stderr()).toBe(1);
+    expect(next.stderr()).toMatch(/^1 unread Interlink message from alice/m);
   });
 
   it('does not wake for progress', async () => {

@@ -144,10 +144,11 @@ describe('wait', () => {
   });
 
   for (const bad of ['0', '3001', '1.5', 'soon']) {
-    it(`refuses --renew-after-secs ${bad}, logged, and still exits 0 (a failing hook must not wake Claude)`, async () => {
+    it(`refuses --renew-after-secs ${bad} as a usage error: one line, exit 64, never 2 (a failing hook must not wake Claude)`, async () => {
       const result = await startListener(CLI, ['--renew-after-secs', bad], { INTERLINK_STATE_DIR: state }).done;
-      expect(result.code).toBe(0);
-      expect(result.stderr).toMatch(/--renew-after-secs/);
+      expect(result.code).toBe(64);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toMatch(/^interlink-mcp wait: --renew-after-secs [^\n]*\n$/);
     });
   }
 

@@ -41,7 +41,7 @@ function recordingSink(outcome: NoticeOutcome | Error = 'inbox_queued'): Recordi
 
 async function setup(sink: NoticeSink = recordingSink()): Promise<{ mailbox: Mailbox; notifier: Notifier }> {
   const mailbox = await Mailbox.open(join(dir.path, 'mailbox', bob.key, 'main.json'), { now: () => now });
-  const notifier = new Notifier({ mailbox, session: 'main', sink, senderName: async (key) => (key === alice.key ? 'alice' : '?'), now: () => now });
+  const notifier = new Notifier({ mailbox, identity: bob.key, session: 'main', sink, senderName: async (key) => (key === alice.key ? 'alice' : '?'), now: () => now });
   notifiers.push(notifier);
   return { mailbox, notifier };
 }

@@ -100,6 +100,9 @@ describe('pairing with the MCP tools', () => {
     // A petname peers.json would refuse is refused up front, not when the confirmation arrives.
     expect(await alice.fail('request_pair', { target: bobMe.identity, petname: 'self' })).toMatchObject({ code: 'bad_name' });
     expect(asked.code).toBe(verificationCode(aliceMe.identity, bobMe.identity, asked.request_id));
+    // The next step names the real fingerprint: nothing is left to fill in.
+    expect(asked.next).toContain(`interlink-mcp pair accept ${aliceMe.fingerprint}`);
+    expect(asked.next).not.toMatch(/<[^>]*>/);
     expect((await alice.call<Listed>('list_pair_requests')).outgoing).toEqual([expect.objectContaining({ key: bobMe.identity, code: asked.code })]);
 
     const seen = await incomingFrom(bob, aliceMe.fingerprint);

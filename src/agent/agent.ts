@@ -153,6 +153,7 @@ export class Agent {
   startNotices(sink: NoticeSink): void {
     this.notifier = new Notifier({
       mailbox: this.mailbox,
+      identity: this.identity.key,
       session: this.session,
       sink,
       senderName: async (key) => (key === this.identity.key ? 'self' : ((await this.peers()).petnameOf(key) ?? fingerprintOf(parsePublicKey(key)))),
@@ -262,7 +263,7 @@ export class Agent {
     if (key === undefined && damaged) {
       throw new InterlinkError('unknown_peer', `no peer is called ${to} because peers.json was damaged and moved aside; a person must restore it (the server log says where the original is)`);
     }
-    if (key === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${to}; see list_peers (a person adds peers)`);
+    if (key === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${to}`, undefined, { hint: { tool: 'see list_peers; a person adds peers', cli: 'see `interlink-mcp peers list`' } });
     return { key, petname: to };
   }
 
@@ -272,6 +273,9 @@ export class Agent {
    * session's messages in.
    */
   async send(args: SendArgs): Promise<SendReceipt> {
+    // A blank message wakes the receiver for nothing; refused here so every surface
+    // (tool, CLI, a future caller) gets the same typed error.
+    if (args.text.trim() === '') throw new InterlinkError('empty_text', 'the text is empty or only whitespace; a message must say something');
     const turn = this.sendTurns.take();
     let adding: Promise<AddResult>;
     let session: string;
@@ -346,7 +350,7 @@ export class Agent {
   }
 
   async cancelTask(args: { to: string; task_id: string; reason?: string; session?: string }): Promise<SendReceipt> {
-    return this.send({ to: args.to, text: args.reason ?? 'canceled', task_id: args.task_id, status: 'canceled', ...(args.session !== undefined && { session: args.session }) });
+    return this.send({ to: args.to, text: args.reason?.trim() ? args.reason : 'canceled', task_id: args.task_id, status: 'canceled', ...(args.session !== undefined && { session: args.session }) });
   }
 
   async messageStatus(msgId: string): Promise<{ msg_id: string; direction: 'outbound' | 'inbound'; state: string; history: { state: string; at: number }[] }> {
@@ -419,7 +423,7 @@ export class Agent {
   }
 
   async addPeer(petname: string, key: string) {
-    const result = await addPeer(this.options.peersPath, petname, key);
+    const result = await addPeer(this.options.peersPath, petname, key, this.identity.key);
     return { petname, key, outcome: result.outcome };
   }
 

@@ -56,8 +56,13 @@ export async function relayAnswers(url: string, timeoutMs = 1_000): Promise<bool
   return (await probeRelay(url, timeoutMs)).answers;
 }
 
+/** The zero-config relay's store, log and pid file. */
+export function localRelayDir(stateDir: string): string {
+  return join(stateDir, 'relay');
+}
+
 function startDetachedRelay(stateDir: string, addr: string): void {
-  const dir = join(stateDir, 'relay');
+  const dir = localRelayDir(stateDir);
   mkdirSync(dir, { recursive: true });
   const logFd = openSync(join(dir, 'relay.log'), 'a');
   const main = fileURLToPath(new URL('../cli/main.js', import.meta.url));
@@ -82,6 +87,6 @@ export async function relayUrls(env: NodeJS.ProcessEnv, stateDir: string, deadli
     if (await relayAnswers(url, 500)) return [url];
     await new Promise((r) => setTimeout(r, 50));
   }
-  log.warn('local_relay_not_answering', { url, hint: `see ${join(stateDir, 'relay', 'relay.log')}` });
+  log.warn('local_relay_not_answering', { url, hint: `see ${join(localRelayDir(stateDir), 'relay.log')}` });
   return [url];
 }

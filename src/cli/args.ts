@@ -69,3 +69,9 @@ export function expectPositionals(parsed: Parsed, count: number, usage: string):
 export function print(json: boolean, data: unknown, human: () => string): void {
   process.stdout.write(json ? JSON.stringify(data, null, 2) + '\n' : human() + '\n');
 }
+
+/** A missing or unknown subcommand (`peers frob`): a usage error of one line. */
+export function unknownAction(action: string | undefined, actions: readonly string[]): InterlinkError {
+  const what = action === undefined ? 'an action is missing' : `unknown action ${JSON.stringify(action)}`;
+  return new InterlinkError('usage', `${what}; expected ${actions.join(', ')}`);
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * `interlink-mcp <command>`: a thin dispatcher. Exit codes: 0 success, 1 failure with a
- * one-line reason on stderr, 64 usage error.
+ * one-line reason on stderr, 64 usage error (also one line). With --json a failure is
+ * also `{"error": {"code", "message"}}` on stdout. `wait` exits by its own rules.
  */
 import { InterlinkError } from '../errors.js';
 import { reportDamageWith } from '../store/damage.js';
@@ -30,9 +31,9 @@ const commands: Record<string, Command> = {
   whoami: { run: whoami, help: whoamiHelp, summary: 'print the public key and fingerprint' },
   peers: { run: peers, help: peersHelp, summary: 'list, add or remove peers' },
   pair: { run: pair, help: pairHelp, summary: 'pair with another identity: request, list, accept, reject (compare the code)' },
-  status: { run: status, help: statusHelp, summary: 'identity, peers, relays, unread and unsent messages' },
-  inbox: { run: inbox, help: inboxHelp, summary: 'messages in the mailboxes and their states (reads only)' },
-  relay: { run: relay, help: relayHelp, summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR for durable queues)' },
+  status: { run: status, help: statusHelp, summary: 'identity, peers, relays (and the local one), unread and unsent messages' },
+  inbox: { run: inbox, help: inboxHelp, summary: 'messages received (--unread) or sent (--sent) and their states (reads only)' },
+  relay: { run: relay, help: relayHelp, summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR); `relay stop` stops the local one' },
   demo: { run: demo, help: demoHelp, summary: 'show a signed message go through the gate into a mailbox' },
   'failed-deliveries': { run: failedDeliveries, help: failedHelp, summary: 'Codex notices codex queue did not take: list, read, retry, discard' },
   wait: { run: wait, help: waitHelp, summary: "Claude's Stop-hook listener: exit 2 with this session's notices on stderr" },
@@ -41,10 +42,53 @@ const commands: Record<string, Command> = {
 function usage(): string {
   const width = Math.max(...Object.keys(commands).map((c) => c.length));
   const lines = Object.entries(commands).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
-  return ['usage: interlink-mcp [<command>] [options]', '', 'commands:', ...lines, '', 'Every command takes --help.'].join('\n');
+  return [
+    'usage: interlink-mcp [<command>] [options]',
+    '',
+    'commands:',
+    ...lines,
+    '',
+    'Every command takes --help. With no command, an MCP host (stdin not a terminal) gets',
+    'the server of `serve`; on a terminal this help is printed instead.',
+  ].join('\n');
+}
+
+/** One line, whatever the error held: the exit-code rule promises a one-line reason. */
+function oneLine(text: string): string {
+  return text.replace(/\s*\n\s*/g, ' ').trim();
+}
+
+/**
+ * A usage error names what was wrong and where the full usage is. Some commands throw
+ * their whole help text as the reason; its first line is the usage itself.
+ */
+function usageLine(name: string, message: string): string {
+  const first = message.split('\n')[0] ?? message;
+  return `${first} (see interlink-mcp ${name} --help)`;
+}
+
+/** Options end at `--`; only an option before it asks for JSON. */
+function wantsJson(argv: readonly string[]): boolean {
+  const end = argv.indexOf('--');
+  return (end < 0 ? argv : argv.slice(0, end)).includes('--json');
+}
+
+/**
+ * A failure: one line on stderr, and with --json also `{"error": {"code", "message"}}` on
+ * stdout, so a JSON consumer reading stdout always gets a JSON document.
+ */
+function fail(name: string, code: string, message: string, json: boolean): void {
+  if (json) process.stdout.write(JSON.stringify({ error: { code, message } }, null, 2) + '\n');
+  process.stderr.write(`interlink-mcp ${name}: ${message}\n`);
 }
 
 async function main(argv: readonly string[]): Promise<number> {
+  // On a terminal, a bare `interlink-mcp` is a person asking what this is: serving would
+  // wait silently on stdin (and create an identity and start a relay on the way).
+  if (argv.length === 0 && process.stdin.isTTY === true) {
+    process.stdout.write(usage() + '\n');
+    return 0;
+  }
   // With no command, or only options, this is an MCP server (what hosts start).
   const first = argv[0];
   const [name = 'serve', ...rest] = first === undefined || first.startsWith('--session') || first === '--codex' ? ['serve', ...argv] : argv;
@@ -54,7 +98,7 @@ async function main(argv: readonly string[]): Promise<number> {
   }
   const command = commands[name];
   if (command === undefined) {
-    process.stderr.write(`interlink-mcp: unknown command ${JSON.stringify(name)}\n${usage()}\n`);
+    process.stderr.write(`interlink-mcp: unknown command ${JSON.stringify(name)} (see interlink-mcp --help)\n`);
     return EXIT_USAGE;
   }
   if (rest.includes('--help') || rest.includes('-h')) {
@@ -63,15 +107,18 @@ async function main(argv: readonly string[]): Promise<number> {
   }
   // At a terminal a damaged file is reported as the sentence itself; `serve` logs it as JSON.
   if (name !== 'serve') reportDamageWith((_damage, sentence) => process.stderr.write(`interlink-mcp ${name}: ${sentence}\n`));
+  const json = wantsJson(rest);
   try {
     await command.run(rest);
     return 0;
   } catch (err) {
-    if (err instanceof InterlinkError) {
-      process.stderr.write(`interlink-mcp ${name}: ${err.message}\n`);
-      return err.code === 'usage' ? EXIT_USAGE : EXIT_FAILURE;
+    if (err instanceof InterlinkError && err.code === 'usage') {
+      fail(name, err.code, oneLine(usageLine(name, err.cliMessage)), json);
+      return EXIT_USAGE;
     }
-    process.stderr.write(`interlink-mcp ${name}: ${(err as Error).message ?? String(err)}\n`);
+    const code = err instanceof InterlinkError ? err.code : 'internal';
+    const message = err instanceof InterlinkError ? err.cliMessage : err instanceof Error ? err.message : String(err);
+    fail(name, code, oneLine(message), json);
     return EXIT_FAILURE;
   }
 }

@@ -95,6 +95,31 @@ export async function createIdentity(path: string, options: { force?: boolean } 
   return identityFromSigningKey(signingKey);
 }
 
+/** `20261201T110045Z`: ISO 8601 basic format, safe in a file name everywhere. */
+function fileStamp(at: Date): string {
+  return at.toISOString().replace(/\.\d{3}Z$/, 'Z').replaceAll('-', '').replaceAll(':', '');
+}
+
+/**
+ * Copies the identity at `path` to `<path>.<ISO date>.bak` (mode 0600, synced, never over
+ * an existing backup) before `keygen --force` replaces it, so a key replaced by mistake
+ * can be put back. Returns the backup's path, or undefined when there was no key.
+ */
+export async function backupIdentity(path: string, at: Date = new Date()): Promise<string | undefined> {
+  let content: Buffer;
+  try {
+    content = await readFile(path);
+  } catch (err) {
+    if (errnoCode(err) === 'ENOENT') return undefined;
+    throw new InterlinkError('key_unreadable', `cannot read the identity at ${path} to back it up (${errnoCode(err) ?? String(err)})`, undefined, { cause: err });
+  }
+  const base = `${path}.${fileStamp(at)}`;
+  for (let n = 1; ; n++) {
+    const backup = n === 1 ? `${base}.bak` : `${base}-${n}.bak`;
+    if (await writeFileExclusive(backup, content, { mode: 0o600 })) return backup;
+  }
+}
+
 /** Loads the identity, creating it first if there is none (the server's first run). */
 export async function loadOrCreateIdentity(path: string): Promise<Identity> {
   try {

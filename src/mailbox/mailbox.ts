@@ -11,8 +11,8 @@ import { JournalStore } from '../store/journal-store.js';
 import type { JournalFormat } from '../store/journal.js';
 import type { Recovery } from '../store/json-store.js';
 import { mailboxDataSchema, opSchema, type MailboxData, type NoticeOutcome, type Op, type Receipt, type Reservation, type StoredRecord } from './format.js';
-import { DEFAULT_FETCH_LIMIT, DEFAULT_LIMITS, clampFetchLimit, type Limits } from './rules.js';
-import { MailboxState, isAcknowledged, type AckCounts, type NoticeChange, type StoreOutcome } from './state.js';
+import { DEFAULT_FETCH_LIMIT, DEFAULT_LIMITS, clampFetchLimit, isProgress, type Limits } from './rules.js';
+import { MailboxState, isAcknowledged, isUnread, type AckCounts, type NoticeChange, type StoreOutcome } from './state.js';
 
 export interface MailboxOptions {
   limits?: Limits;
@@ -144,6 +144,21 @@ export class Mailbox {
 
   async has(sender: string, msgId: string): Promise<boolean> {
     return this.journal.read((state) => state.has(sender, msgId));
+  }
+
+  /**
+   * When the oldest unread message that deserves a notice (not progress) was stored, or
+   * undefined when there is none. A notice made at time T covered exactly the unread
+   * attention messages stored by T, so it is stale once this is undefined or after T.
+   */
+  async oldestUnreadAttention(): Promise<number | undefined> {
+    return this.journal.read((state) => {
+      let oldest: number | undefined;
+      for (const record of state.all()) {
+        if (isUnread(record) && !isProgress(record.envelope)) oldest = Math.min(oldest ?? record.received_at, record.received_at);
+      }
+      return oldest;
+    });
   }
 
   async stats(): Promise<{ records: number; unread: number; bytes: number; tombstones: number }> {

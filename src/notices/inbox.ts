@@ -21,7 +21,7 @@ import { constants } from 'node:fs';
 import { mkdir, open, readFile, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
-import { checkSafeName } from '../config/paths.js';
+import { checkSafeName, unsafeNameReason } from '../config/paths.js';
 import { asStorageError, errnoCode, InterlinkError, isInterlinkError } from '../errors.js';
 import { log } from '../log.js';
 import { fsyncDirectory, writeFileAtomic } from '../store/atomic.js';
@@ -46,6 +46,13 @@ const noticeRecordSchema = z.object({
   text: z.string().refine((text) => Buffer.byteLength(text, 'utf8') <= NOTICE_TEXT_MAX_BYTES, {
     message: `longer than ${NOTICE_TEXT_MAX_BYTES} bytes`,
   }),
+  /** The mailbox a mail notice points at (absent on pairing notices and older records). */
+  mailbox: z
+    .object({
+      identity: z.string().regex(/^[A-Za-z0-9_-]{43}$/),
+      session: z.string().refine((s) => unsafeNameReason(s) === undefined, 'not a safe session id'),
+    })
+    .optional(),
 });
 
 /** One inbox line. Discriminated on `kind` so later kinds can join; only notices exist now. */

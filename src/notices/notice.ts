@@ -15,6 +15,14 @@ export interface Notice {
   at: number;
   /** `pairing`: a pairing notice (a person must decide), not a pointer at mail. */
   kind?: 'pairing';
+  /** The mailbox a mail notice points at, so a listener can tell when it went stale. */
+  mailbox?: NoticeMailbox;
+}
+
+export interface NoticeMailbox {
+  /** base64url public key of the identity whose mailbox it is */
+  identity: string;
+  session: string;
 }
 
 /** At most 8 names of at most 128 bytes: a notice stays far below MAX_NOTICE_BYTES. */

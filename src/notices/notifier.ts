@@ -29,6 +29,8 @@ export interface NoticeSink {
 
 export interface NotifierOptions {
   mailbox: Mailbox;
+  /** The identity whose mailbox this is (named in each notice, with `session`). */
+  identity: string;
   session: string;
   sink: NoticeSink;
   /** A short name for a sender key (petname, or a fingerprint). */
@@ -101,15 +103,17 @@ export class Notifier {
   private async pass(): Promise<void> {
     if (!(await this.holdsLock())) return;
     const { mailbox, sink, session } = this.options;
-    const now = (this.options.now ?? Date.now)();
     const { reservation, attention } = await mailbox.noticeState();
+    // Taken after the read: every message the notice covers was stored by `now`, which
+    // is what lets a listener judge the notice stale later (Mailbox.oldestUnreadAttention).
+    const now = (this.options.now ?? Date.now)();
     const decision = decideNotice({ now, attention, reservation });
     if (decision.action !== 'reserve') return;
     const id = `n-${randomBytes(8).toString('hex')}`;
     await mailbox.reserveNotice(id, decision.attempt, decision.covered);
     const senderKeys = [...new Set(decision.covered.map((key) => key.split(' ')[0] ?? ''))];
     const senders = await Promise.all(senderKeys.map((key) => this.options.senderName(key)));
-    const notice: Notice = { notification_id: id, session, count: decision.covered.length, senders, at: now };
+    const notice: Notice = { notification_id: id, session, count: decision.covered.length, senders, at: now, mailbox: { identity: this.options.identity, session } };
     let outcome: NoticeOutcome;
     try {
       outcome = await sink.deliver(notice, renderNotice(notice));

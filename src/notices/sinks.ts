@@ -23,6 +23,7 @@ export function inboxSink(stateDir: string, session: () => string): NoticeSink {
         count: notice.count,
         at: notice.at,
         text,
+        ...(notice.mailbox !== undefined && { mailbox: notice.mailbox }),
       });
       return 'inbox_queued';
     },

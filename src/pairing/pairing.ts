@@ -215,7 +215,7 @@ export class Pairing {
       if (current === undefined && (await loadPeers(this.options.peersPath)).table.keyOf(petname) === request.from) {
         await removePeer(this.options.peersPath, petname);
       }
-      throw new InterlinkError('unknown_request', `the request from ${fingerprint} changed while it was being accepted (rejected, or replaced by a newer one); nothing was accepted, see list_pair_requests`);
+      throw new InterlinkError('unknown_request', `the request from ${fingerprint} changed while it was being accepted (rejected, or replaced by a newer one); nothing was accepted`, undefined, { hint: { tool: 'see list_pair_requests', cli: 'see `interlink-mcp pair list`' } });
     }
     this.kick();
     return { fingerprint, key: request.from, petname: current ?? petname, code: request.code, state: 'accepted' as const, confirmation: 'queued' as const };
@@ -231,7 +231,7 @@ export class Pairing {
   private async alreadyAccepted(data: Awaited<ReturnType<PairingStore['read']>>, fingerprint: string) {
     // The latest acceptance of that key (it may have been accepted, removed and accepted again).
     const done = data.handled.findLast((h) => h.outcome === 'accepted' && fingerprintOfKey(h.from) === fingerprint);
-    if (done === undefined) throw new InterlinkError('unknown_request', `no open pairing request from ${fingerprint} (see list_pair_requests)`);
+    if (done === undefined) throw new InterlinkError('unknown_request', `no open pairing request from ${fingerprint}`, undefined, { hint: { tool: 'see list_pair_requests', cli: 'see `interlink-mcp pair list`' } });
     const { table } = await loadPeers(this.options.peersPath);
     return {
       fingerprint,

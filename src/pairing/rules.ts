@@ -182,7 +182,7 @@ export function commitAccept(data: PairingData, request: Incoming, job: ControlJ
 
 export function reject(data: PairingData, fingerprint: string, now: number): Change<Incoming> {
   const request = findIncoming(data, fingerprint);
-  if (request === undefined) throw new InterlinkError('unknown_request', `no open pairing request from ${fingerprint} (see list_pair_requests)`);
+  if (request === undefined) throw new InterlinkError('unknown_request', `no open pairing request from ${fingerprint}`, undefined, { hint: { tool: 'see list_pair_requests', cli: 'see `interlink-mcp pair list`' } });
   const current = pruned(data, now);
   return {
     next: {

@@ -52,7 +52,7 @@ export function resolveTarget(target: string, roster: readonly RosterView[], me:
     }
   }
   const key = keys[0];
-  if (key === undefined) throw new InterlinkError('unknown_target', `no identity on the relay rosters matches ${JSON.stringify(target)}; see discover`);
+  if (key === undefined) throw new InterlinkError('unknown_target', `no identity on the relay rosters matches ${JSON.stringify(target)}`, undefined, { hint: { tool: 'see discover', cli: 'check the name the other person announces (INTERLINK_NAME), or use their full key from `interlink-mcp whoami`' } });
   if (key === me) throw new InterlinkError('unknown_target', 'that is this identity; its sessions already trust each other');
   const sessions = roster.filter((r) => r.key === key && (session === undefined || r.session === session)).sort((a, b) => a.age_ms - b.age_ms);
   const chosen = sessions.find((s) => s.state === 'live') ?? sessions.find((s) => s.state === 'away');

@@ -113,9 +113,18 @@ export async function readPeers(path: string): Promise<{ table: PeerTable; damag
 
 export type AddPeerOutcome = 'added' | 'unchanged';
 
-export async function addPeer(path: string, petname: string, key: string): Promise<{ outcome: AddPeerOutcome; recovered?: Recovery }> {
+/** The arguments of an add, checked before peers.json is touched. */
+export function checkNewPeer(petname: string, key: string, own: string | undefined): void {
   checkPetname(petname);
   parsePublicKey(key, `key for ${petname}`);
+  // Trusting one's own key under a petname would make "self" and that petname two names
+  // for the same sessions; "self" already reaches them.
+  if (key === own) throw new InterlinkError('own_key', `that key is this identity's own; your other sessions are reached as "self", not as a peer`);
+}
+
+/** `own`: this identity's key, refused as a peer. */
+export async function addPeer(path: string, petname: string, key: string, own?: string): Promise<{ outcome: AddPeerOutcome; recovered?: Recovery }> {
+  checkNewPeer(petname, key, own);
   return updateJson(path, peersFileSchema, emptyPeers, (current): { next: PeersFile | undefined; result: { outcome: AddPeerOutcome } } => {
     const existing = current[petname];
     if (existing !== undefined) {

@@ -268,10 +268,11 @@ export class RelayServer {
    */
   static async start(options: RelayOptions): Promise<RelayServer> {
     const relay = new RelayServer(options);
-    relay.http.on('error', (err) => log.error('relay_http_error', { error: err.message }));
     relay.wss.on('error', (err) => log.error('relay_ws_error', { error: err.message }));
     try {
       await listen(relay.http, options.host, options.port);
+      // Only after the bind: a failed bind is reported once, by the error thrown below.
+      relay.http.on('error', (err) => log.error('relay_http_error', { error: err.message }));
     } catch (err) {
       if (errnoCode(err) === 'EADDRINUSE') {
         throw new InterlinkError('busy', `address in use: another relay may be running on ${hostForUrl(options.host)}:${options.port}`);

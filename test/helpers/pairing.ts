@@ -261,6 +261,8 @@ export interface Requested {
   state?: string;
   /** the CLI's: a relay took the request */
   sent?: boolean;
+  /** what the people do next, with the real fingerprint */
+  next: string;
 }
 
 /** What list_pair_requests (and `pair list --json`) returns. */

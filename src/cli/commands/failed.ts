@@ -11,7 +11,7 @@ import { discardFailure, FAILED_ACTIONS, readFailure, RECOVERY_NOTE, retryFailur
 import { InterlinkError } from '../../errors.js';
 import { loadIdentity } from '../../identity/identity.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
-import { expectPositionals, parse, print } from '../args.js';
+import { expectPositionals, parse, print, unknownAction } from '../args.js';
 
 export const failedHelp = `usage: interlink-mcp failed-deliveries list [--session THREAD] [--json]
        interlink-mcp failed-deliveries read <id> [--json]
@@ -66,7 +66,7 @@ function isAction(value: string | undefined): value is FailedAction {
 export async function failedDeliveries(argv: readonly string[]): Promise<void> {
   const [action, ...rest] = argv;
   // Usage errors first: a wrong action is exit 64 whether or not an identity exists.
-  if (!isAction(action)) throw new InterlinkError('usage', failedHelp);
+  if (!isAction(action)) throw unknownAction(action, FAILED_ACTIONS);
   const args = parse(rest, { json: { type: 'boolean' }, session: { type: 'string' } });
   const [id = ''] = expectPositionals(args, USAGE[action].positionals, USAGE[action].usage);
   const json = args.values.json === true;

@@ -1,19 +1,28 @@
 import { keyPath } from '../../config/paths.js';
-import { createIdentity, loadIdentity } from '../../identity/identity.js';
+import { backupIdentity, createIdentity, loadIdentity } from '../../identity/identity.js';
 import { expectPositionals, parse, print } from '../args.js';
 
 export const keygenHelp = `usage: interlink-mcp keygen [--force] [--json]
 
 Creates this machine's identity (an Ed25519 key) at $INTERLINK_KEY or <config>/id.key,
-readable only by you. Refuses to replace an existing key unless --force is given.`;
+readable only by you. Refuses to replace an existing key unless --force is given; then
+the old key is first kept as <key file>.<date>.bak (mode 0600, e.g.
+id.key.20261201T110045Z.bak) and the output says where.`;
 
 export async function keygen(argv: readonly string[]): Promise<void> {
   const args = parse(argv, { force: { type: 'boolean' }, json: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp keygen [--force] [--json]');
   const path = keyPath();
-  const identity = await createIdentity(path, { force: args.values.force === true });
-  print(args.values.json === true, { key: identity.key, fingerprint: identity.fingerprint, path }, () =>
-    [`created ${path}`, `key          ${identity.key}`, `fingerprint  ${identity.fingerprint}`].join('\n'),
+  const force = args.values.force === true;
+  const backup = force ? await backupIdentity(path) : undefined;
+  const identity = await createIdentity(path, { force });
+  print(args.values.json === true, { key: identity.key, fingerprint: identity.fingerprint, path, ...(backup !== undefined && { backup }) }, () =>
+    [
+      `created ${path}`,
+      `key          ${identity.key}`,
+      `fingerprint  ${identity.fingerprint}`,
+      ...(backup !== undefined ? [`the old key is kept in ${backup}`] : []),
+    ].join('\n'),
   );
 }
 

@@ -1,8 +1,8 @@
-import { peersPath } from '../../config/paths.js';
-import { InterlinkError } from '../../errors.js';
-import { fingerprintOf, parsePublicKey } from '../../identity/identity.js';
-import { addPeer, readPeers, removePeer } from '../../peers/peers.js';
-import { expectPositionals, parse, print } from '../args.js';
+import { keyPath, peersPath } from '../../config/paths.js';
+import { InterlinkError, isInterlinkError } from '../../errors.js';
+import { fingerprintOf, loadIdentity, parsePublicKey } from '../../identity/identity.js';
+import { addPeer, checkNewPeer, readPeers, removePeer } from '../../peers/peers.js';
+import { expectPositionals, parse, print, unknownAction } from '../args.js';
 
 export const peersHelp = `usage: interlink-mcp peers list [--json]
        interlink-mcp peers add <petname> <key> [--json]
@@ -11,7 +11,29 @@ export const peersHelp = `usage: interlink-mcp peers list [--json]
 Edits peers.json ($INTERLINK_PEERS or <config>/peers.json): the identities whose messages
 this machine accepts. A petname is never re-pointed to a different key; remove it first.
 A damaged peers.json: \`list\` exits 1 and leaves it as it is; \`add\` and \`remove\` move it
-aside (they say where) and start a fresh file.`;
+aside (they say where) and start a fresh file.
+A key that is not a public key, or a petname that is not allowed, is a usage error (64);
+this identity's own key is refused (its sessions are reached as "self").`;
+
+/** This identity's key, when there is one yet (an add before the first keygen is allowed). */
+async function ownKey(): Promise<string | undefined> {
+  try {
+    return (await loadIdentity(keyPath())).key;
+  } catch (err) {
+    if (isInterlinkError(err, 'key_missing')) return undefined;
+    throw err;
+  }
+}
+
+/** A malformed petname or key is a mistake in the command line: exit 64, not 1. */
+function checkAddArguments(petname: string, key: string, own: string | undefined): void {
+  try {
+    checkNewPeer(petname, key, own);
+  } catch (err) {
+    if (isInterlinkError(err, 'bad_key') || isInterlinkError(err, 'bad_name')) throw new InterlinkError('usage', err.message);
+    throw err;
+  }
+}
 
 export async function peers(argv: readonly string[]): Promise<void> {
   const [action, ...rest] = argv;
@@ -31,7 +53,9 @@ export async function peers(argv: readonly string[]): Promise<void> {
     }
     case 'add': {
       const [petname, key] = expectPositionals(args, 2, 'interlink-mcp peers add <petname> <key>') as [string, string];
-      const { outcome } = await addPeer(path, petname, key);
+      const own = await ownKey();
+      checkAddArguments(petname, key, own);
+      const { outcome } = await addPeer(path, petname, key, own);
       print(json, { petname, key, outcome }, () => (outcome === 'added' ? `added ${petname}` : `${petname} already has that key; nothing changed`));
       return;
     }
@@ -42,6 +66,6 @@ export async function peers(argv: readonly string[]): Promise<void> {
       return;
     }
     default:
-      throw new InterlinkError('usage', peersHelp);
+      throw unknownAction(action, ['list', 'add', 'remove']);
   }
 }

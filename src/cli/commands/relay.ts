@@ -1,17 +1,22 @@
 /**
  * `interlink-mcp relay`: runs the WebSocket relay until SIGTERM or SIGINT. The zero-config
- * start of `serve` launches this and relies on `address in use` (exit 1) to end up with one
- * relay when two start at once.
+ * start of `serve` launches this and relies on `address in use` (exit 1, one line) to end
+ * up with one relay when two start at once. `relay stop` stops a durable relay by its
+ * store's pid file: by default the zero-config one under <state>/relay.
  */
 import { isIP } from 'node:net';
 import { resolve } from 'node:path';
+import { localRelayDir } from '../../agent/local-relay.js';
+import { stateDir } from '../../config/paths.js';
 import { InterlinkError } from '../../errors.js';
+import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
 import { RelayServer } from '../../relay/server.js';
-import { expectPositionals, parse } from '../args.js';
+import { expectPositionals, parse, print } from '../args.js';
 
 export const DEFAULT_RELAY_ADDR = '127.0.0.1:9440';
 
 export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR]
+       interlink-mcp relay stop [--db DIR] [--json]
 
 Runs the relay that carries signed messages between sessions: it keeps each session's
 messages until that session's reader, proving its key, acknowledges them.
@@ -24,7 +29,12 @@ messages until that session's reader, proving its key, acknowledges them.
 Prints one line once it listens:
   interlink relay listening on ws://HOST:PORT (durable: DIR)
 and stops cleanly on SIGTERM or SIGINT. Anyone who can reach the relay may send through
-it (only reading is authenticated), so listen beyond loopback only on purpose.`;
+it (only reading is authenticated), so listen beyond loopback only on purpose. With
+--db it records its pid in DIR/relay.pid while it runs.
+
+relay stop: stops the relay whose store is DIR (default: the zero-config relay that serve
+starts under <state>/relay) and waits until it has exited. Its queued messages stay in
+DIR; the next serve starts it again. Nothing running is not an error.`;
 
 /** `HOST:PORT`, with an IPv6 host in brackets. */
 export function parseAddr(text: string): { host: string; port: number } {
@@ -71,20 +81,49 @@ function stopSignal(): Promise<NodeJS.Signals> {
   });
 }
 
+const STOP_WAIT_MS = 10_000;
+
+/** Stops the relay recorded in `db`'s pid file; resolves once it has exited. */
+async function stop(argv: readonly string[]): Promise<void> {
+  const args = parse(argv, { db: { type: 'string' }, json: { type: 'boolean' } });
+  expectPositionals(args, 0, 'interlink-mcp relay stop [--db DIR] [--json]');
+  const db = typeof args.values.db === 'string' ? resolve(args.values.db) : localRelayDir(stateDir());
+  const record = await readRelayPid(db);
+  const json = args.values.json === true;
+  if (record === undefined || !isRunning(record.pid)) {
+    print(json, { stopped: false, db }, () => `no relay is running on ${db}`);
+    return;
+  }
+  if (!(await isRelayProcess(record))) {
+    throw new InterlinkError('busy', `process ${record.pid} named in ${db}/relay.pid is not that relay any more (the relay died without cleaning up); nothing was stopped`);
+  }
+  process.kill(record.pid, 'SIGTERM');
+  const deadline = Date.now() + STOP_WAIT_MS;
+  while (isRunning(record.pid)) {
+    if (Date.now() > deadline) throw new InterlinkError('busy', `the relay (pid ${record.pid}) did not exit within ${STOP_WAIT_MS / 1000} s of SIGTERM`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  print(json, { stopped: true, pid: record.pid, url: record.url, db }, () => `stopped the relay on ${record.url} (pid ${record.pid}); its queued messages stay in ${db}`);
+}
+
 export async function relay(argv: readonly string[]): Promise<void> {
+  if (argv[0] === 'stop') return stop(argv.slice(1));
   const args = parse(argv, { addr: { type: 'string' }, db: { type: 'string' } });
   expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR]');
   const { host, port } = parseAddr(typeof args.values.addr === 'string' ? args.values.addr : DEFAULT_RELAY_ADDR);
   const db = typeof args.values.db === 'string' ? resolve(args.values.db) : undefined;
+
+  const stopped = stopSignal();
+  const server = await RelayServer.start({ host, port, ...(db !== undefined && { dbDir: db }) });
+  // Warnings only once it listens: a relay that cannot start says one line, why.
   if (!isLoopback(host)) {
     warn(`listening on ${host}, beyond loopback: anyone who can reach it can send messages through it and fill its queues (only readers are authenticated)`);
   }
   if (db === undefined) warn('no --db: queued messages live in memory and are lost when the relay stops');
-
-  const stopped = stopSignal();
-  const server = await RelayServer.start({ host, port, ...(db !== undefined && { dbDir: db }) });
+  if (db !== undefined) await writeRelayPid({ pid: process.pid, url: server.url, db, started_at: Date.now() });
   const mode = db !== undefined ? `durable: ${db}` : 'in memory: queued messages are lost on restart';
   process.stdout.write(`interlink relay listening on ${server.url} (${mode})\n`);
   await stopped;
   await server.close();
+  if (db !== undefined) await removeRelayPid(db, process.pid);
 }

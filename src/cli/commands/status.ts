@@ -6,7 +6,8 @@
  */
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { configuredRelays, localRelayAddr, probeRelay } from '../../agent/local-relay.js';
+import { configuredRelays, localRelayAddr, localRelayDir, probeRelay } from '../../agent/local-relay.js';
+import { isRunning, readRelayPid } from '../../relay/pid-file.js';
 import { keyPath, peersPath, stateDir } from '../../config/paths.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
@@ -16,10 +17,12 @@ import { PAIRING_UNAVAILABLE, pairingPath } from '../../pairing/store.js';
 import { damageSentence, type Damage } from '../../store/damage.js';
 import { peekJson } from '../../store/json-store.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
-import { currentState } from '../../mailbox/state.js';
+import { currentState, isUnread } from '../../mailbox/state.js';
+import { parseRoute } from '../../envelope/envelope.js';
 import { Outbox, isPending } from '../../outbox/outbox.js';
 import { readPeers, type PeerTable } from '../../peers/peers.js';
 import { expectPositionals, parse, print } from '../args.js';
+import { lastActivity, partitionSessions } from '../session-listing.js';
 
 /**
  * Sessions with a store in `dir`: a snapshot (`<session>.json`) or, before the first
@@ -42,18 +45,27 @@ async function identityOrNull(): Promise<Identity | undefined> {
   }
 }
 
-export const statusHelp = `usage: interlink-mcp status [--json]
+export const statusHelp = `usage: interlink-mcp status [--all] [--json]
 
-This identity, its peers, the relays and whether each answers, and per session the
-unread messages, the messages no relay has accepted yet, the Codex notices saved as
-failed deliveries and the pairing requests waiting for a decision. Reads only.
-Exits 1 when a file it reads (peers.json, a pairing store, a failed-deliveries file)
-is damaged: everything else is still shown, and stderr says what is wrong with each
-(they are left as they are).`;
+This identity, its peers, the relays and whether each answers, the zero-config local
+relay (running or not, its pid and store; stop it with \`interlink-mcp relay stop\`), and
+per session the unread messages, the messages no relay has accepted yet, the Codex
+notices saved as failed deliveries and the pairing requests waiting for a decision.
+Sessions with nothing waiting and no activity for three days are only counted; --all
+lists them too. Reads only. Exits 1 when a file it reads (peers.json, a pairing store,
+a failed-deliveries file) is damaged: everything else is still shown, and stderr says
+what is wrong with each (they are left as they are).`;
+
+/** The zero-config relay as its pid file tells it; a stale file reads as not running. */
+async function localRelay(state: string): Promise<{ running: boolean; pid?: number; url?: string; db: string }> {
+  const db = localRelayDir(state);
+  const record = await readRelayPid(db);
+  return record !== undefined && isRunning(record.pid) ? { running: true, pid: record.pid, url: record.url, db } : { running: false, db };
+}
 
 export async function status(argv: readonly string[]): Promise<void> {
-  const args = parse(argv, { json: { type: 'boolean' } });
-  expectPositionals(args, 0, 'interlink-mcp status [--json]');
+  const args = parse(argv, { json: { type: 'boolean' }, all: { type: 'boolean' } });
+  expectPositionals(args, 0, 'interlink-mcp status [--all] [--json]');
   const identity = await identityOrNull();
   const { table, damage } = await readPeers(peersPath());
   const damaged: Damage[] = damage === undefined ? [] : [damage];
@@ -67,6 +79,7 @@ export async function status(argv: readonly string[]): Promise<void> {
     pending: number;
     failed_deliveries: number | 'unreadable';
     pair_requests: number | 'unreadable';
+    last_activity: number | undefined;
   }[] = [];
   if (identity) {
     const names = new Set([
@@ -92,15 +105,21 @@ export async function status(argv: readonly string[]): Promise<void> {
         pending: (await outbox.all()).filter(isPending).length,
         failed_deliveries: 'failures' in failed ? failed.failures.length : 'unreadable',
         pair_requests: pairing.kind === 'ok' ? pairing.value.incoming.length : pairing.kind === 'missing' ? 0 : 'unreadable',
+        last_activity: await lastActivity(state, identity.key, session),
       });
     }
   }
+  const { listed, quiet } = partitionSessions(sessions, Date.now());
+  const shown = args.values.all === true ? sessions : listed;
+  const local = await localRelay(state);
   const data = {
     identity: identity ? { key: identity.key, fingerprint: identity.fingerprint } : null,
     peers: table.peers.map((p) => ({ petname: p.petname, fingerprint: fingerprintOf(parsePublicKey(p.key)) })),
     relays,
+    local_relay: local,
     state_dir: state,
-    sessions,
+    sessions: shown.map((s) => ({ ...s, last_activity: s.last_activity === undefined ? null : new Date(s.last_activity).toISOString() })),
+    quiet_sessions: args.values.all === true ? 0 : quiet.length,
     damaged: damaged.map((d) => ({ file: d.file, problem: d.problem, message: damageSentence(d) })),
   };
   print(args.values.json === true, data, () => {
@@ -108,24 +127,32 @@ export async function status(argv: readonly string[]): Promise<void> {
     const peers = data.peers.length === 0 ? 'none' : data.peers.map((p) => `${p.petname} (${p.fingerprint})`).join(', ');
     lines.push(`peers        ${damage === undefined ? peers : `unreadable: ${damage.file} is damaged (see below)`}`);
     for (const r of relays) lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : `no answer (${r.error})`}`);
+    if (local.running) lines.push(`local relay  running, pid ${local.pid}, ${local.url}, store ${local.db} (stop: interlink-mcp relay stop)`);
+    else if (configuredRelays(process.env) === undefined) lines.push(`local relay  not running (serve starts it when no relay answers), store ${local.db}`);
     lines.push(`state        ${state}`);
     if (sessions.length === 0) lines.push('sessions     none yet');
-    for (const s of sessions) {
+    for (const s of shown) {
       const failed = s.failed_deliveries === 0 ? '' : `; failed Codex notices: ${s.failed_deliveries} (interlink-mcp failed-deliveries list)`;
       const pairing = s.pair_requests === 0 ? '' : `; pairing requests waiting for you: ${s.pair_requests} (interlink-mcp pair list)`;
       lines.push(`session      ${s.session}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${failed}${pairing}`);
     }
+    if (data.quiet_sessions > 0) lines.push(`             and ${data.quiet_sessions} more with nothing waiting and no activity for 3 days (interlink-mcp status --all)`);
     return lines.join('\n');
   });
   if (damaged.length > 0) throw new InterlinkError('corrupt', data.damaged.map((d) => d.message).join(' '));
 }
 
-export const inboxHelp = `usage: interlink-mcp inbox [--session ID] [--peer PETNAME] [--json]
+export const inboxHelp = `usage: interlink-mcp inbox [--session ID] [--peer PETNAME] [--unread | --sent] [--json]
 
 Messages in this identity's mailboxes and their delivery states, oldest first by the
 senders' signed time (each sender's in the order it sent them). Reads only: nothing is
 acknowledged. Exits 1 when peers.json is damaged: the messages are still shown (senders
-by fingerprint), and stderr says what is wrong with the file.`;
+by fingerprint), and stderr says what is wrong with the file.
+  --unread  only messages not yet acknowledged (nor superseded by a newer one)
+  --sent    the messages this identity sent instead, from its outboxes: each one's
+            target session and state (pending until a relay accepts it, then
+            bus_accepted); an accepted message stays listed for 48 hours
+  --peer    only messages from (with --sent: to) that peer, or "self"`;
 
 function senderName(key: string, me: Identity, table: PeerTable, peersKnown: boolean): string {
   if (key === me.key) return 'self';
@@ -145,27 +172,30 @@ interface InboxRow {
   text: string;
 }
 
-export async function inbox(argv: readonly string[]): Promise<void> {
-  const args = parse(argv, { session: { type: 'string' }, peer: { type: 'string' }, json: { type: 'boolean' } });
-  expectPositionals(args, 0, 'interlink-mcp inbox [--session ID] [--peer PETNAME] [--json]');
-  const identity = await loadIdentity(keyPath());
-  const { table, damage } = await readPeers(peersPath());
-  const peer = typeof args.values.peer === 'string' ? args.values.peer : undefined;
-  if (peer !== undefined && peer !== 'self' && damage !== undefined) throw new InterlinkError('corrupt', damage.message);
-  const peerKey = peer === undefined ? undefined : peer === 'self' ? identity.key : table.keyOf(peer);
-  if (peer !== undefined && peerKey === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${peer}`);
-  const dir = join(stateDir(), 'mailbox', identity.key);
-  const only = typeof args.values.session === 'string' ? args.values.session : undefined;
-  const sessions = only !== undefined ? [only] : await sessionsIn(dir);
+interface SentRow {
+  session: string;
+  to: string;
+  recipient: string;
+  to_session: string;
+  msg_id: string;
+  ts: number;
+  state: string;
+  task_id?: string;
+  status?: string;
+  text: string;
+}
+
+async function receivedRows(dir: string, sessions: readonly string[], filter: { peerKey?: string; unread: boolean }, name: (key: string) => string): Promise<InboxRow[]> {
   const rows: InboxRow[] = [];
   for (const session of sessions) {
     const mailbox = await Mailbox.open(join(dir, `${session}.json`), { readOnly: true });
     for (const record of await mailbox.all()) {
-      if (peerKey !== undefined && record.envelope.from !== peerKey) continue;
+      if (filter.peerKey !== undefined && record.envelope.from !== filter.peerKey) continue;
+      if (filter.unread && !isUnread(record)) continue;
       const e = record.envelope;
       rows.push({
         session,
-        from: senderName(e.from, identity, table, damage === undefined),
+        from: name(e.from),
         sender: e.from,
         msg_id: e.msg_id,
         ts: e.ts,
@@ -176,19 +206,64 @@ export async function inbox(argv: readonly string[]): Promise<void> {
       });
     }
   }
-  // Stable, from arrival order: equal timestamps stay in arrival order, which is the
-  // mailbox's own tie-break, so each sender's messages appear in the order sent.
-  rows.sort((a, b) => a.ts - b.ts);
-  print(args.values.json === true, { messages: rows }, () =>
-    rows.length === 0
-      ? 'no messages'
-      : rows
-          .map((r) => {
-            const task = r.task_id !== undefined ? ` [${r.task_id}${r.status !== undefined ? ` ${r.status}` : ''}]` : '';
-            const text = r.text.length > 200 ? `${r.text.slice(0, 200)}…` : r.text;
-            return `${new Date(r.ts).toISOString()}  ${r.session}  ${r.from}${task}  ${r.state}  ${r.msg_id}\n    ${text.replace(/\n/g, '\n    ')}`;
-          })
-          .join('\n'),
-  );
+  return rows;
+}
+
+async function sentRows(dir: string, sessions: readonly string[], peerKey: string | undefined, name: (key: string) => string): Promise<SentRow[]> {
+  const rows: SentRow[] = [];
+  for (const session of sessions) {
+    const outbox = await Outbox.open(join(dir, `${session}.json`), { readOnly: true });
+    for (const record of await outbox.all()) {
+      const e = record.envelope;
+      if (peerKey !== undefined && e.to !== peerKey) continue;
+      rows.push({
+        session,
+        to: name(e.to),
+        recipient: e.to,
+        to_session: parseRoute(record.route)?.session ?? '',
+        msg_id: e.msg_id,
+        ts: e.ts,
+        state: record.states[record.states.length - 1]!.state,
+        ...(e.task_id !== undefined && { task_id: e.task_id }),
+        ...(e.status !== undefined && { status: e.status }),
+        text: e.text,
+      });
+    }
+  }
+  return rows;
+}
+
+function describeRow(r: { ts: number; session: string; state: string; msg_id: string; task_id?: string; status?: string; text: string }, who: string): string {
+  const task = r.task_id !== undefined ? ` [${r.task_id}${r.status !== undefined ? ` ${r.status}` : ''}]` : '';
+  const text = r.text.length > 200 ? `${r.text.slice(0, 200)}…` : r.text;
+  return `${new Date(r.ts).toISOString()}  ${r.session}  ${who}${task}  ${r.state}  ${r.msg_id}\n    ${text.replace(/\n/g, '\n    ')}`;
+}
+
+export async function inbox(argv: readonly string[]): Promise<void> {
+  const args = parse(argv, { session: { type: 'string' }, peer: { type: 'string' }, unread: { type: 'boolean' }, sent: { type: 'boolean' }, json: { type: 'boolean' } });
+  expectPositionals(args, 0, 'interlink-mcp inbox [--session ID] [--peer PETNAME] [--unread | --sent] [--json]');
+  const sent = args.values.sent === true;
+  const unread = args.values.unread === true;
+  if (sent && unread) throw new InterlinkError('usage', '--unread and --sent do not go together: sent messages are not read here');
+  const identity = await loadIdentity(keyPath());
+  const { table, damage } = await readPeers(peersPath());
+  const peer = typeof args.values.peer === 'string' ? args.values.peer : undefined;
+  if (peer !== undefined && peer !== 'self' && damage !== undefined) throw new InterlinkError('corrupt', damage.message);
+  const peerKey = peer === undefined ? undefined : peer === 'self' ? identity.key : table.keyOf(peer);
+  if (peer !== undefined && peerKey === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${peer}`, undefined, { hint: { tool: 'see list_peers', cli: 'see `interlink-mcp peers list`' } });
+  const dir = join(stateDir(), sent ? 'outbox' : 'mailbox', identity.key);
+  const only = typeof args.values.session === 'string' ? args.values.session : undefined;
+  const sessions = only !== undefined ? [only] : await sessionsIn(dir);
+  const name = (key: string) => senderName(key, identity, table, damage === undefined);
+  const json = args.values.json === true;
+  if (sent) {
+    const rows = (await sentRows(dir, sessions, peerKey, name)).sort((a, b) => a.ts - b.ts);
+    print(json, { sent: rows }, () => (rows.length === 0 ? 'no sent messages' : rows.map((r) => describeRow(r, `to ${r.to}#${r.to_session}`)).join('\n')));
+  } else {
+    // Stable, from arrival order: equal timestamps keep the mailbox's own tie-break, so
+    // each sender's messages appear in the order sent.
+    const rows = (await receivedRows(dir, sessions, { ...(peerKey !== undefined && { peerKey }), unread }, name)).sort((a, b) => a.ts - b.ts);
+    print(json, { messages: rows }, () => (rows.length === 0 ? (unread ? 'no unread messages' : 'no messages') : rows.map((r) => describeRow(r, r.from)).join('\n')));
+  }
   if (damage !== undefined) throw new InterlinkError('corrupt', damage.message);
 }

@@ -9,7 +9,8 @@
  * - Exit 0 for everything else: channel mode, another live listener on the session,
  *   SIGTERM/SIGINT/SIGHUP, and every failure of its own (logged as one JSON line). A
  *   failing asyncRewake hook must never wake Claude, or each wake would start a loop.
- * - Bad arguments are its own failure too: logged, exit 0 (CONTRACT: 2 or 0, nothing else).
+ * - Bad arguments are a usage error: one line on stderr, exit 64, as for every command.
+ *   Only 2 wakes Claude, and the plugin's hook wrapper turns any other status into 0.
  * - Right before exit 2 it prints WAKE_MARKER on stdout for the plugin's hook wrapper.
  * - At most one listener per session waits (`inbox/<session>.lock`, never waited for);
  *   a killed listener's lock is broken by the next one, which loses nothing.
@@ -19,16 +20,19 @@
 import { watch, type FSWatcher } from 'node:fs';
 import { basename } from 'node:path';
 import { z } from 'zod';
-import { checkSafeName, stateDir, unsafeNameReason, type Env } from '../../config/paths.js';
+import { checkSafeName, mailboxPath, stateDir, unsafeNameReason, type Env } from '../../config/paths.js';
 import { InterlinkError } from '../../errors.js';
 import { log } from '../../log.js';
 import { crashPoint } from '../../store/crash-point.js';
+import { Mailbox } from '../../mailbox/mailbox.js';
 import { processIsRunning } from '../../store/liveness.js';
-import { commitCursor, inboxPaths, readInboxBatch, withListenerLock } from '../../notices/inbox.js';
+import { commitCursor, inboxPaths, readInboxBatch, withListenerLock, type InboxRecord } from '../../notices/inbox.js';
+import { liveNotices, mailboxKey } from '../../notices/stale.js';
 import { expectPositionals, parse } from '../args.js';
 
 const EXIT_QUIET = 0;
 const EXIT_WAKE = 2;
+const EXIT_USAGE = 64;
 const DEFAULT_RENEW_AFTER_SECS = 3000;
 const MAX_RENEW_AFTER_SECS = 3000;
 /** How often the inbox is looked at even if the watch said nothing. */
@@ -51,7 +55,9 @@ Claude's async Stop-hook listener (asyncRewake). Waits for notices in this sessi
 inbox, writes them to stderr and exits 2, which wakes Claude. After N idle seconds
 (1-3000, default 3000) it writes a renewal notice and exits 2 so Stop re-arms it
 before the hook's one-hour timeout. Exits 0 without output when INTERLINK_CHANNELS=1,
-when another listener already waits for the session, and on its own errors.
+when another listener already waits for the session, and on its own errors (logged);
+exits 64 with one line on stderr when its arguments are wrong. Notices whose messages
+were acknowledged meanwhile are consumed without being shown.
 Session: --session, INTERLINK_SESSION, the Stop payload's session_id on stdin, else main.`;
 
 type Outcome = 'delivered' | 'renewed' | 'busy' | 'disabled' | 'terminated' | 'host_gone';
@@ -184,6 +190,26 @@ function hostPid(env: Env): number | undefined {
   return Number(raw);
 }
 
+/** What the notices' mailboxes hold unread now (see notices/stale.ts); unreadable ones are left out. */
+async function oldestUnreadOf(state: string, records: readonly InboxRecord[]): Promise<Map<string, number | null>> {
+  const oldest = new Map<string, number | null>();
+  for (const record of records) {
+    if (record.mailbox === undefined || oldest.has(mailboxKey(record.mailbox))) continue;
+    const { identity, session } = record.mailbox;
+    try {
+      const mailbox = await Mailbox.open(mailboxPath(state, identity, session), { readOnly: true });
+      try {
+        oldest.set(mailboxKey(record.mailbox), (await mailbox.oldestUnreadAttention()) ?? null);
+      } finally {
+        await mailbox.close();
+      }
+    } catch (err) {
+      log.warn('listener_mailbox_unreadable', { session, message: err instanceof Error ? err.message : String(err) });
+    }
+  }
+  return oldest;
+}
+
 /** Holding the listener lock: hands over the next batch, or waits until there is one. */
 async function listen(state: string, session: string, renewMs: number, stop: AbortSignal): Promise<Outcome> {
   const paths = inboxPaths(state, session);
@@ -211,14 +237,21 @@ async function listen(state: string, session: string, renewMs: number, stop: Abo
       // session's listener out. The notices stay for it.
       if (hostGone) return 'host_gone';
       const batch = await readInboxBatch(state, session);
-      if (batch.records.length > 0) {
-        await writeStderr(batch.text + '\n');
+      // Notices whose mail was acknowledged meanwhile, and older copies of a live one, are
+      // consumed unshown: a notice only points at unread mail.
+      const shown = batch.records.length === 0 ? [] : liveNotices(batch.records, await oldestUnreadOf(state, batch.records));
+      if (shown.length > 0) {
+        await writeStderr(shown.map((r) => r.text).join('\n\n') + '\n');
         crashPoint('listener.after_output');
         await commitCursor(state, session, batch.endOffset);
         return 'delivered';
       }
-      // Only invalid lines: consume them so they are not read again.
-      if (batch.endOffset !== batch.startOffset) await commitCursor(state, session, batch.endOffset);
+      // Only stale notices or invalid lines: consume them so they are not read again.
+      if (batch.endOffset !== batch.startOffset) {
+        if (batch.records.length > 0) log.debug('listener_stale_notices', { session, count: batch.records.length });
+        await commitCursor(state, session, batch.endOffset);
+        continue;
+      }
       if (renewDue) {
         await writeStderr(RENEWAL_NOTICE + '\n');
         return 'renewed';
@@ -263,16 +296,28 @@ function stopOnSignals(): AbortSignal {
  */
 export const WAKE_MARKER = 'INTERLINK_NOTICES';
 
+function parseArguments(argv: readonly string[]): { renewMs: number; flagSession: string | undefined } {
+  const args = parse(argv, { session: { type: 'string' }, 'renew-after-secs': { type: 'string' } });
+  expectPositionals(args, 0, 'interlink-mcp wait [--session ID] [--renew-after-secs N]');
+  return { renewMs: renewAfterMs(args.values['renew-after-secs']), flagSession: sessionFlag(args.values.session) };
+}
+
 export async function wait(argv: readonly string[]): Promise<void> {
+  let parsed: ReturnType<typeof parseArguments>;
+  try {
+    parsed = parseArguments(argv);
+  } catch (err) {
+    // A bad command line is a usage error like any command's (64, one line). It cannot
+    // wake Claude: only 2 does, and the plugin's wrapper passes nothing else on.
+    const message = err instanceof Error ? err.message : String(err);
+    await writeStderr(`interlink-mcp wait: ${message} (see interlink-mcp wait --help)\n`);
+    process.exit(EXIT_USAGE);
+  }
   const stop = stopOnSignals();
   let code = EXIT_QUIET;
   try {
-    // Even a bad argument exits 0: a hook that fails must not wake Claude (CONTRACT).
-    const args = parse(argv, { session: { type: 'string' }, 'renew-after-secs': { type: 'string' } });
-    expectPositionals(args, 0, 'interlink-mcp wait [--session ID] [--renew-after-secs N]');
-    const renewMs = renewAfterMs(args.values['renew-after-secs']);
-    const flagSession = sessionFlag(args.values.session);
-    const outcome = await run(flagSession, renewMs, stop);
+    // Its own failures exit 0: a hook that fails must not wake Claude (CONTRACT).
+    const outcome = await run(parsed.flagSession, parsed.renewMs, stop);
     if (outcome === 'delivered' || outcome === 'renewed') {
       await new Promise<void>((resolve) => process.stdout.write(`${WAKE_MARKER}\n`, () => resolve()));
       code = EXIT_WAKE;

@@ -1,0 +1,59 @@
+/**
+ * Which sessions `status` lists. Every session that ever ran keeps its files, so a
+ * machine used for weeks has dozens; a person asks about the ones that are in use or
+ * hold something for them. A session is listed when something waits in it (unread mail,
+ * unsent messages, failed Codex notices, pairing requests) or it was active in the last
+ * three days; the others are counted, and `status --all` lists them too.
+ */
+import { stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { errnoCode } from '../errors.js';
+
+export const QUIET_AFTER_MS = 3 * 24 * 60 * 60 * 1000;
+
+/** The folders under the state root that hold per-session files of an identity. */
+const SESSION_DIRS = ['mailbox', 'outbox', 'failed', 'pairing'] as const;
+const SUFFIXES = ['.json', '.journal'] as const;
+
+/**
+ * When any of the session's files last changed (epoch ms), or undefined if none exists.
+ * A store is rewritten on every change, so its mtime is the session's last activity.
+ */
+export async function lastActivity(state: string, identity: string, session: string): Promise<number | undefined> {
+  let latest: number | undefined;
+  for (const dir of SESSION_DIRS) {
+    for (const suffix of SUFFIXES) {
+      try {
+        const { mtimeMs } = await stat(join(state, dir, identity, `${session}${suffix}`));
+        latest = Math.max(latest ?? 0, Math.floor(mtimeMs));
+      } catch (err) {
+        if (errnoCode(err) !== 'ENOENT') throw err;
+      }
+    }
+  }
+  return latest;
+}
+
+export interface SessionSummary {
+  unread: number;
+  pending: number;
+  failed_deliveries: number | 'unreadable';
+  pair_requests: number | 'unreadable';
+  last_activity: number | undefined;
+}
+
+/** Something in the session needs a person or an agent (an unreadable file counts). */
+function holdsSomething(s: SessionSummary): boolean {
+  return s.unread > 0 || s.pending > 0 || s.failed_deliveries !== 0 || s.pair_requests !== 0;
+}
+
+/** Splits sessions into those `status` lists and the quiet ones it only counts. */
+export function partitionSessions<T extends SessionSummary>(sessions: readonly T[], now: number): { listed: T[]; quiet: T[] } {
+  const listed: T[] = [];
+  const quiet: T[] = [];
+  for (const s of sessions) {
+    const recent = s.last_activity === undefined || now - s.last_activity < QUIET_AFTER_MS;
+    (recent || holdsSomething(s) ? listed : quiet).push(s);
+  }
+  return { listed, quiet };
+}
