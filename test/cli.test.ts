@@ -226,9 +226,12 @@ describe('peers', () => {
   it('refuses to list a damaged peers.json: exit 1, one sentence naming the file, the file left as it is', async () => {
     await mkdir(configDir);
     await writeFile(peersFile, '{ not json');
-    const err = expectOneLineFailure(await cli(['peers', 'list', '--json']));
+    const err = expectOneLineFailure(await cli(['peers', 'list']));
     expect(err).toContain(`${peersFile} is damaged: line 1: not valid JSON`);
     expect(err).toContain('left as it is');
+    const json = await cli(['peers', 'list', '--json']);
+    expect(json.code).toBe(1);
+    expect(JSON.parse(json.stdout)).toEqual({ error: { code: 'corrupt', message: expect.stringContaining('left as it is') } });
     expect(await readdir(configDir)).toEqual(['peers.json']);
     expect(await readFile(peersFile, 'utf8')).toBe('{ not json');
   });

@@ -83,7 +83,9 @@ describe('read-only commands and a damaged peers.json', () => {
       ] as const) {
         const run = await alice.cli([...args]);
         expect(damageLine(run, command)).toContain(problem);
-        expect(run.stdout).toBe('');
+        // With --json the error is also the one JSON document on stdout.
+        if (args.includes('--json')) expect(JSON.parse(run.stdout)).toMatchObject({ error: { code: 'corrupt' } });
+        else expect(run.stdout).toBe('');
       }
 
       expect(await readFile(alice.peersFile, 'utf8')).toBe(text);

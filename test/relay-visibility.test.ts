@@ -130,7 +130,9 @@ describe('pair commands when no relay answers', () => {
     for (const args of [['pair', 'list'], ['pair', 'request', 'alice'], ['pair', 'accept', fingerprint], ['pair', 'reject', fingerprint], ['pair', 'list', '--json']]) {
       const run = await bob.cli(args);
       expect(run.code, `${args.join(' ')}: ${run.stderr}`).toBe(1);
-      expect(run.stdout, args.join(' ')).toBe('');
+      // With --json the error is also the one JSON document on stdout.
+      if (args.includes('--json')) expect(JSON.parse(run.stdout)).toEqual({ error: { code: 'relay_unreachable', message: expect.stringContaining('no relay answered') } });
+      else expect(run.stdout, args.join(' ')).toBe('');
       const lines = run.stderr.trimEnd().split('\n');
       expect(lines, run.stderr).toHaveLength(1);
       expect(lines[0]).toBe(

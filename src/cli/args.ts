@@ -66,8 +66,19 @@ export function expectPositionals(parsed: Parsed, count: number, usage: string):
 }
 
 /** Output for people, or one JSON document with --json. */
+let printed = false;
+
 export function print(json: boolean, data: unknown, human: () => string): void {
+  printed = true;
   process.stdout.write(json ? JSON.stringify(data, null, 2) + '\n' : human() + '\n');
+}
+
+/**
+ * Whether the command already printed its result: a view that shows what it can and then
+ * fails (a damaged file) has put its one JSON document on stdout, with the damage in it.
+ */
+export function resultPrinted(): boolean {
+  return printed;
 }
 
 /** A missing or unknown subcommand (`peers frob`): a usage error of one line. */

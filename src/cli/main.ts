@@ -6,6 +6,7 @@
  */
 import { InterlinkError } from '../errors.js';
 import { reportDamageWith } from '../store/damage.js';
+import { resultPrinted } from './args.js';
 import { demo, demoHelp } from './commands/demo.js';
 import { failedDeliveries, failedHelp } from './commands/failed.js';
 import { keygen, keygenHelp, whoami, whoamiHelp } from './commands/identity.js';
@@ -78,7 +79,8 @@ function wantsJson(argv: readonly string[]): boolean {
  * stdout, so a JSON consumer reading stdout always gets a JSON document.
  */
 function fail(name: string, code: string, message: string, json: boolean): void {
-  if (json) process.stdout.write(JSON.stringify({ error: { code, message } }, null, 2) + '\n');
+  // One JSON document on stdout: an error, unless the command printed its result first.
+  if (json && !resultPrinted()) process.stdout.write(JSON.stringify({ error: { code, message } }, null, 2) + '\n');
   process.stderr.write(`interlink-mcp ${name}: ${message}\n`);
 }
 

@@ -16,6 +16,7 @@ import { loadPeers, readPeers } from '../../peers/peers.js';
 import { unreachableList } from '../../relay/reach.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { presenceInfo } from '../presence-info.js';
+import { forTerminal } from '../printable.js';
 
 export const CLI_SESSION = PAIRING_SESSION;
 const CONNECT_MS = 5_000;
@@ -196,7 +197,7 @@ function describeList(listed: LocalListing, completed: { petname: string; finger
   else lines.push('Incoming (you decide; compare the code first):');
   for (const i of listed.incoming) {
     const again = i.already_peer !== undefined ? `  (already your peer ${i.already_peer}: it asks again, probably because it removed you)` : '';
-    lines.push(`  ${i.fingerprint}  claims to be ${JSON.stringify(i.claimed_name)}  code ${i.code}${where(i.local_session)}${again}`);
+    lines.push(`  ${i.fingerprint}  claims to be ${forTerminal(JSON.stringify(i.claimed_name))}  code ${i.code}${where(i.local_session)}${again}`);
     lines.push(`    interlink-mcp pair accept ${i.fingerprint}   |   interlink-mcp pair reject ${i.fingerprint}`);
   }
   if (listed.outgoing.length > 0) lines.push('Your open requests:');

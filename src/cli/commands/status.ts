@@ -22,6 +22,7 @@ import { parseRoute } from '../../envelope/envelope.js';
 import { Outbox, isPending } from '../../outbox/outbox.js';
 import { readPeers, type PeerTable } from '../../peers/peers.js';
 import { expectPositionals, parse, print } from '../args.js';
+import { forTerminal } from '../printable.js';
 import { lastActivity, partitionSessions } from '../session-listing.js';
 
 /**
@@ -235,8 +236,8 @@ async function sentRows(dir: string, sessions: readonly string[], peerKey: strin
 
 function describeRow(r: { ts: number; session: string; state: string; msg_id: string; task_id?: string; status?: string; text: string }, who: string): string {
   const task = r.task_id !== undefined ? ` [${r.task_id}${r.status !== undefined ? ` ${r.status}` : ''}]` : '';
-  const text = r.text.length > 200 ? `${r.text.slice(0, 200)}…` : r.text;
-  return `${new Date(r.ts).toISOString()}  ${r.session}  ${who}${task}  ${r.state}  ${r.msg_id}\n    ${text.replace(/\n/g, '\n    ')}`;
+  const text = forTerminal(r.text.length > 200 ? `${r.text.slice(0, 200)}…` : r.text);
+  return `${new Date(r.ts).toISOString()}  ${r.session}  ${forTerminal(who)}${forTerminal(task)}  ${r.state}  ${r.msg_id}\n    ${text.replace(/\n/g, '\n    ')}`;
 }
 
 export async function inbox(argv: readonly string[]): Promise<void> {
