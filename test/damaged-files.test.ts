@@ -84,7 +84,7 @@ describe('read-only commands and a damaged peers.json', () => {
         const run = await alice.cli([...args]);
         expect(damageLine(run, command)).toContain(problem);
         // With --json the error is also the one JSON document on stdout.
-        if (args.includes('--json')) expect(JSON.parse(run.stdout)).toMatchObject({ error: { code: 'corrupt' } });
+        if ((args as readonly string[]).includes('--json')) expect(JSON.parse(run.stdout)).toMatchObject({ error: { code: 'corrupt' } });
         else expect(run.stdout).toBe('');
       }
 
