@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Mailbox } from '../src/mailbox/mailbox.js';
-import { eventually, pair, startPeer, type Peer } from './helpers/mcp.js';
+import { eventually, kill9, pair, startPeer, type Peer } from './helpers/mcp.js';
 import { reapAll } from './helpers/process.js';
 import { freePort, startRelay } from './helpers/spawn-relay.js';
 
@@ -39,9 +39,8 @@ async function peer(name: string, session: string, relays: string, env: Record<s
   return p;
 }
 
-function kill9(p: Peer): void {
-  const pid = p.pid();
-  if (pid !== null) process.kill(pid, 'SIGKILL');
+function crash(p: Peer): void {
+  kill9(p);
   open.splice(open.indexOf(p), 1);
 }
 
@@ -80,7 +79,7 @@ describe('durability end to end', () => {
     const { bobKey } = await identities(alice, bob);
     const sending = sendMany(alice, 200, 'burst');
     await eventually(async () => ((await storedIds(bob.state, bobKey, 'b1')).length >= 30 ? true : undefined), 20_000, '30 stored');
-    kill9(bob);
+    crash(bob);
     const sent = await sending;
     const restarted = await peer('bob', 'b1', relay.url);
     const stored = await eventually(
@@ -128,7 +127,7 @@ describe('durability end to end', () => {
     const sent = await sendMany(alice, 20, 'offline');
     const pending = await alice.call<{ pending: unknown[] }>('list_pending');
     expect(pending.pending).toHaveLength(20);
-    kill9(alice);
+    crash(alice);
     await startRelay({ port });
     await peer('alice', 'a1', url);
     const stored = await eventually(async () => {

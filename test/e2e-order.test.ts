@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { reapCli, runCli } from './helpers/codex.js';
-import { eventually, startPeer, type Peer } from './helpers/mcp.js';
+import { eventually, kill9, startPeer, type Peer } from './helpers/mcp.js';
 import { reapAll } from './helpers/process.js';
 import { freePort, startRelay, type RelayProcess } from './helpers/spawn-relay.js';
 
@@ -61,9 +61,8 @@ async function peer(name: string, session: string, relays: string): Promise<Peer
   return p;
 }
 
-function kill9(p: Peer): void {
-  const pid = p.pid();
-  if (pid !== null) process.kill(pid, 'SIGKILL');
+function crash(p: Peer): void {
+  kill9(p);
   open.splice(open.indexOf(p), 1);
 }
 
@@ -165,7 +164,7 @@ describe('order of one sender’s messages', () => {
     const bob = await peer('bob', 'b1', relay.url);
     await allArrived(bob);
     const first = await readPages(bob, 2);
-    kill9(bob);
+    crash(bob);
     const again = await peer('bob', 'b1', relay.url);
     const rest = await readPages(again, 10);
     expect([...first, ...rest]).toEqual(expected);

@@ -97,6 +97,12 @@ export async function startPeer(options: PeerOptions): Promise<Peer> {
   };
 }
 
+/** Kills a peer's server process with SIGKILL (a crash); the caller drops it from its own list. */
+export function kill9(p: Peer): void {
+  const pid = p.pid();
+  if (pid !== null) process.kill(pid, 'SIGKILL');
+}
+
 /** Polls `check` until it returns a value (not undefined) or the deadline passes. */
 export async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs = 15_000, what = 'condition'): Promise<T> {
   const deadline = Date.now() + timeoutMs;

@@ -161,10 +161,9 @@ function senderName(key: string, me: Identity, table: PeerTable, peersKnown: boo
   return table.petnameOf(key) ?? (peersKnown ? `stranger ${fingerprint}` : fingerprint);
 }
 
-interface InboxRow {
+/** What `inbox` shows of a message, received or sent. */
+interface MessageRow {
   session: string;
-  from: string;
-  sender: string;
   msg_id: string;
   ts: number;
   state: string;
@@ -173,17 +172,15 @@ interface InboxRow {
   text: string;
 }
 
-interface SentRow {
-  session: string;
+interface InboxRow extends MessageRow {
+  from: string;
+  sender: string;
+}
+
+interface SentRow extends MessageRow {
   to: string;
   recipient: string;
   to_session: string;
-  msg_id: string;
-  ts: number;
-  state: string;
-  task_id?: string;
-  status?: string;
-  text: string;
 }
 
 async function receivedRows(dir: string, sessions: readonly string[], filter: { peerKey?: string; unread: boolean }, name: (key: string) => string): Promise<InboxRow[]> {
@@ -234,7 +231,7 @@ async function sentRows(dir: string, sessions: readonly string[], peerKey: strin
   return rows;
 }
 
-function describeRow(r: { ts: number; session: string; state: string; msg_id: string; task_id?: string; status?: string; text: string }, who: string): string {
+function describeRow(r: MessageRow, who: string): string {
   const task = r.task_id !== undefined ? ` [${r.task_id}${r.status !== undefined ? ` ${r.status}` : ''}]` : '';
   const text = forTerminal(r.text.length > 200 ? `${r.text.slice(0, 200)}…` : r.text);
   return `${new Date(r.ts).toISOString()}  ${r.session}  ${forTerminal(who)}${forTerminal(task)}  ${r.state}  ${r.msg_id}\n    ${text.replace(/\n/g, '\n    ')}`;
