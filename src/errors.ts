@@ -26,6 +26,8 @@ export type ErrorCode =
   | 'mailbox_full'
   // sending and reading
   | 'no_route'
+  | 'invalid_session'
+  | 'not_pending'
   | 'idempotency_conflict'
   | 'unknown_message'
   | 'relay_unreachable'

@@ -92,7 +92,7 @@ describe('tools/list', () => {
         .sort();
     // Reading mail never consumes it; conversation_history can (consume), so it is not read-only.
     expect(withHint('readOnlyHint')).toEqual(['discover', 'get_my_session_id', 'list_pair_requests', 'list_peers', 'list_pending', 'message_status', 'receive_messages']);
-    expect(withHint('destructiveHint')).toEqual(['failed_deliveries', 'reject_pair', 'remove_peer']);
+    expect(withHint('destructiveHint')).toEqual(['cancel_pending', 'failed_deliveries', 'reject_pair', 'remove_peer']);
     // What reaches other machines through the relays: messages, pairing, presence.
     expect(withHint('openWorldHint')).toEqual(['accept_pair', 'cancel_task', 'discover', 'request_pair', 'send_message', 'set_summary']);
     expect(withHint('idempotentHint')).not.toContain('send_message');

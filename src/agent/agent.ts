@@ -5,7 +5,7 @@
  */
 import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { checkSafeName, mailboxPath } from '../config/paths.js';
+import { checkSafeName, mailboxPath, outboxPath, unsafeNameReason } from '../config/paths.js';
 import { FailedDeliveries } from '../codex/failed.js';
 import { MAX_TEXT_BYTES, parseRoute, signEnvelope, type Envelope, type Status } from '../envelope/envelope.js';
 import { InterlinkError, isInterlinkError } from '../errors.js';
@@ -15,7 +15,7 @@ import { Mailbox } from '../mailbox/mailbox.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import { currentState } from '../mailbox/state.js';
 import { SendClock } from '../outbox/clock.js';
-import { Outbox, intentOf, type AddResult, type OutboxRecord } from '../outbox/outbox.js';
+import { Outbox, intentOf, outboundState, type AddResult, type OutboundState, type OutboxRecord } from '../outbox/outbox.js';
 import { PeerTable, addPeer, loadPeers, removePeer } from '../peers/peers.js';
 import { RelayClient } from '../relay/client.js';
 import { MAX_PAYLOAD_BYTES } from '../relay/frames.js';
@@ -56,7 +56,7 @@ export interface SendReceipt {
   msg_id: string;
   to: string;
   session: string;
-  state: 'pending' | 'bus_accepted';
+  state: OutboundState;
   duplicate: boolean;
   /** How many of the configured relays this session is connected to right now. */
   relays: { connected: number; configured: number };
@@ -108,7 +108,7 @@ export class Agent {
   static async start(options: AgentOptions): Promise<Agent> {
     const { identity, session, stateDir } = options;
     const mailbox = await Mailbox.open(mailboxPath(stateDir, identity.key, session));
-    const outbox = await Outbox.open(join(stateDir, 'outbox', identity.key, `${session}.json`));
+    const outbox = await Outbox.open(outboxPath(stateDir, identity.key, session));
     const route = `${identity.key}#${session}`;
     const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route], ...(options.logOutages !== undefined && { logOutages: options.logOutages }) }));
     const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
@@ -276,6 +276,9 @@ export class Agent {
     // A blank message wakes the receiver for nothing; refused here so every surface
     // (tool, CLI, a future caller) gets the same typed error.
     if (args.text.trim() === '') throw new InterlinkError('empty_text', 'the text is empty or only whitespace; a message must say something');
+    // A session id no session can have would be refused by every relay, forever.
+    const badSession = args.session === undefined ? undefined : unsafeNameReason(args.session);
+    if (badSession !== undefined) throw new InterlinkError('invalid_session', `no session can be called that: the session ${badSession}`);
     const turn = this.sendTurns.take();
     let adding: Promise<AddResult>;
     let session: string;
@@ -359,6 +362,17 @@ export class Agent {
     const inbound = await this.mailbox.findByMsgId(msgId);
     if (inbound) return { msg_id: msgId, direction: 'inbound', state: currentState(inbound), history: inbound.states };
     throw new InterlinkError('unknown_message', `no message ${msgId} in this session's outbox or mailbox`);
+  }
+
+  /**
+   * Drops a message no relay has accepted yet: it leaves the send loop, recorded as
+   * `canceled`. A relay may still take an offer already on its way; the result says so.
+   */
+  async cancelPending(msgId: string): Promise<{ msg_id: string; state: OutboundState; offer_in_flight: boolean }> {
+    const { ended, record } = await this.outbox.end(msgId, 'canceled', 'dropped by cancel_pending');
+    if (record === undefined) throw new InterlinkError('unknown_message', `no message ${msgId} in this session's outbox`);
+    if (!ended) throw new InterlinkError('not_pending', `message ${msgId} is ${outboundState(record)}, not pending; only a message no relay has accepted can be dropped`);
+    return { msg_id: msgId, state: 'canceled', offer_in_flight: this.outbound.offering(msgId) };
   }
 
   async listPending(): Promise<{ msg_id: string; to: string; session: string; created_at: number; task_id?: string }[]> {
@@ -479,9 +493,6 @@ function optional(fields: Pick<Envelope, 'task_id' | 'status' | 'in_reply_to'> |
   };
 }
 
-function outboundState(record: OutboxRecord): 'pending' | 'bus_accepted' {
-  return record.accepted_by.length > 0 ? 'bus_accepted' : 'pending';
-}
 
 function inboxMessage(record: StoredRecord): InboxMessage {
   const e = record.envelope;

@@ -1,16 +1,28 @@
 /**
  * Drains the outbox: every pending message is offered to every connected relay until
  * one accepts it, then it is `bus_accepted`. Runs on every new message, on every relay
- * (re)connection, and once a second to catch the rest.
+ * (re)connection, and once a second to catch the rest. A message that every configured
+ * relay refuses for a reason that cannot change (too large, a malformed route) leaves the
+ * loop as `delivery_failed` with the relays' reason, instead of being offered forever.
  */
 import { log } from '../log.js';
+import type { RefusalCode } from '../relay/frames.js';
 import type { Outbox, OutboxRecord } from '../outbox/outbox.js';
 import type { RelayClient } from '../relay/client.js';
 
 const PASS_INTERVAL_MS = 1_000;
+/** Refusals that the same bytes will meet again at that relay, however often they are offered. */
+const PERMANENT_REFUSALS: ReadonlySet<string> = new Set<RefusalCode>(['too_large', 'bad_frame']);
+
+/** Whether every relay has refused the message for good (pure). */
+export function refusedEverywhere(refusedBy: ReadonlySet<string>, relays: readonly string[]): boolean {
+  return relays.length > 0 && relays.every((url) => refusedBy.has(url));
+}
 
 export class Outbound {
   private readonly inFlight = new Set<string>();
+  /** msg_id → relays that refused it for good, with the last reason; memory only (a restart offers it again). */
+  private readonly refused = new Map<string, { relays: Set<string>; reason: string }>();
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private again = false;
@@ -29,6 +41,11 @@ export class Outbound {
 
   stop(): void {
     clearInterval(this.timer);
+  }
+
+  /** Whether an offer of this message to some relay is on its way now. */
+  offering(msgId: string): boolean {
+    return [...this.inFlight].some((key) => key.endsWith(` ${msgId}`));
   }
 
   /** Offers one message at once, without waiting for the next pass. */
@@ -64,11 +81,24 @@ export class Outbound {
     try {
       const outcome = await relay.send(record.route, record.envelope);
       if (outcome.accepted) await this.outbox.markAccepted(record.envelope.msg_id, relay.url);
+      else if (PERMANENT_REFUSALS.has(outcome.code)) await this.refusedForGood(relay.url, record, `${outcome.code}: ${outcome.message}`);
       else if (outcome.code !== 'disconnected') log.warn('relay_refused_send', { relay: relay.url, msg_id: record.envelope.msg_id, code: outcome.code, message: outcome.message });
     } catch (err) {
       log.warn('outbound_failed', { relay: relay.url, msg_id: record.envelope.msg_id, error: (err as Error).message });
     } finally {
       this.inFlight.delete(key);
     }
+  }
+
+  private async refusedForGood(url: string, record: OutboxRecord, reason: string): Promise<void> {
+    const msgId = record.envelope.msg_id;
+    const seen = this.refused.get(msgId) ?? { relays: new Set<string>(), reason };
+    seen.relays.add(url);
+    seen.reason = reason;
+    this.refused.set(msgId, seen);
+    if (!refusedEverywhere(seen.relays, this.relays.map((r) => r.url))) return;
+    this.refused.delete(msgId);
+    const { ended } = await this.outbox.end(msgId, 'delivery_failed', `every relay refused it: ${reason}`);
+    if (ended) log.warn('send_failed', { msg_id: msgId, reason });
   }
 }

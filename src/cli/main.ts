@@ -10,6 +10,7 @@ import { resultPrinted } from './args.js';
 import { demo, demoHelp } from './commands/demo.js';
 import { failedDeliveries, failedHelp } from './commands/failed.js';
 import { keygen, keygenHelp, whoami, whoamiHelp } from './commands/identity.js';
+import { outbox, outboxHelp } from './commands/outbox.js';
 import { pair, pairHelp } from './commands/pair.js';
 import { peers, peersHelp } from './commands/peers.js';
 import { relay, relayHelp } from './commands/relay.js';
@@ -31,11 +32,12 @@ const commands: Record<string, Command> = {
   keygen: { run: keygen, help: keygenHelp, summary: 'create this identity (refuses to overwrite without --force)' },
   whoami: { run: whoami, help: whoamiHelp, summary: 'print the public key and fingerprint' },
   peers: { run: peers, help: peersHelp, summary: 'list, add or remove peers' },
-  pair: { run: pair, help: pairHelp, summary: 'pair with another identity: request, list, accept, reject (compare the code)' },
+  pair: { run: pair, help: pairHelp, summary: 'pair with another identity: request, list, accept, reject, confirm, cancel (compare the code)' },
   status: { run: status, help: statusHelp, summary: 'identity, peers, relays (and the local one), unread and unsent messages' },
   inbox: { run: inbox, help: inboxHelp, summary: 'messages received (--unread) or sent (--sent) and their states (reads only)' },
   relay: { run: relay, help: relayHelp, summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR); `relay stop` stops the local one' },
   demo: { run: demo, help: demoHelp, summary: 'show a signed message go through the gate into a mailbox' },
+  outbox: { run: outbox, help: outboxHelp, summary: 'drop a message no relay has accepted yet (outbox drop <msg_id>)' },
   'failed-deliveries': { run: failedDeliveries, help: failedHelp, summary: 'Codex notices codex queue did not take: list, read, retry, discard' },
   wait: { run: wait, help: waitHelp, summary: "Claude's Stop-hook listener: exit 2 with this session's notices on stderr" },
 };

@@ -73,3 +73,7 @@ export function isWellFormedUnicode(text: string): boolean {
 export function mailboxPath(state: string, identity: string, session: string): string {
   return join(state, 'mailbox', identity, `${checkSafeName(session, 'session id')}.json`);
 }
+
+export function outboxPath(state: string, identity: string, session: string): string {
+  return join(state, 'outbox', identity, `${checkSafeName(session, 'session id')}.json`);
+}

@@ -1,8 +1,9 @@
 /**
  * The durable outbox of one identity and session: `outbox/<identity>/<session>.json`
  * (a journaled store). `send_message` commits the signed envelope here before it
- * returns `pending`, so a message survives kill -9 and restart until a relay accepts it.
- * Records stay 48 h after acceptance for `message_status` and idempotency keys.
+ * returns `pending`, so a message survives kill -9 and restart until a relay accepts it,
+ * every relay refuses it for good (`delivery_failed`), or a person or agent drops it
+ * (`canceled`). Records stay 48 h after that for `message_status` and idempotency keys.
  */
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
@@ -12,7 +13,8 @@ import type { JournalFormat } from '../store/journal.js';
 
 export const OUTBOX_RETENTION_MS = 48 * 60 * 60 * 1000;
 
-const stateEntry = z.object({ state: z.enum(['pending', 'bus_accepted']), at: z.number().int() });
+const stateEntry = z.object({ state: z.enum(['pending', 'bus_accepted', 'delivery_failed', 'canceled']), at: z.number().int(), reason: z.string().optional() });
+export type OutboundState = z.infer<typeof stateEntry>['state'];
 
 export const outboxRecordSchema = z.object({
   envelope: envelopeSchema,
@@ -34,7 +36,9 @@ const addOp = z.object({
   intent: z.string().optional(),
 });
 const acceptedOp = z.object({ op: z.literal('accepted'), at: z.number().int(), msg_id: z.string(), relay: z.string() });
-const outboxOp = z.discriminatedUnion('op', [addOp, acceptedOp]);
+/** A pending message leaves the send loop: refused by every relay for good, or dropped. */
+const endOp = z.object({ op: z.literal('end'), at: z.number().int(), msg_id: z.string(), state: z.enum(['delivery_failed', 'canceled']), reason: z.string() });
+const outboxOp = z.discriminatedUnion('op', [addOp, acceptedOp, endOp]);
 type OutboxOp = z.infer<typeof outboxOp>;
 
 const dataSchema = z.object({ records: z.array(outboxRecordSchema) });
@@ -42,7 +46,8 @@ type OutboxData = z.infer<typeof dataSchema>;
 
 export type AddResult = { outcome: 'added'; record: OutboxRecord } | { outcome: 'duplicate' | 'conflict'; record: OutboxRecord };
 type AcceptResult = { changed: boolean };
-type Result = AddResult | AcceptResult;
+export type EndResult = { ended: boolean; record: OutboxRecord | undefined };
+type Result = AddResult | AcceptResult | EndResult;
 
 /** What an idempotency key promises: the same target and the same content. */
 export function intentOf(fields: { to: string; session: string | undefined; text: string; task_id?: string; status?: string; in_reply_to?: string }): string {
@@ -65,7 +70,8 @@ export class OutboxState {
   }
 
   apply(op: OutboxOp): Result {
-    return op.op === 'add' ? this.add(op) : this.accept(op);
+    if (op.op === 'add') return this.add(op);
+    return op.op === 'accepted' ? this.accept(op) : this.end(op);
   }
 
   recordForKey(key: string): OutboxRecord | undefined {
@@ -94,8 +100,17 @@ export class OutboxState {
     return { outcome: 'added', record };
   }
 
+  /** Only a pending message can end; one a relay took, or that ended already, stays as it is. */
+  private end(op: z.infer<typeof endOp>): EndResult {
+    const record = this.records.get(op.msg_id);
+    if (!record || !isPending(record)) return { ended: false, record };
+    record.states.push({ state: op.state, at: op.at, reason: op.reason });
+    return { ended: true, record };
+  }
+
   private accept(op: z.infer<typeof acceptedOp>): AcceptResult {
     const record = this.records.get(op.msg_id);
+    // A relay that took a message after it was dropped: the record says what happened, not when.
     if (!record || record.accepted_by.includes(op.relay)) return { changed: false };
     record.accepted_by.push(op.relay);
     if (!record.states.some((s) => s.state === 'bus_accepted')) record.states.push({ state: 'bus_accepted', at: op.at });
@@ -107,11 +122,11 @@ export class OutboxState {
     if (record.idempotency_key !== undefined) this.byKey.set(record.idempotency_key, record.envelope.msg_id);
   }
 
-  /** Accepted records leave after the retention window; pending ones stay until accepted. */
+  /** Records leave after the retention window once they are settled; pending ones stay. */
   private prune(now: number): void {
     for (const [msgId, record] of this.records) {
-      const accepted = record.states.find((s) => s.state === 'bus_accepted');
-      if (accepted === undefined || accepted.at + OUTBOX_RETENTION_MS >= now) continue;
+      const settled = record.states.find((s) => s.state !== 'pending');
+      if (settled === undefined || settled.at + OUTBOX_RETENTION_MS >= now) continue;
       this.records.delete(msgId);
       if (record.idempotency_key !== undefined) this.byKey.delete(record.idempotency_key);
     }
@@ -128,11 +143,17 @@ export const outboxFormat: JournalFormat<OutboxState, OutboxOp, Result, OutboxDa
   fromData: (data) => OutboxState.fromData(data),
   toData: (state) => state.toData(),
   apply: (state, op) => state.apply(op),
-  changes: (result) => ('outcome' in result ? result.outcome === 'added' : result.changed),
+  changes: (result) => ('outcome' in result ? result.outcome === 'added' : 'ended' in result ? result.ended : result.changed),
 };
 
+/** What the sender knows of a message now: its latest state. */
+export function outboundState(record: OutboxRecord): OutboundState {
+  if (record.accepted_by.length > 0) return 'bus_accepted';
+  return record.states[record.states.length - 1]!.state;
+}
+
 export function isPending(record: OutboxRecord): boolean {
-  return record.accepted_by.length === 0;
+  return outboundState(record) === 'pending';
 }
 
 export class Outbox {
@@ -161,6 +182,11 @@ export class Outbox {
    */
   async markAccepted(msgId: string, relay: string): Promise<void> {
     await this.journal.submitLazily({ op: 'accepted', at: Date.now(), msg_id: msgId, relay });
+  }
+
+  /** Takes a pending message out of the send loop for good; durable when it resolves. */
+  async end(msgId: string, state: 'delivery_failed' | 'canceled', reason: string): Promise<EndResult> {
+    return (await this.journal.submit({ op: 'end', at: Date.now(), msg_id: msgId, state, reason })) as EndResult;
   }
 
   async get(msgId: string): Promise<OutboxRecord | undefined> {

@@ -73,5 +73,9 @@ export function wrongMode(tool: string, toolMode: Mode): InterlinkError {
 
 /** A petname as peers.json allows it; each use describes what it names. */
 export const peerName = z.string().min(1).max(128);
-/** A session id, or a unique prefix of one where the tool says so. */
-export const sessionId = z.string().min(1).max(128);
+/**
+ * A session id, or a unique prefix of one where the tool says so. The name rule (at most
+ * 128 bytes, no path characters) is checked by the agent, which answers `invalid_session`
+ * with the reason; the schema only keeps absurd input out.
+ */
+export const sessionId = z.string().min(1).max(1024);

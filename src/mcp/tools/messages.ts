@@ -73,6 +73,15 @@ export const MESSAGE_TOOLS: ToolDefinition[] = [
     run: async (agent) => ({ pending: await agent.listPending() }),
   }),
   tool({
+    name: 'cancel_pending',
+    description:
+      'Drop a message you sent that no relay has accepted yet (see list_pending): it is not offered again, and message_status shows it as canceled. A message a relay already took cannot be called back.',
+    // Destructive: the message will never be delivered. Repeating it says not_pending.
+    annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
+    input: z.object({ msg_id: z.string().min(1).max(128).describe('the msg_id send_message returned') }).strict(),
+    run: (agent, args) => agent.cancelPending(args.msg_id),
+  }),
+  tool({
     name: 'receive_messages',
     description:
       "Fetch current unread messages: questions and results first, progress updates after them; within each, each sender's in the order it sent them, senders in the order they arrived. Nothing is consumed: call acknowledge_messages with the receipts once you have read them.",
