@@ -278,7 +278,7 @@ export class Agent {
     if (args.text.trim() === '') throw new InterlinkError('empty_text', 'the text is empty or only whitespace; a message must say something');
     // A session id no session can have would be refused by every relay, forever.
     const badSession = args.session === undefined ? undefined : unsafeNameReason(args.session);
-    if (badSession !== undefined) throw new InterlinkError('invalid_session', `no session can be called that: the session ${badSession}`);
+    if (badSession !== undefined) throw new InterlinkError('invalid_session', `no session can be called that: ${badSession}`);
     const turn = this.sendTurns.take();
     let adding: Promise<AddResult>;
     let session: string;

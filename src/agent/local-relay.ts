@@ -5,7 +5,8 @@
  * the lock — the second relay cannot bind and exits, and both servers use the first.
  */
 import { spawn } from 'node:child_process';
-import { mkdirSync, openSync } from 'node:fs';
+import { constants, openSync } from 'node:fs';
+import { makePrivateDirSync, NO_FOLLOW, PRIVATE_FILE } from '../store/private.js';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
@@ -63,8 +64,8 @@ export function localRelayDir(stateDir: string): string {
 
 function startDetachedRelay(stateDir: string, addr: string): void {
   const dir = localRelayDir(stateDir);
-  mkdirSync(dir, { recursive: true });
-  const logFd = openSync(join(dir, 'relay.log'), 'a');
+  makePrivateDirSync(dir);
+  const logFd = openSync(join(dir, 'relay.log'), constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | NO_FOLLOW, PRIVATE_FILE);
   const main = fileURLToPath(new URL('../cli/main.js', import.meta.url));
   const child = spawn(process.execPath, [main, 'relay', '--addr', addr, '--db', dir], {
     detached: true,

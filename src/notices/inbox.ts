@@ -18,7 +18,8 @@
  *   holding `withListenerLock` (`<session>.lock`), which at most one listener holds.
  */
 import { constants } from 'node:fs';
-import { mkdir, open, readFile, type FileHandle } from 'node:fs/promises';
+import { open, readFile, type FileHandle } from 'node:fs/promises';
+import { makePrivateDir, NO_FOLLOW, PRIVATE_FILE } from '../store/private.js';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { checkSafeName, unsafeNameReason } from '../config/paths.js';
@@ -146,8 +147,9 @@ async function writeAll(handle: FileHandle, data: Buffer): Promise<void> {
 }
 
 async function appendLine(paths: InboxPaths, line: Buffer): Promise<void> {
-  await mkdir(paths.dir, { recursive: true });
-  const handle = await open(paths.file, constants.O_RDWR | constants.O_APPEND | constants.O_CREAT, 0o600);
+  await makePrivateDir(paths.dir);
+  // Never through a link: one planted in place of the inbox would send notices elsewhere.
+  const handle = await open(paths.file, constants.O_RDWR | constants.O_APPEND | constants.O_CREAT | NO_FOLLOW, PRIVATE_FILE);
   let size: number;
   try {
     size = (await handle.stat()).size;

@@ -9,7 +9,7 @@
  * no keys and never parses payloads: it verifies only auth proofs, announcements and
  * goodbyes.
  */
-import { mkdir } from 'node:fs/promises';
+import { makePrivateDir } from '../store/private.js';
 import { createServer, type Server as HttpServer } from 'node:http';
 import { join, resolve } from 'node:path';
 import WebSocket, { WebSocketServer } from 'ws';
@@ -351,7 +351,7 @@ export class RelayServer {
       return { submit: async (op) => state.apply(op), release: async () => {} };
     }
     const absolute = resolve(dir);
-    await mkdir(absolute, { recursive: true });
+    await makePrivateDir(absolute);
     const releaseLock = await holdDbLock(absolute);
     try {
       const format = relayQueueFormat(this.limits, (state) => (this.queues = state));

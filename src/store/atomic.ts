@@ -9,6 +9,7 @@ import { writeSync } from 'node:fs';
 import { link, mkdir, open, rename, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { errnoCode } from '../errors.js';
+import { makePrivateDir, PRIVATE_FILE } from './private.js';
 
 export interface WriteOptions {
   mode?: number;
@@ -31,10 +32,12 @@ export async function fsyncDirectory(dir: string): Promise<void> {
 }
 
 async function writeSyncedTemp(path: string, data: string | Uint8Array, options: WriteOptions): Promise<string> {
-  await mkdir(dirname(path), { recursive: true });
+  await makePrivateDir(dirname(path));
   const temp = tempPathFor(path);
-  const handle = await open(temp, 'wx', options.mode ?? 0o644);
+  // O_EXCL does not follow a link; the mode is set again below so no umask can widen it.
+  const handle = await open(temp, 'wx', options.mode ?? PRIVATE_FILE);
   try {
+    await handle.chmod(options.mode ?? PRIVATE_FILE);
     await handle.writeFile(data);
     await handle.sync();
   } catch (err) {

@@ -23,13 +23,14 @@
  * text) is caught, never applied. Journals written before checksums (no `line_check` in
  * the header) are still read, and the next writer compacts them into the checked form.
  */
-import fs, { closeSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, statSync } from 'node:fs';
+import fs, { closeSync, constants, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, statSync } from 'node:fs';
 import { createHash } from 'node:crypto';
-import { open, readFile, stat, type FileHandle } from 'node:fs/promises';
+import { open, stat, type FileHandle } from 'node:fs/promises';
 import { z } from 'zod';
 import { errnoCode, InterlinkError } from '../errors.js';
 import { writeFileAtomic, writeFully } from './atomic.js';
 import { crashPoint } from './crash-point.js';
+import { NO_FOLLOW, readPrivateFile } from './private.js';
 import { describeSchemaError, moveAside, type Recovery } from './json-store.js';
 
 /**
@@ -148,7 +149,7 @@ async function readSnapshot<State, Op>(
 ): Promise<{ snapshot?: { generation: number; state: State }; bytes: number; damage?: string }> {
   let text: string;
   try {
-    text = await readFile(path, 'utf8');
+    text = await readPrivateFile(path);
   } catch (err) {
     if (errnoCode(err) === 'ENOENT') return { bytes: 0 };
     throw new InterlinkError('storage', `cannot read ${path} (${errnoCode(err) ?? String(err)})`, undefined, { cause: err });
@@ -183,7 +184,7 @@ interface JournalRead<Op> {
 async function readJournal<Op>(path: string, format: { name: string; version: number; opSchema: z.ZodType<Op> }): Promise<JournalRead<Op> | undefined> {
   let handle: FileHandle;
   try {
-    handle = await open(path, 'r');
+    handle = await open(path, constants.O_RDONLY | NO_FOLLOW);
   } catch (err) {
     if (errnoCode(err) === 'ENOENT') return undefined;
     throw new InterlinkError('storage', `cannot open ${path} (${errnoCode(err) ?? String(err)})`, undefined, { cause: err });
@@ -332,7 +333,7 @@ export function readTail<Op>(path: string, cursor: Cursor, opSchema: z.ZodType<O
   }
   if (info.ino !== cursor.ino || info.size < cursor.offset) return { kind: 'replaced' };
   if (info.size === cursor.offset) return { kind: 'tail', ops: [], offset: cursor.offset, partial: 0 };
-  const fd = openSync(journalPath, 'r');
+  const fd = openSync(journalPath, constants.O_RDONLY | NO_FOLLOW);
   try {
     // Same path, but compaction may have swapped the file since the stat.
     if (fstatSync(fd).ino !== cursor.ino) return { kind: 'replaced' };
@@ -351,7 +352,7 @@ function datasync(fd: number): Promise<void> {
 
 /** Opens the journal for appending; the caller holds the lock, so it is the cursor's file. */
 export function openJournal(path: string): { fd: number; ino: number } {
-  const fd = openSync(journalPathOf(path), 'r+');
+  const fd = openSync(journalPathOf(path), constants.O_RDWR | NO_FOLLOW);
   return { fd, ino: fstatSync(fd).ino };
 }
 

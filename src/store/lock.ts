@@ -18,6 +18,7 @@
  * lock is only contended between processes.
  */
 import { randomBytes } from 'node:crypto';
+import { makePrivateDirSync, PRIVATE_DIR, PRIVATE_FILE } from './private.js';
 import { closeSync, mkdirSync, openSync, readFileSync, rmdirSync, statSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { z } from 'zod';
@@ -76,11 +77,11 @@ function inspect(lockPath: string): LockState {
  */
 function openExclusive(lockPath: string): number {
   try {
-    return openSync(lockPath, 'wx');
+    return openSync(lockPath, 'wx', PRIVATE_FILE);
   } catch (err) {
     if (errnoCode(err) !== 'ENOENT') throw err;
-    mkdirSync(dirname(lockPath), { recursive: true });
-    return openSync(lockPath, 'wx');
+    makePrivateDirSync(dirname(lockPath));
+    return openSync(lockPath, 'wx', PRIVATE_FILE);
   }
 }
 
@@ -109,7 +110,7 @@ function tryCreate(lockPath: string, holder: Holder): boolean {
 function underBreaker(lockPath: string, remove: () => boolean): boolean | 'busy' {
   const breaker = `${lockPath}.break`;
   try {
-    mkdirSync(breaker);
+    mkdirSync(breaker, PRIVATE_DIR);
   } catch (err) {
     if (errnoCode(err) !== 'EEXIST') throw err;
     try {

@@ -2,12 +2,13 @@
  * `interlink-mcp serve`: the MCP server of one session over stdio. Stdout carries the
  * protocol only; everything else goes to stderr.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { Agent } from '../../agent/agent.js';
 import { relayUrls } from '../../agent/local-relay.js';
 import { resolveSessionId } from '../../agent/session.js';
-import { keyPath, peersPath, stateDir } from '../../config/paths.js';
+import { configDir, keyPath, peersPath, stateDir } from '../../config/paths.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
 import { log } from '../../log.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
@@ -16,6 +17,7 @@ import { codexBin } from '../../codex/queue.js';
 import { codexQueueSink } from '../../codex/sink.js';
 import { channelSink, createServer, type ServedSession } from '../../mcp/server.js';
 import { inboxSink } from '../../notices/sinks.js';
+import { tightenTree } from '../../store/private.js';
 import { expectPositionals, parse } from '../args.js';
 import { presenceInfo } from '../presence-info.js';
 
@@ -39,12 +41,43 @@ export function packageVersion(): string {
   }
 }
 
+/**
+ * Files an earlier version or a loose umask left readable by others are made private,
+ * with one warning. Only what Interlink keeps there is touched (a root may be a shared
+ * directory a person chose): the state root's own folders, the key and peers files.
+ */
+function tightenRoots(config: string, state: string): void {
+  const ours = [
+    ...['mailbox', 'outbox', 'inbox', 'pairing', 'failed', 'relay'].map((sub) => join(state, sub)),
+    ...listOrEmpty(config).filter((name) => name.startsWith('id.key') || name.startsWith('peers.json')).map((name) => join(config, name)),
+  ];
+  for (const root of ours) {
+    const changed = tightenTree(root);
+    if (changed.length === 0) continue;
+    log.warn('permissions_tightened', {
+      root,
+      count: changed.length,
+      example: `${changed[0]!.path} was ${changed[0]!.mode.toString(8)}`,
+      message: `${changed.length} files or directories under ${root} were readable or writable by other users; they are now private to you`,
+    });
+  }
+}
+
+function listOrEmpty(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
 export async function serve(argv: readonly string[]): Promise<void> {
   const args = parse(argv, { session: { type: 'string' }, codex: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp serve [--session ID] [--codex]');
   const codexMode = args.values.codex === true || process.env.INTERLINK_MODE === 'codex';
   const identity = await loadOrCreateIdentity(keyPath());
   const state = stateDir();
+  tightenRoots(configDir(), state);
   const urls = await relayUrls(process.env, state);
   const presence = presenceInfo();
   const startAgent = (session: string) =>

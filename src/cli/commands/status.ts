@@ -8,7 +8,7 @@ import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { configuredRelays, localRelayAddr, localRelayDir, probeRelay } from '../../agent/local-relay.js';
 import { isRunning, readRelayPid } from '../../relay/pid-file.js';
-import { keyPath, peersPath, stateDir } from '../../config/paths.js';
+import { keyPath, peersPath, stateDir, unsafeNameReason } from '../../config/paths.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
 import { FAILED_UNAVAILABLE, FailedDeliveries } from '../../codex/failed.js';
@@ -155,6 +155,12 @@ by fingerprint), and stderr says what is wrong with the file.
             bus_accepted); an accepted message stays listed for 48 hours
   --peer    only messages from (with --sent: to) that peer, or "self"`;
 
+function sessionFlag(value: string): string {
+  const reason = unsafeNameReason(value);
+  if (reason !== undefined) throw new InterlinkError('usage', `--session ${JSON.stringify(value.slice(0, 40))} is not a session id: ${reason}`);
+  return value;
+}
+
 function senderName(key: string, me: Identity, table: PeerTable, peersKnown: boolean): string {
   if (key === me.key) return 'self';
   const fingerprint = fingerprintOf(parsePublicKey(key));
@@ -250,7 +256,8 @@ export async function inbox(argv: readonly string[]): Promise<void> {
   const peerKey = peer === undefined ? undefined : peer === 'self' ? identity.key : table.keyOf(peer);
   if (peer !== undefined && peerKey === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${peer}`, undefined, { hint: { tool: 'see list_peers', cli: 'see `interlink-mcp peers list`' } });
   const dir = join(stateDir(), sent ? 'outbox' : 'mailbox', identity.key);
-  const only = typeof args.values.session === 'string' ? args.values.session : undefined;
+  // A flag that names a file goes through the name rule: `--session ../../x` reads nothing outside the state root.
+  const only = typeof args.values.session === 'string' ? sessionFlag(args.values.session) : undefined;
   const sessions = only !== undefined ? [only] : await sessionsIn(dir);
   const name = (key: string) => senderName(key, identity, table, damage === undefined);
   const json = args.values.json === true;
