@@ -75,7 +75,7 @@ describe('decide with outstanding pairing requests', () => {
   it('checks freshness and replay after admitting a pairing message', () => {
     const accept = envelope(stranger, { kind: 'pair_accept', in_reply_to: REQUEST });
     expect(decide(accept, { ...context([toStranger]), seen: () => true })).toMatchObject({ ok: false, code: 'replay' });
-    const old = envelope(stranger, { kind: 'pair_request', ts: NOW - 24 * 60 * 60 * 1000 - 1 });
+    const old = envelope(stranger, { kind: 'pair_request', ts: NOW - 7 * 24 * 60 * 60 * 1000 - 1 });
     expect(decide(old, context([]))).toMatchObject({ ok: false, code: 'stale' });
     const ahead = envelope(stranger, { kind: 'pair_accept', in_reply_to: REQUEST, ts: NOW + 60_001 });
     expect(decide(ahead, context([toStranger]))).toMatchObject({ ok: false, code: 'from_future' });

@@ -7,12 +7,13 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { signEnvelope, type Envelope } from '../src/envelope/envelope.js';
-import { MAX_FUTURE_MS, MAX_PAST_MS, decide, type Admission, type GateContext, type OutstandingRequest, type RejectCode } from '../src/gate/decide.js';
+import { MAX_FUTURE_MS, MAX_HOLD_MS, MAX_PAST_MS, decide, type Admission, type GateContext, type OutstandingRequest, type RejectCode } from '../src/gate/decide.js';
 import { encodeBase64url } from '../src/identity/base64url.js';
 import { generateSigningKey, type SigningKey } from '../src/identity/ed25519.js';
 
 const MINUTE = 60_000;
 const DAY = 24 * 60 * MINUTE;
+const WINDOW = 7 * DAY;
 const NOW = 1_900_000_000_000;
 
 interface Party {
@@ -95,7 +96,7 @@ function failures(f: Facts): Set<RejectCode> {
     if (auth !== undefined) found.add(auth);
   }
   if (f.ts - f.now > MINUTE) found.add('from_future');
-  if (f.now - f.ts > DAY) found.add('stale');
+  if (f.now - f.ts > WINDOW) found.add('stale');
   if (f.seen) found.add('replay');
   return found;
 }
@@ -130,7 +131,7 @@ type Outstanding = 'none' | 'matching' | 'other' | 'no_in_reply_to' | 'to_someon
 const SENDERS: Record<SenderRole, Party> = { me, peer, stranger };
 const KINDS = ['message', 'pair_request', 'pair_accept', 'goodbye'] as const;
 const OUTSTANDING: readonly Outstanding[] = ['none', 'matching', 'other', 'no_in_reply_to', 'to_someone_else'];
-const TS_OFFSETS = [0, MINUTE, MINUTE + 1, -DAY, -DAY - 1] as const;
+const TS_OFFSETS = [0, MINUTE, MINUTE + 1, 10 * MINUTE + 1, -WINDOW, -WINDOW - 1] as const;
 
 function requestsFor(outstanding: Outstanding, sender: Party): { requests: OutstandingRequest[]; inReplyTo?: string } {
   switch (outstanding) {
@@ -233,7 +234,7 @@ describe('decide: order and side effects', () => {
       signEnvelope(me.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'pair_request' }),
       signEnvelope(stranger.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'pair_accept' }),
       signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW + MINUTE + 1 }),
-      signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW - DAY - 1 }),
+      signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW - WINDOW - 1 }),
     ];
     for (const envelope of rejectedEarly) expect(decide(envelope, { ...base, seen: throwingSeen }).ok).toBe(false);
   });
@@ -373,14 +374,16 @@ describe('decide: random contexts agree with the reference', () => {
     );
   });
 
-  it('admits exactly the window [now - 24 h, now + 60 s] for a peer message', () => {
+  it('admits exactly the window [now - 7 days, now + 60 s] for a peer message, and holds one up to 10 min ahead', () => {
     fc.assert(
-      fc.property(fc.integer({ min: 3 * MAX_PAST_MS, max: 2 ** 48 }), fc.integer({ min: -3 * MAX_PAST_MS, max: 3 * MAX_FUTURE_MS }), (now, offset) => {
+      fc.property(fc.integer({ min: 3 * MAX_PAST_MS, max: 2 ** 48 }), fc.integer({ min: -3 * MAX_PAST_MS, max: 3 * MAX_HOLD_MS }), (now, offset) => {
         const envelope = signEnvelope(peer.signingKey, { to: me.key, text: 'tick', ts: now + offset });
         const verdict = decide(envelope, { me: me.key, peers: new Map([[peer.key, PEER_NAME]]), outstandingRequests: [], now, seen: () => false });
         const inWindow = offset <= MAX_FUTURE_MS && offset >= -MAX_PAST_MS;
         expect(verdict.ok).toBe(inWindow);
         if (!verdict.ok) expect(verdict.code).toBe(offset > 0 ? 'from_future' : 'stale');
+        // Ahead by at most 10 minutes: held until it is within 60 s, never refused for good.
+        if (!verdict.ok && offset > 0) expect(verdict.due).toBe(offset <= MAX_HOLD_MS ? now + offset - MAX_FUTURE_MS : undefined);
       }),
       { numRuns: 300 },
     );
@@ -388,6 +391,7 @@ describe('decide: random contexts agree with the reference', () => {
 
   it('names the constants the rules name', () => {
     expect(MAX_FUTURE_MS).toBe(60_000);
-    expect(MAX_PAST_MS).toBe(86_400_000);
+    expect(MAX_PAST_MS).toBe(7 * 86_400_000);
+    expect(MAX_HOLD_MS).toBe(600_000);
   });
 });

@@ -23,6 +23,7 @@ import { Notifier, type NoticeSink } from '../notices/notifier.js';
 import { Pairing } from '../pairing/pairing.js';
 import { PairingStore, pairingPath } from '../pairing/store.js';
 import { Inbound } from './inbound.js';
+import { recordRejection, rejectedPath } from './rejected.js';
 import { Outbound } from './outbound.js';
 import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
 import { chooseSession, PAIRING_SESSION } from './routing.js';
@@ -134,6 +135,7 @@ export class Agent {
         agent?.notifier?.kick();
         options.onStored?.(record);
       },
+      rejected: (entry) => recordRejection(rejectedPath(stateDir, identity.key, session), entry),
     });
     const outbound = new Outbound(outbox, relays);
     agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, sticky, new SendClock(await outbox.lastTimestamp()));

@@ -4,8 +4,9 @@
  * A message is acknowledged to the relay only after the mailbox commit returned, so a
  * crash in between leaves it on the relay, which delivers it again (the mailbox refuses
  * the duplicate). Deliveries from one relay reach the mailbox in the order the relay sent
- * them. Messages the gate rejects are acknowledged too — dropped, with the
- * verdict logged — so garbage is not redelivered forever. A message the mailbox cannot
+ * them. Messages the gate rejects are acknowledged too — dropped, with the verdict
+ * logged and recorded (rejected.ts) — so garbage is not redelivered forever; a message
+ * up to 10 minutes ahead of this clock is held instead, and judged again when due. A message the mailbox cannot
  * take (full, damaged, unwritable disk) is not acknowledged and is retried with backoff,
  * and so is a message from an unknown key while peers.json is damaged (it may come
  * from a peer whose entry was lost).
@@ -18,6 +19,7 @@ import type { Mailbox } from '../mailbox/mailbox.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import type { PeerTable } from '../peers/peers.js';
 import type { Delivery, RelayClient } from '../relay/client.js';
+import type { Rejection } from './rejected.js';
 import { type Turn, Turns } from './turns.js';
 
 const SEEN_LIMIT = 4096;
@@ -34,6 +36,8 @@ export interface InboundDeps {
   /** The sender's session from its last admitted message: where replies go by default. */
   sticky: Map<string, string>;
   onStored?: (record: StoredRecord) => void;
+  /** Records what the gate refused (rejected.ts); throws if it could not (not acknowledged then). */
+  rejected?: (entry: Rejection) => Promise<void>;
 }
 
 export class Inbound {
@@ -91,8 +95,18 @@ export class Inbound {
     }
     try {
       const verdict = await this.judge(envelope);
+      if (!verdict.ok && verdict.due !== undefined) {
+        // A little ahead of this clock: not refused, not acknowledged; judged again when due.
+        log.info('inbound_held', { relay: relay.url, from: envelope.from, msg_id: envelope.msg_id, due: verdict.due });
+        this.again(relay, delivery, attempt, turns, Math.max(0, verdict.due - Date.now()));
+        return;
+      }
       if (!verdict.ok) {
-        if (verdict.code !== 'replay') log.warn('inbound_rejected', { relay: relay.url, code: verdict.code, reason: verdict.reason, from: envelope.from, msg_id: envelope.msg_id });
+        if (verdict.code !== 'replay') {
+          log.warn('inbound_rejected', { relay: relay.url, code: verdict.code, reason: verdict.reason, from: envelope.from, msg_id: envelope.msg_id });
+          // Recorded before the relay may forget it: no refusal is silent (rejected.ts).
+          await this.deps.rejected?.({ from: envelope.from, msg_id: envelope.msg_id, code: verdict.code, reason: verdict.reason, at: Date.now(), ts: envelope.ts });
+        }
         relay.ack(delivery.route, [delivery.id]);
         return;
       }
@@ -145,12 +159,17 @@ export class Inbound {
   private retryLater(relay: RelayClient, delivery: Delivery, attempt: number, turns: Turns, err: unknown): void {
     const delay = Math.min(MAX_RETRY_MS, 250 * 2 ** attempt);
     log.warn('inbound_storage_failed', { relay: relay.url, route: delivery.route, id: delivery.id, retry_ms: delay, error: (err as Error).message });
+    this.again(relay, delivery, attempt + 1, turns, delay);
+  }
+
+  /** Handles the delivery again after `delay`, on the same connection (a new one redelivers anyway). */
+  private again(relay: RelayClient, delivery: Delivery, attempt: number, turns: Turns, delay: number): void {
     const key = `${delivery.relay} ${delivery.route} ${delivery.id}`;
     clearTimeout(this.retries.get(key));
     const timer = setTimeout(() => {
       this.retries.delete(key);
       // After a reconnect the relay redelivers on its own; retry only on the same connection.
-      if (relay.connected) this.track(relay, delivery, attempt + 1, turns);
+      if (relay.connected) this.track(relay, delivery, attempt, turns);
     }, delay);
     timer.unref();
     this.retries.set(key, timer);

@@ -9,7 +9,8 @@
  *   4. authorized   a peer, or my own key (sibling sessions); a stranger (or a peer that
  *                   wants to pair again) may only knock with `pair_request`, or answer my
  *                   outstanding request with `pair_accept`
- *   5. fresh        at most 60 s in the future and 24 h in the past
+ *   5. fresh        at most 60 s in the future (up to 10 min ahead: held, see
+ *                   MAX_HOLD_MS) and 7 days in the past
  *   6. not a replay `(from, msg_id)` not seen before
  *
  * Authorization runs before freshness and replay so that a stranger's plain message never
@@ -18,7 +19,18 @@
 import { type Envelope, KNOWN_KINDS, type KnownKind, verifyEnvelope } from '../envelope/envelope.js';
 
 export const MAX_FUTURE_MS = 60_000;
-export const MAX_PAST_MS = 24 * 60 * 60 * 1000;
+/**
+ * How long a message may have waited: a receiver offline for up to 7 days still gets its
+ * mail (relays keep messages until they are acknowledged), and replay memory (mailbox
+ * tombstones, handled pairing messages) covers the same window.
+ */
+export const MAX_PAST_MS = 7 * 24 * 60 * 60 * 1000;
+/**
+ * A message up to this far ahead of the receiver's clock (a sender whose clock runs
+ * fast, or a receiver whose clock runs slow) is not refused but held: not acknowledged,
+ * and judged again once it is within MAX_FUTURE_MS.
+ */
+export const MAX_HOLD_MS = 10 * 60 * 1000;
 
 export type RejectCode =
   | 'bad_signature'
@@ -35,7 +47,8 @@ export type Admission = 'peer' | 'self' | 'pair_request' | 'pair_accept';
 
 export type Verdict =
   | { ok: true; admission: Admission; kind: KnownKind; sender: string; petname?: string }
-  | { ok: false; code: RejectCode; reason: string };
+  /** `due`, only on `from_future` within MAX_HOLD_MS: when to judge it again (hold, do not refuse). */
+  | { ok: false; code: RejectCode; reason: string; due?: number };
 
 /** An outstanding pairing request this identity sent: to whom, and with which msg_id. */
 export interface OutstandingRequest {
@@ -102,8 +115,11 @@ export function decide(envelope: Envelope, ctx: GateContext): Verdict {
   if (!isKnownKind(kind)) return reject('unsupported_kind', `kind ${kind} is not supported by this version`);
   const verdict = authorize({ ...envelope, kind }, ctx);
   if (!verdict.ok) return verdict;
-  if (envelope.ts > ctx.now + MAX_FUTURE_MS) return reject('from_future', 'timestamp is more than 60 s ahead of this clock');
-  if (envelope.ts < ctx.now - MAX_PAST_MS) return reject('stale', 'timestamp is more than 24 h old');
+  if (envelope.ts > ctx.now + MAX_FUTURE_MS) {
+    if (envelope.ts > ctx.now + MAX_HOLD_MS) return reject('from_future', 'timestamp is more than 10 minutes ahead of this clock');
+    return { ok: false, code: 'from_future', reason: 'timestamp is more than 60 s ahead of this clock; held until it is due', due: envelope.ts - MAX_FUTURE_MS };
+  }
+  if (envelope.ts < ctx.now - MAX_PAST_MS) return reject('stale', 'timestamp is more than 7 days old');
   if (ctx.seen(envelope.from, envelope.msg_id)) return reject('replay', 'this message was already received');
   return verdict;
 }

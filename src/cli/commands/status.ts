@@ -23,6 +23,7 @@ import { Outbox, isPending } from '../../outbox/outbox.js';
 import { readPeers, type PeerTable } from '../../peers/peers.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { forTerminal } from '../printable.js';
+import { peekRejections, rejectedPath, type Rejection } from '../../agent/rejected.js';
 import { lastActivity, partitionSessions } from '../session-listing.js';
 
 /**
@@ -80,14 +81,22 @@ export async function status(argv: readonly string[]): Promise<void> {
     pending: number;
     failed_deliveries: number | 'unreadable';
     pair_requests: number | 'unreadable';
+    rejected: number | 'unreadable';
     last_activity: number | undefined;
   }[] = [];
+  /** sender key → its newest message's (signed time − arrival time): the sender's clock against ours. */
+  const offsets = new Map<string, { at: number; offset: number }>();
+  const observe = (key: string, at: number, ts: number) => {
+    const seen = offsets.get(key);
+    if (seen === undefined || at > seen.at) offsets.set(key, { at, offset: ts - at });
+  };
   if (identity) {
     const names = new Set([
       ...(await sessionsIn(join(state, 'mailbox', identity.key))),
       ...(await sessionsIn(join(state, 'outbox', identity.key))),
       ...(await sessionsIn(join(state, 'failed', identity.key))),
       ...(await sessionsIn(join(state, 'pairing', identity.key))),
+      ...(await sessionsIn(join(state, 'rejected', identity.key))),
     ]);
     for (const session of [...names].sort()) {
       const mailbox = await Mailbox.open(join(state, 'mailbox', identity.key, `${session}.json`), { readOnly: true });
@@ -99,6 +108,9 @@ export async function status(argv: readonly string[]): Promise<void> {
       const pairingFile = pairingPath(state, identity.key, session);
       const pairing = await peekJson(pairingFile, pairingFileSchema);
       if (pairing.kind === 'damaged') damaged.push({ file: pairingFile, problem: pairing.reason, unavailable: PAIRING_UNAVAILABLE });
+      const rejected = await peekRejections(rejectedPath(state, identity.key, session));
+      for (const record of await mailbox.all()) observe(record.envelope.from, record.received_at, record.envelope.ts);
+      if (!('damaged' in rejected)) for (const r of rejected) observe(r.from, r.at, r.ts);
       sessions.push({
         session,
         unread: stats.unread,
@@ -106,6 +118,7 @@ export async function status(argv: readonly string[]): Promise<void> {
         pending: (await outbox.all()).filter(isPending).length,
         failed_deliveries: 'failures' in failed ? failed.failures.length : 'unreadable',
         pair_requests: pairing.kind === 'ok' ? pairing.value.incoming.length : pairing.kind === 'missing' ? 0 : 'unreadable',
+        rejected: 'damaged' in rejected ? 'unreadable' : rejected.length,
         last_activity: await lastActivity(state, identity.key, session),
       });
     }
@@ -115,7 +128,12 @@ export async function status(argv: readonly string[]): Promise<void> {
   const local = await localRelay(state);
   const data = {
     identity: identity ? { key: identity.key, fingerprint: identity.fingerprint } : null,
-    peers: table.peers.map((p) => ({ petname: p.petname, fingerprint: fingerprintOf(parsePublicKey(p.key)) })),
+    peers: table.peers.map((p) => ({
+      petname: p.petname,
+      fingerprint: fingerprintOf(parsePublicKey(p.key)),
+      // Observed from its newest message here: positive when its clock runs ahead of ours (includes transit time).
+      clock_offset_ms: offsets.get(p.key)?.offset ?? null,
+    })),
     relays,
     local_relay: local,
     state_dir: state,
@@ -125,7 +143,7 @@ export async function status(argv: readonly string[]): Promise<void> {
   };
   print(args.values.json === true, data, () => {
     const lines = [identity ? `identity     ${identity.fingerprint}  ${identity.key}` : 'identity     none yet (`interlink-mcp keygen`, or start the server once)'];
-    const peers = data.peers.length === 0 ? 'none' : data.peers.map((p) => `${p.petname} (${p.fingerprint})`).join(', ');
+    const peers = data.peers.length === 0 ? 'none' : data.peers.map((p) => `${p.petname} (${p.fingerprint}${clockText(p.clock_offset_ms)})`).join(', ');
     lines.push(`peers        ${damage === undefined ? peers : `unreadable: ${damage.file} is damaged (see below)`}`);
     for (const r of relays) lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : `no answer (${r.error})`}`);
     if (local.running) lines.push(`local relay  running, pid ${local.pid}, ${local.url}, store ${local.db} (stop: interlink-mcp relay stop)`);
@@ -135,7 +153,8 @@ export async function status(argv: readonly string[]): Promise<void> {
     for (const s of shown) {
       const failed = s.failed_deliveries === 0 ? '' : `; failed Codex notices: ${s.failed_deliveries} (interlink-mcp failed-deliveries list)`;
       const pairing = s.pair_requests === 0 ? '' : `; pairing requests waiting for you: ${s.pair_requests} (interlink-mcp pair list)`;
-      lines.push(`session      ${s.session}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${failed}${pairing}`);
+      const rejected = s.rejected === 0 ? '' : `; refused by the gate: ${s.rejected} (interlink-mcp inbox --rejected)`;
+      lines.push(`session      ${s.session}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${failed}${pairing}${rejected}`);
     }
     if (data.quiet_sessions > 0) lines.push(`             and ${data.quiet_sessions} more with nothing waiting and no activity for 3 days (interlink-mcp status --all)`);
     return lines.join('\n');
@@ -143,7 +162,7 @@ export async function status(argv: readonly string[]): Promise<void> {
   if (damaged.length > 0) throw new InterlinkError('corrupt', data.damaged.map((d) => d.message).join(' '));
 }
 
-export const inboxHelp = `usage: interlink-mcp inbox [--session ID] [--peer PETNAME] [--unread | --sent] [--json]
+export const inboxHelp = `usage: interlink-mcp inbox [--session ID] [--peer PETNAME] [--unread | --sent | --rejected] [--json]
 
 Messages in this identity's mailboxes and their delivery states, oldest first by the
 senders' signed time (each sender's in the order it sent them). Reads only: nothing is
@@ -153,7 +172,17 @@ by fingerprint), and stderr says what is wrong with the file.
   --sent    the messages this identity sent instead, from its outboxes: each one's
             target session and state (pending until a relay accepts it, then
             bus_accepted); an accepted message stays listed for 48 hours
+  --rejected  what the trust gate refused after a relay had accepted it: sender,
+            msg_id, the verdict and when (the newest 256 per session)
   --peer    only messages from (with --sent: to) that peer, or "self"`;
+
+/** A peer's observed clock offset, when it is large enough to matter (over 5 s). */
+function clockText(offset: number | null): string {
+  if (offset === null || Math.abs(offset) < 5_000) return '';
+  const seconds = Math.round(Math.abs(offset) / 1000);
+  const span = seconds >= 3600 ? `${Math.round(seconds / 360) / 10} h` : seconds >= 60 ? `${Math.round(seconds / 6) / 10} min` : `${seconds} s`;
+  return `, clock ${offset > 0 ? 'ahead' : 'behind'} by ${span}`;
+}
 
 function sessionFlag(value: string): string {
   const reason = unsafeNameReason(value);
@@ -237,6 +266,17 @@ async function sentRows(dir: string, sessions: readonly string[], peerKey: strin
   return rows;
 }
 
+/** What the gate refused after a relay accepted it (agent/rejected.ts), newest kept. */
+async function rejectedRows(dir: string, sessions: readonly string[], peerKey: string | undefined, name: (key: string) => string) {
+  const rows: (Rejection & { session: string; sender: string })[] = [];
+  for (const session of sessions) {
+    const list = await peekRejections(join(dir, `${session}.json`));
+    if ('damaged' in list) throw new InterlinkError('corrupt', `${join(dir, `${session}.json`)} is damaged: ${list.damaged}`);
+    for (const r of list) if (peerKey === undefined || r.from === peerKey) rows.push({ ...r, session, sender: name(r.from) });
+  }
+  return rows;
+}
+
 function describeRow(r: MessageRow, who: string): string {
   const task = r.task_id !== undefined ? ` [${r.task_id}${r.status !== undefined ? ` ${r.status}` : ''}]` : '';
   const text = forTerminal(r.text.length > 200 ? `${r.text.slice(0, 200)}…` : r.text);
@@ -244,24 +284,30 @@ function describeRow(r: MessageRow, who: string): string {
 }
 
 export async function inbox(argv: readonly string[]): Promise<void> {
-  const args = parse(argv, { session: { type: 'string' }, peer: { type: 'string' }, unread: { type: 'boolean' }, sent: { type: 'boolean' }, json: { type: 'boolean' } });
-  expectPositionals(args, 0, 'interlink-mcp inbox [--session ID] [--peer PETNAME] [--unread | --sent] [--json]');
+  const args = parse(argv, { session: { type: 'string' }, peer: { type: 'string' }, unread: { type: 'boolean' }, sent: { type: 'boolean' }, rejected: { type: 'boolean' }, json: { type: 'boolean' } });
+  expectPositionals(args, 0, 'interlink-mcp inbox [--session ID] [--peer PETNAME] [--unread | --sent | --rejected] [--json]');
   const sent = args.values.sent === true;
   const unread = args.values.unread === true;
-  if (sent && unread) throw new InterlinkError('usage', '--unread and --sent do not go together: sent messages are not read here');
+  const refused = args.values.rejected === true;
+  if ([sent, unread, refused].filter(Boolean).length > 1) throw new InterlinkError('usage', '--unread, --sent and --rejected each show a different list; pass one');
   const identity = await loadIdentity(keyPath());
   const { table, damage } = await readPeers(peersPath());
   const peer = typeof args.values.peer === 'string' ? args.values.peer : undefined;
   if (peer !== undefined && peer !== 'self' && damage !== undefined) throw new InterlinkError('corrupt', damage.message);
   const peerKey = peer === undefined ? undefined : peer === 'self' ? identity.key : table.keyOf(peer);
   if (peer !== undefined && peerKey === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${peer}`, undefined, { hint: { tool: 'see list_peers', cli: 'see `interlink-mcp peers list`' } });
-  const dir = join(stateDir(), sent ? 'outbox' : 'mailbox', identity.key);
+  const dir = join(stateDir(), sent ? 'outbox' : refused ? 'rejected' : 'mailbox', identity.key);
   // A flag that names a file goes through the name rule: `--session ../../x` reads nothing outside the state root.
   const only = typeof args.values.session === 'string' ? sessionFlag(args.values.session) : undefined;
   const sessions = only !== undefined ? [only] : await sessionsIn(dir);
   const name = (key: string) => senderName(key, identity, table, damage === undefined);
   const json = args.values.json === true;
-  if (sent) {
+  if (refused) {
+    const rows = (await rejectedRows(dir, sessions, peerKey, name)).sort((a, b) => a.at - b.at);
+    print(json, { rejected: rows }, () =>
+      rows.length === 0 ? 'nothing refused' : rows.map((r) => `${new Date(r.at).toISOString()}  ${r.session}  ${forTerminal(r.sender)}  refused ${r.code}: ${r.reason}  ${r.msg_id}`).join('\n'),
+    );
+  } else if (sent) {
     const rows = (await sentRows(dir, sessions, peerKey, name)).sort((a, b) => a.ts - b.ts);
     print(json, { sent: rows }, () => (rows.length === 0 ? 'no sent messages' : rows.map((r) => describeRow(r, `to ${r.to}#${r.to_session}`)).join('\n')));
   } else {
