@@ -5,7 +5,7 @@
  * never taken as death. This file runs in both the normal and the no-/proc run.
  */
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, readdir, rm, unlink, utimes, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, readdir, rm, unlink, utimes, writeFile } from 'node:fs/promises';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -262,5 +262,31 @@ describe('withFileLock judging a lock file it finds', () => {
     const longAgo = new Date(Date.now() - 60_000);
     await utimes(lockFile, longAgo, longAgo);
     expect(await withFileLock(target, async () => 'ran', { timeoutMs: 2000 })).toBe('ran');
+  });
+
+  it('clears an empty lock a dead creator left within seconds, not ten', async () => {
+    // A lock is linked into place whole, so an empty one is debris (an older version's crash).
+    await writeFile(`${target}.lock`, '');
+    expect(await withFileLock(target, async () => 'ran', { timeoutMs: 5_000 })).toBe('ran');
+    expect(existsSync(`${target}.lock`)).toBe(false);
+  });
+
+  it('names the path when a directory stands where the lock goes', async () => {
+    await mkdir(`${target}.lock`);
+    const err = await rejectsWith(withFileLock(target, async () => 'ran', { timeoutMs: 300 }), 'storage');
+    expect(err.message).toContain(`${target}.lock is a directory`);
+  });
+
+  it('never shows a waiter a lock without its holder, and leaves no temp files behind', async () => {
+    const seen: string[] = [];
+    await Promise.all(
+      Array.from({ length: 20 }, () =>
+        withFileLock(target, async () => {
+          seen.push(await readFile(`${target}.lock`, 'utf8'));
+        }),
+      ),
+    );
+    expect(seen.every((text) => text.includes('"token"'))).toBe(true);
+    expect((await readdir(dir)).filter((name) => name.endsWith('.tmp'))).toEqual([]);
   });
 });

@@ -19,7 +19,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { makePrivateDirSync, PRIVATE_DIR, PRIVATE_FILE } from './private.js';
-import { closeSync, mkdirSync, openSync, readFileSync, rmdirSync, statSync, unlinkSync } from 'node:fs';
+import { closeSync, linkSync, mkdirSync, openSync, readFileSync, rmdirSync, statSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { z } from 'zod';
 import { writeFully } from './atomic.js';
@@ -31,7 +31,11 @@ export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
 /** A lock-breaker that has not finished in this long died while breaking. */
 const BREAKER_STALE_MS = 10_000;
 /** A lock file that cannot be parsed this long after it was written is debris. */
-const UNREADABLE_LOCK_STALE_MS = 10_000;
+/**
+ * A lock is never empty while its holder lives (it is linked into place whole), so an
+ * unreadable one is debris from an older version or damage: broken after a moment.
+ */
+const UNREADABLE_LOCK_STALE_MS = 2_000;
 
 const holderSchema = z.object({
   host: z.string(),
@@ -63,42 +67,47 @@ function inspect(lockPath: string): LockState {
     return holder ? { kind: 'held', holder } : { kind: 'unreadable', ageMs: Date.now() - statSync(lockPath).mtimeMs };
   } catch (err) {
     if (errnoCode(err) === 'ENOENT') return { kind: 'absent' };
+    if (errnoCode(err) === 'EISDIR') throw new InterlinkError('storage', `${lockPath} is a directory, not a lock file; nothing can use ${lockPath.replace(/\.lock$/, '')} until it is removed`);
     throw err;
   }
 }
 
 /**
- * Creates the lock file with O_EXCL and writes the holder into it. These are local
- * metadata calls of a few microseconds, done synchronously: a commit takes the lock
- * every time, and a trip through the thread pool for each call would cost more than the
- * call. A waiter that reads the file between its creation and the write sees no holder
- * and waits; a creator that died in between leaves an unreadable lock that is broken
- * once it is older than UNREADABLE_LOCK_STALE_MS.
+ * Writes the holder to a private temp file and links it into place: link(2) fails if the
+ * lock exists, and the lock appears with its holder already in it, so no waiter ever
+ * sees an empty lock and no creator that dies leaves one. These are local metadata calls
+ * of a few microseconds, done synchronously: a commit takes the lock every time, and a
+ * trip through the thread pool for each call would cost more than the call.
  */
-function openExclusive(lockPath: string): number {
+function writeHolderFile(lockPath: string, holder: Holder): string {
+  const temp = `${lockPath}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  let fd: number;
   try {
-    return openSync(lockPath, 'wx', PRIVATE_FILE);
+    fd = openSync(temp, 'wx', PRIVATE_FILE);
   } catch (err) {
     if (errnoCode(err) !== 'ENOENT') throw err;
     makePrivateDirSync(dirname(lockPath));
-    return openSync(lockPath, 'wx', PRIVATE_FILE);
-  }
-}
-
-function tryCreate(lockPath: string, holder: Holder): boolean {
-  let fd: number;
-  try {
-    fd = openExclusive(lockPath);
-  } catch (err) {
-    if (errnoCode(err) === 'EEXIST') return false;
-    throw err;
+    fd = openSync(temp, 'wx', PRIVATE_FILE);
   }
   try {
     writeFully(fd, Buffer.from(JSON.stringify(holder)));
   } finally {
     closeSync(fd);
   }
-  return true;
+  return temp;
+}
+
+function tryCreate(lockPath: string, holder: Holder): boolean {
+  const temp = writeHolderFile(lockPath, holder);
+  try {
+    linkSync(temp, lockPath);
+    return true;
+  } catch (err) {
+    if (errnoCode(err) === 'EEXIST') return false;
+    throw err;
+  } finally {
+    unlinkSync(temp);
+  }
 }
 
 /**
