@@ -79,6 +79,11 @@ describe('decide with outstanding pairing requests', () => {
     expect(decide(old, context([]))).toMatchObject({ ok: false, code: 'stale' });
     const ahead = envelope(stranger, { kind: 'pair_accept', in_reply_to: REQUEST, ts: NOW + 60_001 });
     expect(decide(ahead, context([toStranger]))).toMatchObject({ ok: false, code: 'from_future' });
+    // Only trusted mail is held; a stranger's knock from the near future is refused, not held.
+    const knock = envelope(stranger, { kind: 'pair_request', ts: NOW + 5 * 60_000 });
+    expect(decide(knock, context([]))).toEqual({ ok: false, code: 'from_future', reason: expect.any(String) });
+    const fromPeer = envelope(peer, { ts: NOW + 5 * 60_000 });
+    expect(decide(fromPeer, context([]))).toMatchObject({ ok: false, code: 'from_future', due: NOW + 4 * 60_000 });
   });
 
   it('refuses an unsolicited accept before it costs a replay slot', () => {

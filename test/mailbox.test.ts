@@ -176,6 +176,20 @@ describe('mailbox', () => {
     expect((await (await Mailbox.open(path, { readOnly: true })).fetch()).messages.map((m) => m.envelope.text)).toEqual(['old format', 'new format']);
   });
 
+  it('reads a line without a checksum that an older version appended during an upgrade', async () => {
+    const mailbox = await Mailbox.open(path);
+    await mailbox.store(message(alice, bob, { text: 'new version' }));
+    await mailbox.close();
+    const journal = await readFile(journalPathOf(path), 'utf8');
+    const checkedLine = journal.trimEnd().split('\n').at(-1)!;
+    const older = JSON.parse(checkedLine.slice(checkedLine.indexOf(' ') + 1)) as { envelope: unknown };
+    const legacy = { ...older, envelope: message(alice, bob, { text: 'old version' }) };
+    await appendFile(journalPathOf(path), JSON.stringify(legacy) + '\n');
+    const reopened = await Mailbox.open(path);
+    expect(reopened.recoveries).toEqual([]);
+    expect((await reopened.fetch()).messages.map((m) => m.envelope.text)).toEqual(['new version', 'old version']);
+  });
+
   it('moves a damaged snapshot aside and salvages the journal written after it', async () => {
     const mailbox = await Mailbox.open(path);
     await writeFile(path, '{"format":"interlink-mailbox", broken');

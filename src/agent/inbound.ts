@@ -23,6 +23,23 @@ import type { Rejection } from './rejected.js';
 import { type Turn, Turns } from './turns.js';
 
 const SEEN_LIMIT = 4096;
+const RECORDS_PER_SECOND = 10;
+
+/** At most `limit` takes in any one-second window (fixed windows: simple, and enough here). */
+class PerSecond {
+  private windowStart = 0;
+  private used = 0;
+  constructor(private readonly limit: number) {}
+  take(now: number): boolean {
+    if (now - this.windowStart >= 1_000) {
+      this.windowStart = now;
+      this.used = 0;
+    }
+    if (this.used >= this.limit) return false;
+    this.used++;
+    return true;
+  }
+}
 const MAX_RETRY_MS = 30_000;
 
 export interface InboundDeps {
@@ -45,6 +62,7 @@ export class Inbound {
   private readonly seen = new Set<string>();
   private readonly retries = new Map<string, NodeJS.Timeout>();
   private readonly handling = new Set<Promise<void>>();
+  private readonly recordBudget = new PerSecond(RECORDS_PER_SECOND);
   private closed = false;
 
   constructor(private readonly deps: InboundDeps) {}
@@ -104,8 +122,12 @@ export class Inbound {
       if (!verdict.ok) {
         if (verdict.code !== 'replay') {
           log.warn('inbound_rejected', { relay: relay.url, code: verdict.code, reason: verdict.reason, from: envelope.from, msg_id: envelope.msg_id });
-          // Recorded before the relay may forget it: no refusal is silent (rejected.ts).
-          await this.deps.rejected?.({ from: envelope.from, msg_id: envelope.msg_id, code: verdict.code, reason: verdict.reason, at: Date.now(), ts: envelope.ts });
+          // Recorded before the relay may forget it: no refusal is silent (rejected.ts). Not a
+          // bad signature (its sender is unproven), and at most RECORDS_PER_SECOND, so a
+          // flood of refusals costs the disk a bounded rate; the log still names every one.
+          if (verdict.code !== 'bad_signature' && this.recordBudget.take(Date.now())) {
+            await this.deps.rejected?.({ from: envelope.from, msg_id: envelope.msg_id, code: verdict.code, reason: verdict.reason, at: Date.now(), ts: envelope.ts });
+          }
         }
         relay.ack(delivery.route, [delivery.id]);
         return;

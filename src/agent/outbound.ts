@@ -80,7 +80,10 @@ export class Outbound {
     this.inFlight.add(key);
     try {
       const outcome = await relay.send(record.route, record.envelope);
-      if (outcome.accepted) await this.outbox.markAccepted(record.envelope.msg_id, relay.url);
+      if (outcome.accepted) {
+        this.refused.delete(record.envelope.msg_id);
+        await this.outbox.markAccepted(record.envelope.msg_id, relay.url);
+      }
       else if (PERMANENT_REFUSALS.has(outcome.code)) await this.refusedForGood(relay.url, record, `${outcome.code}: ${outcome.message}`);
       else if (outcome.code !== 'disconnected') log.warn('relay_refused_send', { relay: relay.url, msg_id: record.envelope.msg_id, code: outcome.code, message: outcome.message });
     } catch (err) {
@@ -93,6 +96,7 @@ export class Outbound {
   private async refusedForGood(url: string, record: OutboxRecord, reason: string): Promise<void> {
     const msgId = record.envelope.msg_id;
     const seen = this.refused.get(msgId) ?? { relays: new Set<string>(), reason };
+    if (!seen.relays.has(url)) log.warn('relay_refused_send', { relay: url, msg_id: msgId, reason, permanent: true });
     seen.relays.add(url);
     seen.reason = reason;
     this.refused.set(msgId, seen);

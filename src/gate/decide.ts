@@ -26,9 +26,9 @@ export const MAX_FUTURE_MS = 60_000;
  */
 export const MAX_PAST_MS = 7 * 24 * 60 * 60 * 1000;
 /**
- * A message up to this far ahead of the receiver's clock (a sender whose clock runs
- * fast, or a receiver whose clock runs slow) is not refused but held: not acknowledged,
- * and judged again once it is within MAX_FUTURE_MS.
+ * A message from a peer or this identity up to this far ahead of the receiver's clock (a
+ * sender whose clock runs fast, or a receiver whose clock runs slow) is not refused but
+ * held: not acknowledged, and judged again once it is within MAX_FUTURE_MS.
  */
 export const MAX_HOLD_MS = 10 * 60 * 1000;
 
@@ -116,7 +116,10 @@ export function decide(envelope: Envelope, ctx: GateContext): Verdict {
   const verdict = authorize({ ...envelope, kind }, ctx);
   if (!verdict.ok) return verdict;
   if (envelope.ts > ctx.now + MAX_FUTURE_MS) {
-    if (envelope.ts > ctx.now + MAX_HOLD_MS) return reject('from_future', 'timestamp is more than 10 minutes ahead of this clock');
+    // Only trusted mail is held: a held delivery keeps a place in the relay's window, and
+    // strangers' knocks (keys are free) must not fill it.
+    const trusted = verdict.admission === 'peer' || verdict.admission === 'self';
+    if (envelope.ts > ctx.now + MAX_HOLD_MS || !trusted) return reject('from_future', 'timestamp is more than 60 s ahead of this clock');
     return { ok: false, code: 'from_future', reason: 'timestamp is more than 60 s ahead of this clock; held until it is due', due: envelope.ts - MAX_FUTURE_MS };
   }
   if (envelope.ts < ctx.now - MAX_PAST_MS) return reject('stale', 'timestamp is more than 7 days old');

@@ -249,15 +249,19 @@ export class Pairing {
    */
   async confirm(fingerprintText: string) {
     const fingerprint = this.fingerprint(fingerprintText);
+    let waiting = false;
+    // Whichever session of this identity holds the accepted request (an agent's or the CLI's).
     for (const holder of [this, ...(await this.otherSessions())]) {
-      const open = (await holder.options.store.read()).outgoing.find((o) => fingerprintOfKey(o.to) === fingerprint);
-      if (open === undefined) continue;
-      if (open.accepted === undefined) throw new InterlinkError('unknown_request', `${fingerprint} has not accepted your request yet; \`interlink-mcp pair list\` shows its state`);
+      const open = (await holder.options.store.read()).outgoing.filter((o) => fingerprintOfKey(o.to) === fingerprint);
+      const accepted = open.find((o) => o.accepted !== undefined);
+      waiting ||= open.length > 0;
+      if (accepted === undefined) continue;
       const { table } = await loadPeers(this.options.peersPath);
-      if (table.petnameOf(open.to) === undefined) await addPeer(this.options.peersPath, open.petname, open.to);
-      await holder.options.store.update((data) => closeOutgoing(data, [open.request_id]));
-      return { fingerprint, key: open.to, petname: table.petnameOf(open.to) ?? open.petname, code: open.code, state: 'confirmed' as const };
+      if (table.petnameOf(accepted.to) === undefined) await addPeer(this.options.peersPath, accepted.petname, accepted.to);
+      await holder.options.store.update((data) => closeOutgoing(data, [accepted.request_id]));
+      return { fingerprint, key: accepted.to, petname: table.petnameOf(accepted.to) ?? accepted.petname, code: accepted.code, state: 'confirmed' as const };
     }
+    if (waiting) throw new InterlinkError('unknown_request', `${fingerprint} has not accepted your request yet; \`interlink-mcp pair list\` shows its state`);
     throw new InterlinkError('unknown_request', `no open pairing request of yours to ${fingerprint}; \`interlink-mcp pair list\` shows them`);
   }
 
@@ -267,13 +271,15 @@ export class Pairing {
    */
   async cancel(fingerprintText: string) {
     const fingerprint = this.fingerprint(fingerprintText);
+    const closed: Awaited<ReturnType<PairingStore['read']>>['outgoing'] = [];
+    // Every session's request to that identity: a person who withdraws means all of them.
     for (const holder of [this, ...(await this.otherSessions())]) {
       const open = (await holder.options.store.read()).outgoing.filter((o) => fingerprintOfKey(o.to) === fingerprint);
-      if (open.length === 0) continue;
-      const [closed] = await holder.options.store.update((data) => closeOutgoing(data, open.map((o) => o.request_id)));
-      if (closed !== undefined) return { fingerprint, key: closed.to, petname: closed.petname, state: 'canceled' as const };
+      if (open.length > 0) closed.push(...(await holder.options.store.update((data) => closeOutgoing(data, open.map((o) => o.request_id)))));
     }
-    throw new InterlinkError('unknown_request', `no open pairing request of yours to ${fingerprint}; \`interlink-mcp pair list\` shows them`);
+    const [first] = closed;
+    if (first === undefined) throw new InterlinkError('unknown_request', `no open pairing request of yours to ${fingerprint}; \`interlink-mcp pair list\` shows them`);
+    return { fingerprint, key: first.to, petname: first.petname, state: 'canceled' as const, requests: closed.length };
   }
 
   /**

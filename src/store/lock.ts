@@ -19,7 +19,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { makePrivateDirSync, PRIVATE_DIR, PRIVATE_FILE } from './private.js';
-import { closeSync, linkSync, mkdirSync, openSync, readFileSync, rmdirSync, statSync, unlinkSync } from 'node:fs';
+import { closeSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, rmdirSync, statSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { z } from 'zod';
 import { writeFully } from './atomic.js';
@@ -66,7 +66,13 @@ function inspect(lockPath: string): LockState {
     const holder = parseHolder(readFileSync(lockPath, 'utf8'));
     return holder ? { kind: 'held', holder } : { kind: 'unreadable', ageMs: Date.now() - statSync(lockPath).mtimeMs };
   } catch (err) {
-    if (errnoCode(err) === 'ENOENT') return { kind: 'absent' };
+    if (errnoCode(err) === 'ENOENT') {
+      // A dangling symlink reads as absent yet blocks every create: say so instead of spinning.
+      if (lstatSync(lockPath, { throwIfNoEntry: false })?.isSymbolicLink() === true) {
+        throw new InterlinkError('storage', `${lockPath} is a symbolic link, not a lock file; remove it`);
+      }
+      return { kind: 'absent' };
+    }
     if (errnoCode(err) === 'EISDIR') throw new InterlinkError('storage', `${lockPath} is a directory, not a lock file; nothing can use ${lockPath.replace(/\.lock$/, '')} until it is removed`);
     throw err;
   }
@@ -104,10 +110,30 @@ function tryCreate(lockPath: string, holder: Holder): boolean {
     return true;
   } catch (err) {
     if (errnoCode(err) === 'EEXIST') return false;
-    throw err;
+    if (!NO_LINKS.has(errnoCode(err) ?? '')) throw err;
   } finally {
     unlinkSync(temp);
   }
+  return createInPlace(lockPath, holder);
+}
+
+/** Filesystems without hard links: create with O_EXCL, then write (a brief window without a holder). */
+const NO_LINKS = new Set(['EPERM', 'ENOTSUP', 'EOPNOTSUPP', 'ENOSYS', 'EXDEV']);
+
+function createInPlace(lockPath: string, holder: Holder): boolean {
+  let fd: number;
+  try {
+    fd = openSync(lockPath, 'wx', PRIVATE_FILE);
+  } catch (err) {
+    if (errnoCode(err) === 'EEXIST') return false;
+    throw err;
+  }
+  try {
+    writeFully(fd, Buffer.from(JSON.stringify(holder)));
+  } finally {
+    closeSync(fd);
+  }
+  return true;
 }
 
 /**

@@ -38,7 +38,7 @@ export async function outbox(argv: readonly string[]): Promise<void> {
       if ((await store.get(msgId)) === undefined) continue;
       const { ended, record } = await store.end(msgId, 'canceled', 'dropped with `interlink-mcp outbox drop`');
       if (!ended) throw new InterlinkError('not_pending', `message ${msgId} is ${record === undefined ? 'gone' : outboundState(record)}, not pending; only a message no relay has accepted can be dropped`);
-      print(args.values.json === true, { msg_id: msgId, session, state: 'canceled' }, () => `Dropped ${msgId} (session ${session}): it will not be sent.`);
+      print(args.values.json === true, { msg_id: msgId, session, state: 'canceled' }, () => `Dropped ${msgId} (session ${session}): it will not be offered again (message_status says whether a relay took an earlier offer).`);
       return;
     } finally {
       await store.close();

@@ -84,11 +84,15 @@ export async function status(argv: readonly string[]): Promise<void> {
     rejected: number | 'unreadable';
     last_activity: number | undefined;
   }[] = [];
-  /** sender key → its newest message's (signed time − arrival time): the sender's clock against ours. */
-  const offsets = new Map<string, { at: number; offset: number }>();
+  /**
+   * sender key → the largest (signed time − arrival time) over its admitted messages: the
+   * one that waited least on the way, so time spent on a relay is not taken for a clock
+   * that is off. Transit time still makes a clock read slightly behind.
+   */
+  const offsets = new Map<string, { offset: number }>();
   const observe = (key: string, at: number, ts: number) => {
     const seen = offsets.get(key);
-    if (seen === undefined || at > seen.at) offsets.set(key, { at, offset: ts - at });
+    if (seen === undefined || ts - at > seen.offset) offsets.set(key, { offset: ts - at });
   };
   if (identity) {
     const names = new Set([
@@ -110,7 +114,6 @@ export async function status(argv: readonly string[]): Promise<void> {
       if (pairing.kind === 'damaged') damaged.push({ file: pairingFile, problem: pairing.reason, unavailable: PAIRING_UNAVAILABLE });
       const rejected = await peekRejections(rejectedPath(state, identity.key, session));
       for (const record of await mailbox.all()) observe(record.envelope.from, record.received_at, record.envelope.ts);
-      if (!('damaged' in rejected)) for (const r of rejected) observe(r.from, r.at, r.ts);
       sessions.push({
         session,
         unread: stats.unread,
@@ -131,7 +134,7 @@ export async function status(argv: readonly string[]): Promise<void> {
     peers: table.peers.map((p) => ({
       petname: p.petname,
       fingerprint: fingerprintOf(parsePublicKey(p.key)),
-      // Observed from its newest message here: positive when its clock runs ahead of ours (includes transit time).
+      // Observed from its messages here: positive when its clock runs ahead of ours.
       clock_offset_ms: offsets.get(p.key)?.offset ?? null,
     })),
     relays,
