@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { runCli, userEnv } from './helpers/cli.js';
-import { eventually, pair, startPeer, type Peer } from './helpers/mcp.js';
+import { eventually, pair, peerPool, type Peer } from './helpers/mcp.js';
 import { reapAll } from './helpers/process.js';
 import { startRelay } from './helpers/spawn-relay.js';
 
@@ -19,28 +19,23 @@ const DAY = 24 * HOUR;
 const PRELOAD = join(import.meta.dirname, 'helpers', 'clock-shift.mjs');
 
 let root: string;
-const peers: Peer[] = [];
+const pool = peerPool(() => root);
 
 beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), 'interlink-clocks-'));
 });
 afterEach(async () => {
-  await Promise.all(peers.splice(0).map((p) => p.close().catch(() => undefined)));
+  await pool.closeAll();
   await reapAll();
   await rm(root, { recursive: true, force: true });
 });
 
-async function peer(name: string, session: string, relays: string, offsetMs = 0): Promise<Peer> {
+function peer(name: string, session: string, relays: string, offsetMs = 0): Promise<Peer> {
   const env: Record<string, string> = offsetMs === 0 ? {} : { NODE_OPTIONS: `--import=${PRELOAD}`, INTERLINK_TEST_CLOCK_OFFSET_MS: String(offsetMs) };
-  const p = await startPeer({ root, name, session, relays, env });
-  peers.push(p);
-  return p;
+  return pool.start(name, session, relays, env);
 }
 
-async function stop(p: Peer): Promise<void> {
-  await p.close();
-  peers.splice(peers.indexOf(p), 1);
-}
+const stop = pool.stop;
 
 type Inbox = { messages: { msg_id: string; text: string }[] };
 

@@ -12,27 +12,23 @@ import { loadOrCreateIdentity } from '../src/identity/identity.js';
 import { Outbox } from '../src/outbox/outbox.js';
 import { expectSuccess, runCli, userEnv } from './helpers/cli.js';
 import { newIdentity } from './helpers/fixtures.js';
-import { eventually, pair, startPeer, type Peer } from './helpers/mcp.js';
+import { eventually, pair, peerPool } from './helpers/mcp.js';
 import { reapAll } from './helpers/process.js';
 import { freePort, startRelay } from './helpers/spawn-relay.js';
 
 let root: string;
-const peers: Peer[] = [];
+const pool = peerPool(() => root);
 
 beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), 'interlink-hopeless-'));
 });
 afterEach(async () => {
-  await Promise.all(peers.splice(0).map((p) => p.close().catch(() => undefined)));
+  await pool.closeAll();
   await reapAll();
   await rm(root, { recursive: true, force: true });
 });
 
-async function peer(name: string, session: string, relays: string): Promise<Peer> {
-  const p = await startPeer({ root, name, session, relays });
-  peers.push(p);
-  return p;
-}
+const peer = pool.start;
 
 interface Status {
   state: string;

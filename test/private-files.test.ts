@@ -9,12 +9,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { runCli, userEnv } from './helpers/cli.js';
-import { eventually, pair, startPeer, type Peer } from './helpers/mcp.js';
+import { eventually, pair, peerPool } from './helpers/mcp.js';
 import { reapAll } from './helpers/process.js';
 import { startRelay } from './helpers/spawn-relay.js';
 
 let root: string;
-const peers: Peer[] = [];
+const pool = peerPool(() => root);
 let umask: number;
 
 beforeEach(async () => {
@@ -24,16 +24,12 @@ beforeEach(async () => {
 });
 afterEach(async () => {
   process.umask(umask);
-  await Promise.all(peers.splice(0).map((p) => p.close().catch(() => undefined)));
+  await pool.closeAll();
   await reapAll();
   await rm(root, { recursive: true, force: true });
 });
 
-async function peer(name: string, session: string, relays: string): Promise<Peer> {
-  const p = await startPeer({ root, name, session, relays });
-  peers.push(p);
-  return p;
-}
+const peer = pool.start;
 
 /** Every file and directory below `dir` (not following links), with its permission bits. */
 async function modes(dir: string): Promise<Map<string, { mode: number; directory: boolean; link: boolean }>> {
@@ -66,8 +62,7 @@ describe('file modes under umask 022', () => {
     const relay = await startRelay();
     const first = await peer('carol', 'c1', relay.url);
     await first.call('set_summary', { summary: 'x' });
-    await first.close();
-    peers.splice(0);
+    await pool.stop(first);
     const mailboxes = join(root, 'carol', 'state', 'mailbox');
     await mkdir(join(mailboxes, 'loose'), { recursive: true });
     await writeFile(join(mailboxes, 'loose', 'old.json'), '{}');

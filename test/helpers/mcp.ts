@@ -97,6 +97,28 @@ export async function startPeer(options: PeerOptions): Promise<Peer> {
   };
 }
 
+/**
+ * The servers one test starts, under one temp root: `start` spawns and remembers a
+ * server, `closeAll` (for afterEach) closes whatever the test left running.
+ */
+export function peerPool(root: () => string) {
+  const open: Peer[] = [];
+  return {
+    start: async (name: string, session: string, relays: string, env: Record<string, string> = {}): Promise<Peer> => {
+      const p = await startPeer({ root: root(), name, session, relays, env });
+      open.push(p);
+      return p;
+    },
+    stop: async (p: Peer): Promise<void> => {
+      await p.close();
+      open.splice(open.indexOf(p), 1);
+    },
+    closeAll: async (): Promise<void> => {
+      await Promise.all(open.splice(0).map((p) => p.close().catch(() => undefined)));
+    },
+  };
+}
+
 /** Kills a peer's server process with SIGKILL (a crash); the caller drops it from its own list. */
 export function kill9(p: Peer): void {
   const pid = p.pid();
