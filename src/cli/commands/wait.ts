@@ -34,6 +34,8 @@ const EXIT_QUIET = 0;
 const EXIT_WAKE = 2;
 const EXIT_USAGE = 64;
 const DEFAULT_RENEW_AFTER_SECS = 3000;
+/** A lone notice younger than this is shown without looking at the mailbox (a stale one does no harm). */
+const FRESH_NOTICE_MS = 10_000;
 const MAX_RENEW_AFTER_SECS = 3000;
 /** How often the inbox is looked at even if the watch said nothing. */
 const SAFETY_POLL_MS = 2_000;
@@ -239,7 +241,10 @@ async function listen(state: string, session: string, renewMs: number, stop: Abo
       const batch = await readInboxBatch(state, session);
       // Notices whose mail was acknowledged meanwhile, and older copies of a live one, are
       // consumed unshown: a notice only points at unread mail.
-      const shown = batch.records.length === 0 ? [] : liveNotices(batch.records, await oldestUnreadOf(state, batch.records));
+      // One notice written moments ago points at mail that was unread then: shown at once,
+      // without reading the mailbox (the wake path). Older or several are judged first.
+      const fresh = batch.records.length === 1 && Date.now() - batch.records[0]!.at < FRESH_NOTICE_MS;
+      const shown = batch.records.length === 0 ? [] : fresh ? batch.records : liveNotices(batch.records, await oldestUnreadOf(state, batch.records));
       if (shown.length > 0) {
         await writeStderr(shown.map((r) => r.text).join('\n\n') + '\n');
         crashPoint('listener.after_output');
