@@ -35,8 +35,12 @@ const peer = pool.start;
 async function modes(dir: string): Promise<Map<string, { mode: number; directory: boolean; link: boolean }>> {
   const found = new Map<string, { mode: number; directory: boolean; link: boolean }>();
   for (const name of await readdir(dir, { recursive: true })) {
-    const info = await lstat(join(dir, name));
-    found.set(name, { mode: info.mode & 0o777, directory: info.isDirectory(), link: info.isSymbolicLink() });
+    // A running server's lock or temp file may be gone by the time it is looked at.
+    const info = await lstat(join(dir, name)).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return undefined;
+      throw err;
+    });
+    if (info !== undefined) found.set(name, { mode: info.mode & 0o777, directory: info.isDirectory(), link: info.isSymbolicLink() });
   }
   return found;
 }
