@@ -1,6 +1,8 @@
 /**
- * Writes test/vectors/envelope-v2.json: envelope test vectors from fixed seeds, timestamps
- * and msg_ids, so every run produces the same file (Ed25519 signing is deterministic).
+ * Writes test/vectors/envelope-v2.json and envelope-v3.json: envelope test vectors from
+ * fixed seeds, timestamps and msg_ids, so every run produces the same files (Ed25519
+ * signing is deterministic). The version 2 file is the Rust Interlink's layout and does
+ * not change.
  *
  *   npm run build && node dist/scripts/gen-vectors.js
  *
@@ -82,13 +84,16 @@ function vector(name: string, valid: boolean, envelope: WireEnvelope, key?: Sign
   };
 }
 
-export function buildVectors(): Vector[] {
+function parties() {
   const alice = signingKeyFromSeed(seedFor('alice'));
   const bob = signingKeyFromSeed(seedFor('bob'));
   const carol = signingKeyFromSeed(seedFor('carol'));
-  const aliceKey = encodeBase64url(alice.publicKey);
-  const bobKey = encodeBase64url(bob.publicKey);
-  const carolKey = encodeBase64url(carol.publicKey);
+  return { alice, bob, carol, aliceKey: encodeBase64url(alice.publicKey), bobKey: encodeBase64url(bob.publicKey), carolKey: encodeBase64url(carol.publicKey) };
+}
+
+/** Version 2: the Rust Interlink's layout (no signed session). */
+export function buildVectors(): Vector[] {
+  const { alice, bob, carol, aliceKey, bobKey, carolKey } = parties();
 
   const minimal = signEnvelope(alice, { to: bobKey, text: 'hello', ts: TS, msg_id: MSG_ID });
   const full = signEnvelope(bob, {
@@ -152,12 +157,52 @@ export function buildVectors(): Vector[] {
   ];
 }
 
+/** Version 3: the target session and the reply session are signed. */
+export function buildV3Vectors(): Vector[] {
+  const { alice, bob, carol, aliceKey, bobKey, carolKey } = parties();
+  const minimal = signEnvelope(alice, { to: bobKey, to_session: 'main', text: 'hello', ts: TS, msg_id: MSG_ID });
+  const full = signEnvelope(bob, {
+    to: aliceKey,
+    to_session: 'sessión-α',
+    text: 'Grüße 👋 — 你好\nsecond line, "quoted", tab\there',
+    ts: TS + 1,
+    msg_id: 'a1a2a3a4a5a6a7a8a9aaabacadaeafb0',
+    task_id: 'task-42',
+    status: 'needs_input',
+    in_reply_to: IN_REPLY_TO,
+    reply_to: `${bobKey}#session-β`,
+  });
+  const pairRequest = signEnvelope(carol, {
+    to: aliceKey,
+    to_session: 'cli',
+    kind: 'pair_request',
+    text: 'carol would like to pair',
+    ts: TS + 2,
+    msg_id: 'c0c1c2c3c4c5c6c7c8c9cacbcccdcecf',
+    reply_to: `${carolKey}#laptop`,
+  });
+  const { v: _v, to_session: _toSession, ...downgraded } = minimal;
+  const v2 = buildVectors()[0]!.envelope;
+  return [
+    vector('valid: minimal message for session "main"', true, minimal, alice),
+    vector('valid: every optional field, a non-ASCII session, reply_to and non-ASCII text', true, full, bob),
+    vector('valid: pair_request from a stranger to the session "cli"', true, pairRequest, carol),
+    vector('invalid: to_session changed after signing (a relay moving it to another session)', false, { ...minimal, to_session: 'other' }, alice),
+    vector('invalid: reply_to session changed after signing', false, { ...full, reply_to: `${bobKey}#another-session` }, bob),
+    vector('invalid: reply_to naming another key than from', false, { ...full, reply_to: `${carolKey}#session-β` }, bob),
+    vector('invalid: v and to_session removed (read as version 2, whose domain differs)', false, downgraded, alice),
+    vector('invalid: a version 2 signature with v and to_session added', false, { ...v2, v: 3, to_session: 'main' }, alice),
+    vector('invalid: text changed after signing', false, { ...minimal, text: 'hellp' }, alice),
+  ];
+}
+
 function main(): void {
   const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-  const path = resolve(root, 'test', 'vectors', 'envelope-v2.json');
-  const vectors = buildVectors();
-  writeFileSync(path, JSON.stringify(vectors, null, 2) + '\n');
-  process.stdout.write(`wrote ${vectors.length} vectors to ${path}\n`);
+  for (const [file, vectors] of [['envelope-v2.json', buildVectors()], ['envelope-v3.json', buildV3Vectors()]] as const) {
+    const path = resolve(root, 'test', 'vectors', file);
+    writeFileSync(path, JSON.stringify(vectors, null, 2) + '\n');
+    process.stdout.write(`wrote ${vectors.length} vectors to ${path}\n`);
+  }
 }
 
 if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) main();

@@ -26,7 +26,7 @@ function envelope(from: typeof me, fields: Partial<EnvelopeFields>): Envelope {
 }
 
 function context(outstandingRequests: OutstandingRequest[]): GateContext {
-  return { me: me.key, peers: new Map([[peer.key, 'pete']]), outstandingRequests, now: NOW, seen: () => false };
+  return { me: me.key, session: 'main', peers: new Map([[peer.key, 'pete']]), outstandingRequests, now: NOW, seen: () => false };
 }
 
 const toStranger: OutstandingRequest = { to: stranger.key, msg_id: REQUEST };

@@ -1,8 +1,8 @@
 /**
  * The trust gate, table-tested against a reference written here from the rules
  * (anchors 1.3): every check is evaluated on its own, and the verdict must be the first
- * failure in the fixed order signature → recipient → kind → authorization → freshness →
- * replay. Envelopes are really signed; invalid signatures are really invalid.
+ * failure in the fixed order signature → recipient (key, then the signed session of a
+ * version 3 envelope) → kind → authorization → freshness → replay. Envelopes are really signed; invalid signatures are really invalid.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -48,6 +48,7 @@ const OTHER_ID = msgId(0xbbb);
 const ORDER: readonly RejectCode[] = [
   'bad_signature',
   'wrong_recipient',
+  'wrong_session',
   'unsupported_kind',
   'not_allowlisted',
   'unexpected_pairing',
@@ -61,6 +62,9 @@ interface Facts {
   signatureValid: boolean;
   from: string;
   to: string;
+  /** The signed target session (version 3), or undefined (version 2). */
+  toSession: string | undefined;
+  session: string;
   kind: string;
   ts: number;
   msgId: string;
@@ -90,6 +94,7 @@ function failures(f: Facts): Set<RejectCode> {
   const found = new Set<RejectCode>();
   if (!f.signatureValid) found.add('bad_signature');
   if (f.to !== f.me) found.add('wrong_recipient');
+  if (f.toSession !== undefined && f.toSession !== f.session) found.add('wrong_session');
   if (!['message', 'pair_request', 'pair_accept'].includes(f.kind)) found.add('unsupported_kind');
   else {
     const auth = authorizationFailure(f);
@@ -131,6 +136,9 @@ type Outstanding = 'none' | 'matching' | 'other' | 'no_in_reply_to' | 'to_someon
 const SENDERS: Record<SenderRole, Party> = { me, peer, stranger };
 const KINDS = ['message', 'pair_request', 'pair_accept', 'goodbye'] as const;
 const OUTSTANDING: readonly Outstanding[] = ['none', 'matching', 'other', 'no_in_reply_to', 'to_someone_else'];
+const SESSION = 'main';
+/** Version 2 (no signed session), version 3 for this session, version 3 for a sibling. */
+const TARGETS = [undefined, SESSION, 'sibling'] as const;
 const TS_OFFSETS = [0, MINUTE, MINUTE + 1, 10 * MINUTE + 1, -WINDOW, -WINDOW - 1] as const;
 
 function requestsFor(outstanding: Outstanding, sender: Party): { requests: OutstandingRequest[]; inReplyTo?: string } {
@@ -159,9 +167,10 @@ describe('decide: every combination of sender, kind, outstanding request, clock,
         for (const outstanding of OUTSTANDING) {
           const { requests, inReplyTo } = requestsFor(outstanding, sender);
           for (const offset of TS_OFFSETS) {
-            for (const toMe of [true, false]) {
+            for (const [toMe, target] of [true, false].flatMap((m) => TARGETS.map((t) => [m, t] as const))) {
               const signed = signEnvelope(sender.signingKey, {
                 to: toMe ? me.key : elsewhere.key,
+                ...(target !== undefined && { to_session: target }),
                 text: 'hello',
                 kind,
                 ts: NOW + offset,
@@ -174,6 +183,7 @@ describe('decide: every combination of sender, kind, outstanding request, clock,
                   const seenCalls: Array<[string, string]> = [];
                   const ctx: GateContext = {
                     me: me.key,
+                    session: SESSION,
                     peers,
                     outstandingRequests: requests,
                     now: NOW,
@@ -186,6 +196,8 @@ describe('decide: every combination of sender, kind, outstanding request, clock,
                     signatureValid,
                     from: sender.key,
                     to: envelope.to,
+                    toSession: target,
+                    session: SESSION,
                     kind,
                     ts: envelope.ts,
                     msgId: envelope.msg_id,
@@ -197,7 +209,7 @@ describe('decide: every combination of sender, kind, outstanding request, clock,
                     seen,
                   };
                   const { verdict, consultsSeen } = expectedVerdict(facts);
-                  const label = JSON.stringify({ role, kind, outstanding, offset, toMe, signatureValid, seen });
+                  const label = JSON.stringify({ role, kind, outstanding, offset, toMe, target, signatureValid, seen });
                   expect(shape(decide(envelope, ctx)), label).toStrictEqual(verdict);
                   expect(seenCalls, `seen calls for ${label}`).toEqual(consultsSeen ? [[sender.key, envelope.msg_id]] : []);
                   cases++;
@@ -206,7 +218,7 @@ describe('decide: every combination of sender, kind, outstanding request, clock,
             }
           }
         }
-        expect(cases).toBe(OUTSTANDING.length * TS_OFFSETS.length * 2 * 2 * 2);
+        expect(cases).toBe(OUTSTANDING.length * TS_OFFSETS.length * 2 * TARGETS.length * 2 * 2);
       });
     }
   }
@@ -217,7 +229,7 @@ describe('decide: order and side effects', () => {
   const throwingSeen = (): boolean => {
     throw new Error('the replay set must not be consulted here');
   };
-  const base = { me: me.key, peers, outstandingRequests: [], now: NOW };
+  const base = { me: me.key, session: SESSION, peers, outstandingRequests: [], now: NOW };
 
   it("rejects a stranger's plain message before it costs a replay slot", () => {
     const envelope = signEnvelope(stranger.signingKey, { to: me.key, text: 'hi', ts: NOW });
@@ -229,6 +241,7 @@ describe('decide: order and side effects', () => {
     const rejectedEarly: Envelope[] = [
       tamper(signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW })),
       signEnvelope(peer.signingKey, { to: elsewhere.key, text: 'hi', ts: NOW }),
+      signEnvelope(peer.signingKey, { to: me.key, to_session: 'sibling', text: 'hi', ts: NOW }),
       signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'goodbye' }),
       signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'pair_accept' }),
       signEnvelope(me.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'pair_request' }),
@@ -262,6 +275,20 @@ describe('decide: order and side effects', () => {
     // The same signature under a different claimed recipient fails too.
     const redirected: Envelope = { ...signEnvelope(peer.signingKey, { to: elsewhere.key, text: 'x', ts: NOW }), to: me.key };
     expect(decide(redirected, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'bad_signature' });
+  });
+
+  it('takes the session from the signature: a version 3 envelope moved to another session fails, as does a stripped version', () => {
+    const signed = signEnvelope(peer.signingKey, { to: me.key, to_session: 'sibling', text: 'x', ts: NOW });
+    expect(decide(signed, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'wrong_session' });
+    // A relay that rewrites the session (or the reply session) breaks the signature.
+    const moved: Envelope = { ...signed, to_session: SESSION };
+    expect(decide(moved, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'bad_signature' });
+    const withReply = signEnvelope(peer.signingKey, { to: me.key, to_session: SESSION, text: 'x', ts: NOW, reply_to: `${peer.key}#desk` });
+    expect(decide(withReply, { ...base, seen: () => false }).ok).toBe(true);
+    expect(decide({ ...withReply, reply_to: `${peer.key}#elsewhere` }, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'bad_signature' });
+    // Dropping `v` and `to_session` turns it into a version 2 envelope, whose domain differs.
+    const { v: _v, to_session: _s, ...stripped } = withReply;
+    expect(decide(stripped, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'bad_signature' });
   });
 
   it('admits with the petname for a peer and without one otherwise', () => {
@@ -345,6 +372,7 @@ describe('decide: random contexts agree with the reference', () => {
         let seenCalls = 0;
         const verdict = decide(envelope, {
           me: me.key,
+          session: SESSION,
           peers,
           outstandingRequests: requests,
           now: s.now,
@@ -357,6 +385,8 @@ describe('decide: random contexts agree with the reference', () => {
           signatureValid: s.signatureValid,
           from: sender.key,
           to: envelope.to,
+          toSession: undefined,
+          session: SESSION,
           kind: s.kind,
           ts: envelope.ts,
           msgId: envelope.msg_id,
@@ -378,7 +408,7 @@ describe('decide: random contexts agree with the reference', () => {
     fc.assert(
       fc.property(fc.integer({ min: 3 * MAX_PAST_MS, max: 2 ** 48 }), fc.integer({ min: -3 * MAX_PAST_MS, max: 3 * MAX_HOLD_MS }), (now, offset) => {
         const envelope = signEnvelope(peer.signingKey, { to: me.key, text: 'tick', ts: now + offset });
-        const verdict = decide(envelope, { me: me.key, peers: new Map([[peer.key, PEER_NAME]]), outstandingRequests: [], now, seen: () => false });
+        const verdict = decide(envelope, { me: me.key, session: SESSION, peers: new Map([[peer.key, PEER_NAME]]), outstandingRequests: [], now, seen: () => false });
         const inWindow = offset <= MAX_FUTURE_MS && offset >= -MAX_PAST_MS;
         expect(verdict.ok).toBe(inWindow);
         if (!verdict.ok) expect(verdict.code).toBe(offset > 0 ? 'from_future' : 'stale');

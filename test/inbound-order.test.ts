@@ -6,7 +6,9 @@
 import { EventEmitter } from 'node:events';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Inbound } from '../src/agent/inbound.js';
+import { Inbound, type InboundDeps } from '../src/agent/inbound.js';
+import { replayPath } from '../src/config/paths.js';
+import { ReplayIndex } from '../src/replay/claims.js';
 import { Mailbox } from '../src/mailbox/mailbox.js';
 import { PeerTable } from '../src/peers/peers.js';
 import type { Delivery, RelayClient } from '../src/relay/client.js';
@@ -29,16 +31,24 @@ class FakeRelay extends EventEmitter {
 
 let dir: { path: string; remove: () => Promise<void> };
 let mailbox: Mailbox;
+let replay: ReplayIndex;
 let inbound: Inbound | undefined;
 beforeEach(async () => {
   dir = await tempDir();
   mailbox = await Mailbox.open(join(dir.path, 'mailbox', me.key, 's1.json'));
+  replay = await ReplayIndex.open(replayPath(dir.path, me.key));
 });
 afterEach(async () => {
   inbound?.close();
   await mailbox.close();
+  await replay.close();
   await dir.remove();
 });
+
+/** Session s1's inbound with this test's trust source and the real replay index. */
+function inboundWith(trust: InboundDeps['trust']): Inbound {
+  return new Inbound({ me, session: 's1', claim: (c) => replay.claim(c), mailbox, trust, outstanding: async () => [], pairing: async () => undefined, sticky: new Map() });
+}
 
 describe('inbound order', () => {
   it('stores deliveries in the order the relay sent them when the first one takes longest to judge', async () => {
@@ -53,7 +63,7 @@ describe('inbound order', () => {
       if (mine === 0) await firstHeld;
       return { table, damaged: false };
     };
-    inbound = new Inbound({ me, mailbox, trust, outstanding: async () => [], pairing: async () => undefined, sticky: new Map() });
+    inbound = inboundWith(trust);
     const relay = new FakeRelay();
     inbound.attach(relay as unknown as RelayClient);
     const sent = Array.from({ length: count }, (_, i) => message(senders[i % 2]!, me, { text: `m${i}` }));
@@ -69,7 +79,7 @@ describe('inbound order', () => {
       if (failures-- > 0) throw new Error('peers.json unreadable');
       return { table, damaged: false };
     };
-    inbound = new Inbound({ me, mailbox, trust, outstanding: async () => [], pairing: async () => undefined, sticky: new Map() });
+    inbound = inboundWith(trust);
     const relay = new FakeRelay();
     inbound.attach(relay as unknown as RelayClient);
     const now = Date.now();

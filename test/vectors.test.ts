@@ -1,13 +1,13 @@
 /**
- * test/vectors/envelope-v2.json: the committed vectors are what the generator produces,
- * each vector's signed bytes match, and each verdict matches both `verifyEnvelope` and the
- * noble oracle. Another implementation can run the same file.
+ * test/vectors/envelope-v2.json and envelope-v3.json: the committed vectors are what the
+ * generator produces, each vector's signed bytes match, and each verdict matches both
+ * `verifyEnvelope` and the noble oracle. Another implementation can run the same files.
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { buildVectors } from '../scripts/gen-vectors.js';
-import { envelopeSchema, parseEnvelope, signEnvelope, signedBytes, verifyEnvelope } from '../src/envelope/envelope.js';
+import { buildV3Vectors, buildVectors } from '../scripts/gen-vectors.js';
+import { envelopeFields, parseEnvelope, signEnvelope, signedBytes, verifyEnvelope } from '../src/envelope/envelope.js';
 import { InterlinkError } from '../src/errors.js';
 import { signingKeyFromSeed } from '../src/identity/ed25519.js';
 import { encodeBase64url } from '../src/identity/base64url.js';
@@ -24,8 +24,10 @@ const vectorSchema = z.object({
 });
 
 const VECTORS_URL = new URL('vectors/envelope-v2.json', import.meta.url);
+const V3_URL = new URL('vectors/envelope-v3.json', import.meta.url);
 const vectors = z.array(vectorSchema).parse(JSON.parse(readFileSync(VECTORS_URL, 'utf8')));
-const unsignedSchema = envelopeSchema.omit({ sig: true });
+const v3Vectors = z.array(vectorSchema).parse(JSON.parse(readFileSync(V3_URL, 'utf8')));
+const unsignedSchema = envelopeFields.omit({ sig: true });
 
 /** The raw wire values, decoded without any strictness beyond base64url. */
 function rawParts(envelope: Record<string, unknown>): { from: Buffer; sig: Buffer } {
@@ -52,6 +54,30 @@ function accepted(envelope: unknown): boolean {
   }
 }
 
+function checkVector(v: z.infer<typeof vectorSchema>): void {
+  expect(signedBytes(unsignedSchema.parse(v.envelope)).toString('hex')).toBe(v.signed_bytes_hex);
+  expect(accepted(v.envelope)).toBe(v.valid);
+
+  const message = Buffer.from(v.signed_bytes_hex, 'hex');
+  const { from, sig } = rawParts(v.envelope);
+  const verdict = strictVerdict(from, message, sig);
+  if (v.valid) {
+    expect(verdict).toBe('valid');
+    expect(nobleVerify(from, message, sig)).toBe(true);
+  } else if (parses(v.envelope)) {
+    expect(verdict).not.toBe('valid');
+  }
+
+  if (v.seed_b64url !== undefined && v.valid) {
+    // Signing is deterministic: the seed re-creates the key and the exact signature.
+    const key = signingKeyFromSeed(Buffer.from(v.seed_b64url, 'base64url'));
+    const envelope = parseEnvelope(v.envelope);
+    expect(key.publicKey.toString('base64url')).toBe(envelope.from);
+    const { sig: _sig, from: _from, ...fields } = envelope;
+    expect(signEnvelope(key, fields).sig).toBe(envelope.sig);
+  }
+}
+
 describe('envelope-v2 vectors', () => {
   it('the committed file is exactly what scripts/gen-vectors.ts produces', () => {
     expect(JSON.parse(JSON.stringify(buildVectors()))).toEqual(JSON.parse(readFileSync(VECTORS_URL, 'utf8')));
@@ -75,29 +101,7 @@ describe('envelope-v2 vectors', () => {
     expect(new Set(names).size).toBe(names.length);
   });
 
-  it.each(vectors.map((v) => [v.name, v] as const))('%s', (_name, v) => {
-    expect(signedBytes(unsignedSchema.parse(v.envelope)).toString('hex')).toBe(v.signed_bytes_hex);
-    expect(accepted(v.envelope)).toBe(v.valid);
-
-    const message = Buffer.from(v.signed_bytes_hex, 'hex');
-    const { from, sig } = rawParts(v.envelope);
-    const verdict = strictVerdict(from, message, sig);
-    if (v.valid) {
-      expect(verdict).toBe('valid');
-      expect(nobleVerify(from, message, sig)).toBe(true);
-    } else if (parses(v.envelope)) {
-      expect(verdict).not.toBe('valid');
-    }
-
-    if (v.seed_b64url !== undefined && v.valid) {
-      // Signing is deterministic: the seed re-creates the key and the exact signature.
-      const key = signingKeyFromSeed(Buffer.from(v.seed_b64url, 'base64url'));
-      const envelope = parseEnvelope(v.envelope);
-      expect(key.publicKey.toString('base64url')).toBe(envelope.from);
-      const { sig: _sig, from: _from, ...fields } = envelope;
-      expect(signEnvelope(key, fields).sig).toBe(envelope.sig);
-    }
-  });
+  it.each(vectors.map((v) => [v.name, v] as const))('%s', (_name, v) => checkVector(v));
 
   it('the small-order and S + L vectors fail only through the strict rules', () => {
     const byName = new Map(vectors.map((v) => [v.name, v]));
@@ -139,6 +143,37 @@ describe('envelope-v2 vectors', () => {
     const { from, sig } = rawParts(minimal?.envelope ?? {});
     expect(doc).toContain(`has fingerprint \`${fingerprintOf(from)}\``);
     expect(doc).toContain(sig.toString('base64url'));
+  });
+});
+
+describe('envelope-v3 vectors', () => {
+  it('the committed file is exactly what scripts/gen-vectors.ts produces', () => {
+    expect(JSON.parse(JSON.stringify(buildV3Vectors()))).toEqual(JSON.parse(readFileSync(V3_URL, 'utf8')));
+  });
+
+  it('cover the session cases', () => {
+    const names = v3Vectors.map((v) => v.name);
+    for (const needed of [
+      'valid: minimal message for session "main"',
+      'invalid: to_session changed after signing (a relay moving it to another session)',
+      'invalid: reply_to session changed after signing',
+      'invalid: v and to_session removed (read as version 2, whose domain differs)',
+      'invalid: a version 2 signature with v and to_session added',
+    ]) {
+      expect(names).toContain(needed);
+    }
+    expect(new Set(names).size).toBe(names.length);
+  });
+
+  it.each(v3Vectors.map((v) => [v.name, v] as const))('%s', (_name, v) => checkVector(v));
+
+  it('signs the session between the keys and the time, and the reply session last', () => {
+    const minimal = v3Vectors.find((v) => v.name === 'valid: minimal message for session "main"')!;
+    const bytes = Buffer.from(minimal.signed_bytes_hex, 'hex');
+    expect(bytes.subarray(0, 13).toString('latin1')).toBe('interlink-v3\0');
+    expect(bytes.subarray(77, 81).readUInt32LE(0)).toBe(4);
+    expect(bytes.subarray(81, 85).toString('utf8')).toBe('main');
+    expect(bytes.subarray(bytes.length - 4).readUInt32LE(0)).toBe(0);
   });
 });
 

@@ -5,7 +5,8 @@
  */
 import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { checkSafeName, mailboxPath, outboxPath, unsafeNameReason } from '../config/paths.js';
+import { checkSafeName, mailboxPath, outboxPath, replayPath, unsafeNameReason } from '../config/paths.js';
+import { ReplayIndex } from '../replay/claims.js';
 import { FailedDeliveries } from '../codex/failed.js';
 import { MAX_TEXT_BYTES, parseRoute, signEnvelope, type Envelope, type Status } from '../envelope/envelope.js';
 import { InterlinkError, isInterlinkError } from '../errors.js';
@@ -101,6 +102,7 @@ export class Agent {
     /** The session each peer last wrote from (inbound keeps it current). */
     private readonly sticky: Map<string, string>,
     private readonly sendClock: SendClock,
+    private readonly replayIndex: ReplayIndex,
   ) {
     this.route = `${options.identity.key}#${options.session}`;
     this.hostSession = options.session;
@@ -110,6 +112,7 @@ export class Agent {
     const { identity, session, stateDir } = options;
     const mailbox = await Mailbox.open(mailboxPath(stateDir, identity.key, session));
     const outbox = await Outbox.open(outboxPath(stateDir, identity.key, session));
+    const replay = await ReplayIndex.open(replayPath(stateDir, identity.key));
     const route = `${identity.key}#${session}`;
     const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route], ...(options.logOutages !== undefined && { logOutages: options.logOutages }) }));
     const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
@@ -126,6 +129,8 @@ export class Agent {
     let agent: Agent | undefined;
     const inbound = new Inbound({
       me: identity,
+      session,
+      claim: (claim) => replay.claim(claim),
       mailbox,
       trust: () => agent!.trust(),
       outstanding: () => pairing.outstanding(),
@@ -138,7 +143,7 @@ export class Agent {
       rejected: (entry) => recordRejection(rejectedPath(stateDir, identity.key, session), entry),
     });
     const outbound = new Outbound(outbox, relays);
-    agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, sticky, new SendClock(await outbox.lastTimestamp()));
+    agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, sticky, new SendClock(await outbox.lastTimestamp()), replay);
     // Read peers.json once now, so a damaged one is reported (and moved aside) at start, not at the first message.
     await agent.trust().catch((err: unknown) => log.warn('peers_unreadable', { error: (err as Error).message }));
     for (const relay of relays) {
@@ -302,6 +307,7 @@ export class Agent {
       await turn.ready;
       const envelope = signEnvelope(this.identity.signingKey, {
         to: target.key,
+        to_session: session,
         text: args.text,
         reply_to: this.route,
         ts: this.sendClock.next(),
@@ -483,7 +489,7 @@ export class Agent {
     if (options.goodbye !== false) await this.presence.goodbye().catch(() => undefined);
     else this.presence.stop();
     for (const relay of this.relays) relay.close();
-    await Promise.all([this.mailbox.close(), this.outbox.close()]);
+    await Promise.all([this.mailbox.close(), this.outbox.close(), this.replayIndex.close()]);
   }
 }
 

@@ -1,9 +1,11 @@
 /**
- * Relay delivery → trust gate → mailbox commit → relay acknowledgement.
+ * Relay delivery → trust gate → replay claim → mailbox commit → relay acknowledgement.
  *
  * A message is acknowledged to the relay only after the mailbox commit returned, so a
  * crash in between leaves it on the relay, which delivers it again (the mailbox refuses
- * the duplicate). Deliveries from one relay reach the mailbox in the order the relay sent
+ * the duplicate). Before the commit the message is claimed in the identity's replay index
+ * (replay/claims.ts): a copy that another session of this identity already admitted is a
+ * replay, whatever route it came by. Deliveries from one relay reach the mailbox in the order the relay sent
  * them. Messages the gate rejects are acknowledged too — dropped, with the verdict
  * logged and recorded (rejected.ts) — so garbage is not redelivered forever; a message
  * up to 10 minutes ahead of this clock is held instead, and judged again when due. A message the mailbox cannot
@@ -12,13 +14,15 @@
  * from a peer whose entry was lost).
  */
 import { parseEnvelope, replyToSession, type Envelope } from '../envelope/envelope.js';
-import { decide, type OutstandingRequest, type Verdict } from '../gate/decide.js';
+import { decide, type OutstandingRequest, type RejectCode, type Verdict } from '../gate/decide.js';
 import type { Identity } from '../identity/identity.js';
 import { log } from '../log.js';
 import type { Mailbox } from '../mailbox/mailbox.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import type { PeerTable } from '../peers/peers.js';
 import type { Delivery, RelayClient } from '../relay/client.js';
+import type { Claim } from '../replay/claims.js';
+import type { ClaimOutcome } from '../replay/rules.js';
 import type { Rejection } from './rejected.js';
 import { type Turn, Turns } from './turns.js';
 
@@ -44,6 +48,10 @@ const MAX_RETRY_MS = 30_000;
 
 export interface InboundDeps {
   me: Identity;
+  /** This session: what a version 3 envelope must be signed for, and what claims are made for. */
+  session: string;
+  /** Claims a message in the per-identity replay index (durable before it resolves). */
+  claim: (claim: Claim) => Promise<ClaimOutcome>;
   mailbox: Mailbox;
   trust: () => Promise<{ table: PeerTable; damaged: boolean }>;
   /** Pairing requests this session has open (which pair_accept the gate may admit). */
@@ -120,15 +128,15 @@ export class Inbound {
         return;
       }
       if (!verdict.ok) {
-        if (verdict.code !== 'replay') {
-          log.warn('inbound_rejected', { relay: relay.url, code: verdict.code, reason: verdict.reason, from: envelope.from, msg_id: envelope.msg_id });
-          // Recorded before the relay may forget it: no refusal is silent (rejected.ts). Not a
-          // bad signature (its sender is unproven), and at most RECORDS_PER_SECOND, so a
-          // flood of refusals costs the disk a bounded rate; the log still names every one.
-          if (verdict.code !== 'bad_signature' && this.recordBudget.take(Date.now())) {
-            await this.deps.rejected?.({ from: envelope.from, msg_id: envelope.msg_id, code: verdict.code, reason: verdict.reason, at: Date.now(), ts: envelope.ts });
-          }
-        }
+        // A redelivery to this same session is routine (a reconnect, a second relay): quiet.
+        if (verdict.code !== 'replay') await this.refused(relay, envelope, verdict.code, verdict.reason);
+        relay.ack(delivery.route, [delivery.id]);
+        return;
+      }
+      const claimed = await this.deps.claim({ from: envelope.from, msg_id: envelope.msg_id, ts: envelope.ts, session: this.deps.session });
+      if (claimed.outcome === 'full') throw new Error('the replay index is full of messages still inside the freshness window');
+      if (claimed.outcome === 'taken') {
+        await this.refused(relay, envelope, 'replay', `already admitted by session ${JSON.stringify(claimed.session)} of this identity`);
         relay.ack(delivery.route, [delivery.id]);
         return;
       }
@@ -153,12 +161,26 @@ export class Inbound {
     }
   }
 
+  /**
+   * Logs a refusal and records it before the relay may forget the message: no refusal is
+   * silent (rejected.ts). Not a bad signature (its sender is unproven), and at most
+   * RECORDS_PER_SECOND, so a flood of refusals costs the disk a bounded rate; the log still
+   * names every one.
+   */
+  private async refused(relay: RelayClient, envelope: Envelope, code: RejectCode, reason: string): Promise<void> {
+    log.warn('inbound_rejected', { relay: relay.url, code, reason, from: envelope.from, msg_id: envelope.msg_id });
+    if (code !== 'bad_signature' && this.recordBudget.take(Date.now())) {
+      await this.deps.rejected?.({ from: envelope.from, msg_id: envelope.msg_id, code, reason, at: Date.now(), ts: envelope.ts });
+    }
+  }
+
   private async judge(envelope: Envelope): Promise<Verdict> {
     const { table, damaged } = await this.deps.trust();
     const key = `${envelope.from} ${envelope.msg_id}`;
     const inMailbox = this.seen.has(key) || (await this.deps.mailbox.has(envelope.from, envelope.msg_id));
     const verdict = decide(envelope, {
       me: this.deps.me.key,
+      session: this.deps.session,
       peers: new Map(table.peers.map((p) => [p.key, p.petname])),
       outstandingRequests: envelope.kind === 'pair_accept' ? await this.deps.outstanding() : [],
       now: Date.now(),

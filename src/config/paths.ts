@@ -77,3 +77,8 @@ export function mailboxPath(state: string, identity: string, session: string): s
 export function outboxPath(state: string, identity: string, session: string): string {
   return join(state, 'outbox', identity, `${checkSafeName(session, 'session id')}.json`);
 }
+
+/** The per-identity replay index, shared by every session of the identity (replay/claims.ts). */
+export function replayPath(state: string, identity: string): string {
+  return join(state, 'replay', `${identity}.json`);
+}

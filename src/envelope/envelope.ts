@@ -2,17 +2,27 @@
  * The signed message. One zod schema is the wire format; `signedBytes` is the exact byte
  * string the signature covers (docs/PROTOCOL.md, "Envelope").
  *
- * Signed bytes, in order:
- *   "interlink-v2\0"                      domain and version
+ * Two versions are read; this implementation writes version 3.
+ *
+ * Version 3 (`"v": 3`), signed bytes in order:
+ *   "interlink-v3\0"                      domain and version
  *   from (32 bytes) || to (32 bytes)      raw public keys
+ *   to_session                             the recipient's session (length-prefixed)
  *   ts                                     u64 little-endian, Unix milliseconds
- *   kind, msg_id, text, status, task_id, in_reply_to
+ *   kind, msg_id, text, status, task_id, in_reply_to, reply session
  *                                          each a u32 little-endian byte length, then UTF-8
- * An absent optional field is signed as the empty string, so the schema refuses empty
- * optional fields, and strings must be well-formed Unicode (UTF-8 would map unpaired
- * surrogates to U+FFFD): every envelope has exactly one signed meaning. `reply_to` and `sig`
- * are not signed; `reply_to` is a routing hint honoured only when its key is `from`.
- * The layout matches the Rust Interlink's v2 envelope, so the two can verify each other.
+ * so a relay can neither move a message to another session of the recipient nor rewrite
+ * where the answer goes; `reply_to` must name the sender's own key.
+ *
+ * Version 2 (no `v`): the Rust Interlink's layout, byte for byte — domain "interlink-v2\0",
+ * the same parts without `to_session` and the reply session. Its session is not signed, so
+ * a replay into another session is stopped only by the receiver's per-identity replay
+ * index (agent/claims.ts); its `reply_to` is an unsigned hint honoured only when its key is
+ * `from`.
+ *
+ * In both, an absent optional field is signed as the empty string, so the schema refuses
+ * empty optional fields, and strings must be well-formed Unicode (UTF-8 would map unpaired
+ * surrogates to U+FFFD): every envelope has exactly one signed meaning.
  */
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
@@ -22,7 +32,10 @@ import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES, signBytes, verifyBytes, type Signing
 import { isWellFormedUnicode, unsafeNameReason } from '../config/paths.js';
 import { lengthPrefixed, u64le } from './bytes.js';
 
-export const SIGNING_DOMAIN = 'interlink-v2\0';
+export const SIGNING_DOMAINS = { 2: 'interlink-v2\0', 3: 'interlink-v3\0' } as const;
+export type EnvelopeVersion = keyof typeof SIGNING_DOMAINS;
+/** The version this implementation signs. */
+export const CURRENT_VERSION = 3;
 export const MAX_TEXT_BYTES = 256 * 1024;
 export const MAX_TASK_ID_BYTES = 128;
 
@@ -39,9 +52,16 @@ const publicKeyText = z.string().refine((s) => isBase64urlOfLength(s, PUBLIC_KEY
 const msgIdText = z.string().regex(MSG_ID, 'must be 32 lowercase hex digits');
 const nonEmptyOptional = (inner: z.ZodString) => inner.min(1, 'must be absent rather than empty').optional();
 
-export const envelopeSchema = z.object({
+const sessionText = z.string().refine((s) => unsafeNameReason(s) === undefined, 'must be a session id (1 to 128 bytes, no "..", "/", "\\", control characters or surrounding white space)');
+
+/** The fields as an object schema (for `.omit` and friends); `envelopeSchema` adds the rules between them. */
+export const envelopeFields = z.object({
+  /** Absent means version 2. */
+  v: z.union([z.literal(2), z.literal(3)], { message: 'must be 2 or 3: this implementation reads envelope versions 2 and 3' }).optional(),
   from: publicKeyText,
   to: publicKeyText,
+  /** Version 3 only: the recipient's session, signed. */
+  to_session: sessionText.optional(),
   ts: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
   msg_id: msgIdText,
   // Later protocol versions may add kinds; the schema admits any identifier and the
@@ -64,6 +84,22 @@ export const envelopeSchema = z.object({
   sig: z.string().refine((s) => isBase64urlOfLength(s, SIGNATURE_BYTES), 'must be a 64-byte base64url signature'),
 });
 
+type EnvelopeShape = z.infer<typeof envelopeFields>;
+
+/** Version 3 signs the target session and the reply session; version 2 has neither. */
+function versionRules(envelope: Omit<EnvelopeShape, 'sig'>, ctx: z.RefinementCtx): void {
+  if (versionOf(envelope) === 3) {
+    if (envelope.to_session === undefined) ctx.addIssue({ code: 'custom', path: ['to_session'], message: 'is required in version 3' });
+    if (envelope.reply_to !== undefined && parseRoute(envelope.reply_to)?.key !== envelope.from) {
+      ctx.addIssue({ code: 'custom', path: ['reply_to'], message: "must name the sender's own key in version 3" });
+    }
+  } else if (envelope.to_session !== undefined) {
+    ctx.addIssue({ code: 'custom', path: ['to_session'], message: 'is part of version 3 only (it would not be signed)' });
+  }
+}
+
+export const envelopeSchema = envelopeFields.superRefine(versionRules);
+
 export type Envelope = z.infer<typeof envelopeSchema>;
 export type UnsignedEnvelope = Omit<Envelope, 'sig'>;
 
@@ -81,23 +117,35 @@ export function newMsgId(): string {
   return randomBytes(16).toString('hex');
 }
 
+export function versionOf(envelope: Pick<EnvelopeShape, 'v'>): EnvelopeVersion {
+  return envelope.v ?? 2;
+}
+
 export function signedBytes(envelope: UnsignedEnvelope): Buffer {
-  return Buffer.concat([
-    Buffer.from(SIGNING_DOMAIN, 'utf8'),
-    decodeBase64url(envelope.from, PUBLIC_KEY_BYTES, 'from'),
-    decodeBase64url(envelope.to, PUBLIC_KEY_BYTES, 'to'),
-    u64le(envelope.ts),
+  const version = versionOf(envelope);
+  const keys = [decodeBase64url(envelope.from, PUBLIC_KEY_BYTES, 'from'), decodeBase64url(envelope.to, PUBLIC_KEY_BYTES, 'to')];
+  const body = [
     ...lengthPrefixed(envelope.kind),
     ...lengthPrefixed(envelope.msg_id),
     ...lengthPrefixed(envelope.text),
     ...lengthPrefixed(envelope.status),
     ...lengthPrefixed(envelope.task_id),
     ...lengthPrefixed(envelope.in_reply_to),
-  ]);
+  ];
+  const domain = Buffer.from(SIGNING_DOMAINS[version], 'utf8');
+  if (version === 2) return Buffer.concat([domain, ...keys, u64le(envelope.ts), ...body]);
+  if (envelope.to_session === undefined) throw new InterlinkError('bad_envelope', 'to_session is required in version 3');
+  const replySession = envelope.reply_to === undefined ? undefined : parseRoute(envelope.reply_to)?.session;
+  return Buffer.concat([domain, ...keys, ...lengthPrefixed(envelope.to_session), u64le(envelope.ts), ...body, ...lengthPrefixed(replySession)]);
 }
 
 export interface EnvelopeFields {
   to: string;
+  /**
+   * The recipient's session. Given, the envelope is version 3 and the session is signed;
+   * left out, it is version 2 (what older peers and the Rust Interlink send).
+   */
+  to_session?: string;
   text: string;
   kind?: string;
   task_id?: string;
@@ -111,8 +159,10 @@ export interface EnvelopeFields {
 /** Builds, validates and signs an envelope from `key`. */
 export function signEnvelope(key: SigningKey, fields: EnvelopeFields): Envelope {
   const unsigned: UnsignedEnvelope = {
+    ...(fields.to_session !== undefined && { v: CURRENT_VERSION }),
     from: encodeBase64url(key.publicKey),
     to: fields.to,
+    ...(fields.to_session !== undefined && { to_session: fields.to_session }),
     ts: fields.ts ?? Date.now(),
     msg_id: fields.msg_id ?? newMsgId(),
     kind: fields.kind ?? 'message',

@@ -4,14 +4,17 @@
  * is the verdict:
  *
  *   1. signature    the envelope verifies under its own `from` key (strict Ed25519)
- *   2. recipient    `to` is my key
+ *   2. recipient    `to` is my key, and in a version 3 envelope `to_session` is my
+ *                   session (a relay cannot move a message to another session)
  *   3. kind         a kind this version handles
  *   4. authorized   a peer, or my own key (sibling sessions); a stranger (or a peer that
  *                   wants to pair again) may only knock with `pair_request`, or answer my
  *                   outstanding request with `pair_accept`
  *   5. fresh        at most 60 s in the future (up to 10 min ahead: held, see
  *                   MAX_HOLD_MS) and 7 days in the past
- *   6. not a replay `(from, msg_id)` not seen before
+ *   6. not a replay `(from, msg_id)` not seen before by this session; the per-identity
+ *                   replay index (replay/claims.ts) then makes sure no other session of
+ *                   this identity admitted it either
  *
  * Authorization runs before freshness and replay so that a stranger's plain message never
  * costs a replay slot.
@@ -35,6 +38,7 @@ export const MAX_HOLD_MS = 10 * 60 * 1000;
 export type RejectCode =
   | 'bad_signature'
   | 'wrong_recipient'
+  | 'wrong_session'
   | 'unsupported_kind'
   | 'not_allowlisted'
   | 'unexpected_pairing'
@@ -58,6 +62,8 @@ export interface OutstandingRequest {
 
 export interface GateContext {
   me: string;
+  /** This receiver's session: a version 3 envelope must be signed for it. */
+  session: string;
   /** public key → petname, from peers.json. */
   peers: ReadonlyMap<string, string>;
   outstandingRequests: readonly OutstandingRequest[];
@@ -111,6 +117,9 @@ export function decide(envelope: Envelope, ctx: GateContext): Verdict {
   const verify = ctx.verify ?? verifyEnvelope;
   if (!verify(envelope)) return reject('bad_signature', 'signature does not verify under the sender key');
   if (envelope.to !== ctx.me) return reject('wrong_recipient', 'addressed to a different identity');
+  if (envelope.to_session !== undefined && envelope.to_session !== ctx.session) {
+    return reject('wrong_session', `signed for session ${JSON.stringify(envelope.to_session)} of this identity, offered to ${JSON.stringify(ctx.session)}`);
+  }
   const kind = envelope.kind;
   if (!isKnownKind(kind)) return reject('unsupported_kind', `kind ${kind} is not supported by this version`);
   const verdict = authorize({ ...envelope, kind }, ctx);

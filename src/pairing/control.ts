@@ -83,6 +83,7 @@ export class ControlOutbox {
     try {
       const envelope = signEnvelope(this.options.identity.signingKey, {
         to: job.to,
+        to_session: job.session,
         kind: job.kind,
         text: job.text,
         msg_id: job.msg_id,

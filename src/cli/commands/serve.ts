@@ -48,7 +48,7 @@ export function packageVersion(): string {
  */
 function tightenRoots(config: string, state: string): void {
   const ours = [
-    ...['mailbox', 'outbox', 'inbox', 'pairing', 'failed', 'rejected', 'relay'].map((sub) => join(state, sub)),
+    ...['mailbox', 'outbox', 'inbox', 'pairing', 'failed', 'rejected', 'replay', 'relay'].map((sub) => join(state, sub)),
     ...listOrEmpty(config).filter((name) => name.startsWith('id.key') || name.startsWith('peers.json')).map((name) => join(config, name)),
   ];
   for (const root of ours) {
