@@ -5,8 +5,9 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { signAuth } from '../src/relay/auth.js';
+import { HIGH_WATER_BYTES } from '../src/relay/connection.js';
 import { MAX_PAYLOAD_BYTES } from '../src/relay/frames.js';
-import { HIGH_WATER_BYTES, RelayServer, type RelayOptions } from '../src/relay/server.js';
+import { RelayServer, type RelayOptions } from '../src/relay/server.js';
 import { newNonce } from '../src/relay/auth.js';
 import { signAnnouncement, signGoodbye } from '../src/presence/announcement.js';
 import { ROSTER_RETAIN_MS } from '../src/relay/roster.js';

@@ -1,0 +1,205 @@
+/**
+ * The relay's connections: each one's frame budget (a token bucket), the heartbeat that
+ * cuts off dead peers, and backpressure on every frame sent (DESIGN.md "The relay":
+ * "Authenticated reads" and "Bounded by construction"; docs/PROTOCOL.md "Relay frames":
+ * "Delivery and acknowledgement", "Limits" and "Heartbeat").
+ *
+ * What a connection reads is decided in `dispatch.ts`; this module only sends what it is
+ * given, and never lets one peer's unread frames grow the relay's memory without bound.
+ */
+import WebSocket from 'ws';
+import { log } from '../log.js';
+import { newNonce } from './auth.js';
+import { PROTOCOL_VERSION, type RefusalCode, type RelayFrame } from './frames.js';
+
+export const DEFAULT_HEARTBEAT_MS = 15_000;
+/** Token bucket per connection: every frame takes a token, but a reader's acks. */
+export const DEFAULT_FRAME_RATE = 2_000;
+export const DEFAULT_FRAME_BURST = 4_000;
+/** Deliveries pause while a connection has more than this buffered, and resume when it drains. */
+export const HIGH_WATER_BYTES = 1024 * 1024;
+/** A peer that lets replies pile up beyond this is cut off (deliveries alone stop at HIGH_WATER_BYTES). */
+export const MAX_BUFFERED_BYTES = 8 * 1024 * 1024;
+/** How long closeAll() lets peers finish the closing handshake before cutting them off. */
+const CLOSE_GRACE_MS = 2_000;
+
+/** The part of a ws socket a connection sends on (a fake one in unit tests). */
+export interface RelaySocket {
+  readonly readyState: number;
+  readonly bufferedAmount: number;
+  send(text: string, cb: (err?: Error) => void): void;
+  ping(): void;
+  terminate(): void;
+  close(code: number, reason: string): void;
+  once(event: 'close', listener: () => void): unknown;
+}
+
+export interface Subscription {
+  route: string;
+  /** highest id delivered on this connection: the next delivery comes after it */
+  cursor: number;
+  /** delivered here and not acknowledged yet */
+  inFlight: Set<number>;
+}
+
+export class TokenBucket {
+  private tokens: number;
+  private last: number;
+
+  constructor(
+    private readonly rate: number,
+    private readonly burst: number,
+    now: number,
+  ) {
+    this.tokens = burst;
+    this.last = now;
+  }
+
+  take(now: number): boolean {
+    this.tokens = Math.min(this.burst, this.tokens + (Math.max(0, now - this.last) * this.rate) / 1000);
+    this.last = now;
+    if (this.tokens < 1) return false;
+    this.tokens -= 1;
+    return true;
+  }
+}
+
+export interface ConnectionHooks {
+  /** The buffer drained below HIGH_WATER_BYTES after deliveries had paused. */
+  drained(conn: Connection): void;
+  /** Bytes buffered right after a send. */
+  buffered(bytes: number): void;
+}
+
+export class Connection {
+  readonly nonce = newNonce();
+  readonly subscriptions = new Map<string, Subscription>();
+  alive = true;
+  /** Deliveries are paused until the send buffer drains. */
+  blocked = false;
+  /** Payload bytes of this connection's sends waiting for their commit. */
+  uncommittedBytes = 0;
+  readonly closed: Promise<void>;
+  /** The send callback: resumes deliveries once the buffer has drained. */
+  private readonly flushed: () => void;
+
+  constructor(
+    readonly id: number,
+    readonly ws: RelaySocket,
+    readonly bucket: TokenBucket,
+    private readonly hooks: ConnectionHooks,
+  ) {
+    this.closed = new Promise((resolve) => ws.once('close', () => resolve()));
+    this.flushed = () => {
+      if (this.blocked && ws.bufferedAmount <= HIGH_WATER_BYTES) {
+        this.blocked = false;
+        hooks.drained(this);
+      }
+    };
+  }
+
+  get open(): boolean {
+    return this.ws.readyState === WebSocket.OPEN;
+  }
+
+  send(frame: RelayFrame): void {
+    this.sendText(JSON.stringify(frame));
+  }
+
+  refuse(ref: string | undefined, code: RefusalCode, message: string): void {
+    this.send({ v: PROTOCOL_VERSION, type: 'refused', ...(ref !== undefined && { ref }), code, message });
+  }
+
+  /** Past HIGH_WATER_BYTES deliveries pause; past MAX_BUFFERED_BYTES the peer is cut off. */
+  sendText(text: string): void {
+    const ws = this.ws;
+    if (!this.open) return;
+    ws.send(text, this.flushed);
+    const buffered = ws.bufferedAmount;
+    this.hooks.buffered(buffered);
+    if (buffered > MAX_BUFFERED_BYTES) {
+      log.warn('relay_slow_consumer', { conn: this.id, buffered });
+      ws.terminate();
+    } else if (buffered > HIGH_WATER_BYTES) {
+      this.blocked = true;
+    }
+  }
+
+  /** One heartbeat: a peer that did not answer the last ping is terminated. */
+  beat(): void {
+    if (!this.alive) {
+      log.info('relay_heartbeat_missed', { conn: this.id });
+      this.ws.terminate();
+      return;
+    }
+    this.alive = false;
+    this.ws.ping();
+  }
+}
+
+export interface ConnectionEvents {
+  frame(conn: Connection, data: WebSocket.RawData, isBinary: boolean): void;
+  drained(conn: Connection): void;
+  closed(conn: Connection): void;
+}
+
+export interface FrameBudget {
+  frameRate: number;
+  frameBurst: number;
+}
+
+/** The open connections of one relay. */
+export class ConnectionSet {
+  private readonly connections = new Set<Connection>();
+  private nextId = 1;
+  private peakBufferedBytes = 0;
+  private readonly hooks: ConnectionHooks;
+
+  constructor(
+    private readonly budget: FrameBudget,
+    private readonly now: () => number,
+    private readonly events: ConnectionEvents,
+  ) {
+    this.hooks = {
+      drained: (conn) => events.drained(conn),
+      buffered: (bytes) => {
+        if (bytes > this.peakBufferedBytes) this.peakBufferedBytes = bytes;
+      },
+    };
+  }
+
+  add(ws: WebSocket): Connection {
+    const conn = new Connection(this.nextId++, ws, new TokenBucket(this.budget.frameRate, this.budget.frameBurst, this.now()), this.hooks);
+    ws.on('error', (err) => log.debug('relay_socket_error', { conn: conn.id, error: err.message }));
+    ws.on('pong', () => (conn.alive = true));
+    ws.on('message', (data, isBinary) => this.events.frame(conn, data, isBinary));
+    ws.once('close', () => {
+      this.connections.delete(conn);
+      this.events.closed(conn);
+    });
+    this.connections.add(conn);
+    return conn;
+  }
+
+  beat(): void {
+    for (const conn of this.connections) conn.beat();
+  }
+
+  stats(): { connections: number; blocked: number; peakBufferedBytes: number } {
+    let blocked = 0;
+    for (const conn of this.connections) if (conn.blocked) blocked++;
+    return { connections: this.connections.size, blocked, peakBufferedBytes: this.peakBufferedBytes };
+  }
+
+  /** Asks every peer to close, waits CLOSE_GRACE_MS for the handshakes, then cuts off the rest. */
+  async closeAll(): Promise<void> {
+    const connections = [...this.connections];
+    for (const conn of connections) conn.ws.close(1001, 'relay shutting down');
+    const allClosed = Promise.all(connections.map((c) => c.closed));
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([allClosed, new Promise<void>((r) => (timer = setTimeout(r, CLOSE_GRACE_MS)))]);
+    clearTimeout(timer);
+    for (const conn of connections) conn.ws.terminate();
+    await allClosed;
+  }
+}

@@ -1,0 +1,220 @@
+/**
+ * What the relay does with each client frame, one handler per frame type, and delivery
+ * to the connections that authenticated a route (docs/PROTOCOL.md "Relay frames": "Client
+ * → relay", "Refusal codes", "Sending", "Delivery and acknowledgement"; DESIGN.md "The
+ * relay": "What it guarantees" and "Authenticated reads").
+ *
+ * A message is committed before `accepted` is sent and before it is delivered to anyone;
+ * only a connection that proved a route's key receives or acknowledges its messages.
+ */
+import type WebSocket from 'ws';
+import { log } from '../log.js';
+import { describeSchemaError } from '../store/json-store.js';
+import { verifyAuth } from './auth.js';
+import type { Connection, Subscription } from './connection.js';
+import { ackRouteOf, deliverText, frameText, NOT_JSON, parseJson, refOf, rosterText } from './frame-text.js';
+import { clientFrame, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, type ClientFrame } from './frames.js';
+import type { EnqueueResult, QueueLimits, QueueResult } from './queues.js';
+import type { Roster } from './roster.js';
+import type { RelayStorage } from './storage.js';
+
+/** Unacknowledged deliveries per connection and route. */
+export const DEFAULT_DELIVERY_WINDOW = 256;
+/** Payload bytes one connection may have waiting for a commit; beyond it sends are refused `rate_limited`. */
+export const MAX_UNCOMMITTED_BYTES = 32 * 1024 * 1024;
+/** Routes one connection may authenticate. */
+export const MAX_ROUTES_PER_CONNECTION = 64;
+
+export interface DispatchSettings {
+  /** the frame rate named in a `rate_limited` refusal (the buckets enforce it) */
+  frameRate: number;
+  deliveryWindow: number;
+}
+
+function queueFullMessage(route: string, result: Extract<EnqueueResult, { outcome: 'queue_full' }>, limits: QueueLimits): string {
+  switch (result.limit) {
+    case 'routeMessages':
+      return `the queue of ${route} is full (${limits.routeMessages} messages waiting for its reader); try again later`;
+    case 'messages':
+      return `the relay is full (${limits.messages} messages queued); try again later`;
+    case 'bytes':
+      return `the relay is full (${limits.bytes} bytes of payload queued); try again later`;
+  }
+}
+
+export class Dispatcher {
+  /** The connections that authenticated each route. */
+  private readonly subscribers = new Map<string, Set<Connection>>();
+  /** Commits in progress and what follows them. */
+  private readonly pending = new Set<Promise<unknown>>();
+
+  constructor(
+    private readonly storage: RelayStorage,
+    private readonly roster: Roster,
+    private readonly settings: DispatchSettings,
+    private readonly now: () => number,
+  ) {}
+
+  /** Resolves once every commit submitted so far has been answered. */
+  async settled(): Promise<void> {
+    await Promise.allSettled([...this.pending]);
+  }
+
+  /**
+   * Every frame, even one that is refused, takes a token from the connection's bucket —
+   * except an ack for a route the connection authenticated: refusing it would leave the
+   * message in flight, holding a slot of the window until the connection closes.
+   */
+  onFrame(conn: Connection, data: WebSocket.RawData, isBinary: boolean): void {
+    const json = isBinary ? NOT_JSON : parseJson(frameText(data));
+    const ref = refOf(json);
+    const ackRoute = ackRouteOf(json);
+    const readerAck = ackRoute !== undefined && conn.subscriptions.has(ackRoute);
+    if (!readerAck && !conn.bucket.take(this.now())) {
+      return conn.refuse(ref, 'rate_limited', `more than ${this.settings.frameRate} frames per second on this connection; slow down and send it again`);
+    }
+    if (isBinary) return conn.refuse(undefined, 'bad_frame', 'frames are JSON text, not binary');
+    if (json === NOT_JSON) return conn.refuse(undefined, 'bad_frame', 'the frame is not JSON');
+    const parsed = clientFrame.safeParse(json);
+    if (!parsed.success) return conn.refuse(ref, 'bad_frame', `invalid frame: ${describeSchemaError(parsed.error)}`);
+    this.dispatch(conn, parsed.data);
+  }
+
+  /** Its in-flight messages stay queued: the next connection authenticated for the route gets them. */
+  onClosed(conn: Connection): void {
+    for (const route of conn.subscriptions.keys()) {
+      const set = this.subscribers.get(route);
+      set?.delete(conn);
+      if (set?.size === 0) this.subscribers.delete(route);
+    }
+  }
+
+  /** The connection's send buffer drained: deliveries resume on every route it reads. */
+  onDrained(conn: Connection): void {
+    for (const subscription of conn.subscriptions.values()) this.pump(conn, subscription);
+  }
+
+  private dispatch(conn: Connection, frame: ClientFrame): void {
+    switch (frame.type) {
+      case 'auth':
+        return this.onAuth(conn, frame.route, frame.sig);
+      case 'send':
+        return this.onSend(conn, frame.ref, frame.to, frame.payload);
+      case 'ack':
+        return this.onAck(conn, frame.route, frame.ids);
+      case 'announce':
+        return this.onAnnounce(conn, frame.announcement);
+      case 'goodbye':
+        return this.onGoodbye(conn, frame.goodbye);
+      case 'roster':
+        return conn.sendText(rosterText(frame.ref, this.roster.list()));
+    }
+  }
+
+  private onAuth(conn: Connection, route: string, sig: string): void {
+    if (!verifyAuth(conn.nonce, route, sig)) {
+      return conn.refuse(undefined, 'auth_failed', `the signature does not prove the key of ${route} for this connection's challenge`);
+    }
+    let subscription = conn.subscriptions.get(route);
+    if (subscription === undefined) {
+      if (conn.subscriptions.size >= MAX_ROUTES_PER_CONNECTION) {
+        return conn.refuse(undefined, 'auth_failed', `a connection may authenticate at most ${MAX_ROUTES_PER_CONNECTION} routes`);
+      }
+      subscription = { route, cursor: -1, inFlight: new Set() };
+      conn.subscriptions.set(route, subscription);
+      let set = this.subscribers.get(route);
+      if (set === undefined) this.subscribers.set(route, (set = new Set()));
+      set.add(conn);
+    }
+    conn.send({ v: PROTOCOL_VERSION, type: 'auth_ok', route });
+    this.pump(conn, subscription);
+  }
+
+  private onSend(conn: Connection, ref: string, to: string, payloadObject: Record<string, unknown>): void {
+    const payload = JSON.stringify(payloadObject);
+    const bytes = Buffer.byteLength(payload, 'utf8');
+    if (bytes > MAX_PAYLOAD_BYTES) {
+      return conn.refuse(ref, 'too_large', `the payload is ${bytes} bytes of JSON; the limit is ${MAX_PAYLOAD_BYTES} bytes (512 KiB)`);
+    }
+    if (conn.uncommittedBytes + bytes > MAX_UNCOMMITTED_BYTES) {
+      return conn.refuse(ref, 'rate_limited', `the relay is still storing ${conn.uncommittedBytes} bytes from this connection; wait for their replies`);
+    }
+    const id = this.storage.issueId();
+    conn.uncommittedBytes += bytes;
+    const commit = this.storage.enqueue(to, id, payload);
+    void commit.finally(() => (conn.uncommittedBytes -= bytes)).catch(() => undefined);
+    this.track(
+      commit.then(
+        (result) => this.afterEnqueue(conn, ref, to, result),
+        (err: unknown) => {
+          log.error('relay_commit_failed', { error: (err as Error).message });
+          conn.refuse(ref, 'storage', `the relay could not store the message (${(err as Error).message}); send it again`);
+        },
+      ),
+    );
+  }
+
+  private afterEnqueue(conn: Connection, ref: string, route: string, result: QueueResult): void {
+    if (result.outcome === 'enqueued') {
+      this.storage.committed(result.id);
+      conn.send({ v: PROTOCOL_VERSION, type: 'accepted', ref, id: result.id });
+      for (const subscriber of this.subscribers.get(route) ?? []) this.pump(subscriber, subscriber.subscriptions.get(route)!);
+    } else if (result.outcome === 'queue_full') {
+      conn.refuse(ref, 'queue_full', queueFullMessage(route, result, this.storage.limits));
+    } else {
+      log.error('relay_id_reused', { result });
+      conn.refuse(ref, 'storage', 'the relay could not store the message (internal id conflict); send it again');
+    }
+  }
+
+  private onAck(conn: Connection, route: string, ids: readonly number[]): void {
+    const subscription = conn.subscriptions.get(route);
+    if (subscription === undefined) {
+      return conn.refuse(undefined, 'not_authenticated', `this connection has not authenticated ${route}; only its reader may acknowledge its messages`);
+    }
+    for (const id of ids) subscription.inFlight.delete(id);
+    this.pump(conn, subscription);
+    if (!ids.some((id) => this.storage.has(route, id))) return;
+    const commit = this.storage.acknowledge(route, ids);
+    this.track(
+      commit.then(
+        () => {
+          for (const subscriber of this.subscribers.get(route) ?? []) {
+            const sub = subscriber.subscriptions.get(route)!;
+            for (const id of ids) sub.inFlight.delete(id);
+            this.pump(subscriber, sub);
+          }
+        },
+        (err: unknown) => {
+          log.error('relay_commit_failed', { error: (err as Error).message });
+          conn.refuse(undefined, 'storage', `the relay could not record the acknowledgement (${(err as Error).message}); the messages stay queued`);
+        },
+      ),
+    );
+  }
+
+  private onAnnounce(conn: Connection, announcement: unknown): void {
+    if (this.roster.announce(announcement) === 'invalid') conn.refuse(undefined, 'bad_frame', 'the announcement is malformed or its signature does not verify');
+  }
+
+  private onGoodbye(conn: Connection, goodbye: unknown): void {
+    if (this.roster.goodbye(goodbye) === 'invalid') conn.refuse(undefined, 'bad_frame', 'the goodbye is malformed or its signature does not verify');
+  }
+
+  /** Delivers the route's next committed messages, within the window, until the connection's buffer is full. */
+  private pump(conn: Connection, sub: Subscription): void {
+    while (!conn.blocked && sub.inFlight.size < this.settings.deliveryWindow && conn.open) {
+      const message = this.storage.nextDeliverable(sub.route, sub.cursor);
+      if (message === undefined) return;
+      sub.cursor = message.id;
+      sub.inFlight.add(message.id);
+      conn.sendText(deliverText(sub.route, message.id, message.payload));
+    }
+  }
+
+  private track(commit: Promise<unknown>): void {
+    const work = commit.catch((err: unknown) => log.error('relay_internal_error', { error: (err as Error).stack ?? String(err) }));
+    this.pending.add(work);
+    void work.finally(() => this.pending.delete(work));
+  }
+}

@@ -1,0 +1,58 @@
+/**
+ * The relay's frame text: reading a raw frame before it is validated (enough to name its
+ * `ref` in a refusal and to spare a reader's acks the frame budget), and writing the two
+ * frames that carry stored text without parsing it again (docs/PROTOCOL.md "Relay
+ * frames": "Refusal codes", "Delivery and acknowledgement", "Presence: announce, goodbye,
+ * roster"). The schemas themselves are in `frames.ts`.
+ */
+import type WebSocket from 'ws';
+import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from './frames.js';
+import type { RosterEntry } from './roster.js';
+
+export const NOT_JSON = Symbol('not JSON');
+
+export function frameText(data: WebSocket.RawData): string {
+  if (Array.isArray(data)) return Buffer.concat(data).toString('utf8');
+  if (data instanceof ArrayBuffer) return Buffer.from(data).toString('utf8');
+  return data.toString('utf8');
+}
+
+export function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return NOT_JSON;
+  }
+}
+
+/** The `ref` of a frame that failed validation, if it has a usable one, so the refusal can name it. */
+export function refOf(data: unknown): string | undefined {
+  if (typeof data !== 'object' || data === null || !('ref' in data)) return undefined;
+  const ref = data.ref;
+  return typeof ref === 'string' && ref.length >= 1 && ref.length <= 64 ? ref : undefined;
+}
+
+/** The route of anything shaped like an `ack`, valid or not. */
+export function ackRouteOf(data: unknown): string | undefined {
+  if (typeof data !== 'object' || data === null || !('type' in data) || !('route' in data)) return undefined;
+  return data.type === 'ack' && typeof data.route === 'string' ? data.route : undefined;
+}
+
+/** The deliver frame, with the stored payload text spliced in unparsed. */
+export function deliverText(route: string, id: number, payload: string): string {
+  return `{"v":${PROTOCOL_VERSION},"type":"deliver","route":${JSON.stringify(route)},"id":${id},"payload":${payload}}`;
+}
+
+/** A roster frame holding the first of `entries` (most recently heard first) that fit in one frame. */
+export function rosterText(ref: string, entries: Iterable<RosterEntry>): string {
+  const budget = MAX_FRAME_BYTES - 1024;
+  const parts: string[] = [];
+  let size = 0;
+  for (const entry of entries) {
+    const text = JSON.stringify(entry);
+    size += Buffer.byteLength(text, 'utf8') + 1;
+    if (size > budget) break;
+    parts.push(text);
+  }
+  return `{"v":${PROTOCOL_VERSION},"type":"roster","ref":${JSON.stringify(ref)},"entries":[${parts.join(',')}]}`;
+}

@@ -1,0 +1,147 @@
+/**
+ * The relay's queues as the server uses them: in memory, or with `--db` a journaled
+ * store held under `<db>/relay.lock`; the ids it issues; and which of them are committed,
+ * and so deliverable (DESIGN.md "The relay": "What it guarantees" and "The durable
+ * store"). The queue rules themselves are the pure `RelayQueueState` in `queues.ts`.
+ */
+import { join, resolve } from 'node:path';
+import { InterlinkError } from '../errors.js';
+import { log } from '../log.js';
+import { JournalStore } from '../store/journal-store.js';
+import { withFileLock } from '../store/lock.js';
+import { makePrivateDir } from '../store/private.js';
+import { RelayQueueState, relayQueueFormat, type QueuedMessage, type QueueLimits, type QueueOp, type QueueResult } from './queues.js';
+
+/** How long a new relay waits for another relay that holds the same --db. */
+const DB_LOCK_TIMEOUT_MS = 2_000;
+
+interface QueueBackend {
+  submit(op: QueueOp): Promise<QueueResult>;
+  /** After the last submit settled. */
+  release(): Promise<void>;
+}
+
+/** Store directories held by relays of this process (the file lock queues callers within a process instead of refusing them). */
+const heldDbs = new Set<string>();
+
+/** Holds `<db>/relay.lock` until released: two relays on one store would issue the same ids. */
+async function holdDbLock(dir: string): Promise<() => Promise<void>> {
+  const busy = (why: string, cause?: unknown) => new InterlinkError('busy', `${dir} is in use by another relay (${why})`, undefined, { cause });
+  if (heldDbs.has(dir)) throw busy('in this process');
+  heldDbs.add(dir);
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  let acquired!: () => void;
+  const held = new Promise<void>((r) => (acquired = r));
+  const lock = withFileLock(
+    join(dir, 'relay'),
+    async () => {
+      acquired();
+      await released;
+    },
+    { timeoutMs: DB_LOCK_TIMEOUT_MS },
+  );
+  try {
+    await Promise.race([held, lock]);
+  } catch (err) {
+    heldDbs.delete(dir);
+    throw busy((err as Error).message, err);
+  }
+  return async () => {
+    release();
+    await lock;
+    heldDbs.delete(dir);
+  };
+}
+
+export class RelayStorage {
+  /** Replaced when the durable store reloads its files: always the state its commits change. */
+  private queues: RelayQueueState;
+  private backend!: QueueBackend;
+  /** Ids are assigned here, before the commit that applies them. */
+  private nextId = 0;
+  /** Only ids below this are committed, and so deliverable. */
+  private deliverableBelow = 0;
+
+  private constructor(
+    readonly limits: QueueLimits,
+    private readonly now: () => number,
+  ) {
+    this.queues = new RelayQueueState(limits);
+  }
+
+  /** The queues under `dbDir` (created if missing), or in memory without it. */
+  static async open(dbDir: string | undefined, limits: QueueLimits, now: () => number): Promise<RelayStorage> {
+    const storage = new RelayStorage(limits, now);
+    storage.backend = dbDir === undefined ? storage.inMemory() : await storage.durable(resolve(dbDir));
+    // Ids continue from the clock (in microseconds) when that is ahead of the store: a
+    // relay restarted without its queues never reissues an id a client may still hold.
+    storage.nextId = Math.max(storage.queues.nextId, Math.floor(now()) * 1000);
+    storage.deliverableBelow = storage.queues.nextId;
+    return storage;
+  }
+
+  private inMemory(): QueueBackend {
+    const state = this.queues;
+    return { submit: async (op) => state.apply(op), release: async () => {} };
+  }
+
+  private async durable(dir: string): Promise<QueueBackend> {
+    await makePrivateDir(dir);
+    const releaseLock = await holdDbLock(dir);
+    try {
+      const format = relayQueueFormat(this.limits, (state) => (this.queues = state));
+      const store = await JournalStore.open(join(dir, 'queues.json'), format);
+      for (const r of store.recoveries) log.error('relay_store_recovered', { ...r });
+      return {
+        submit: (op) => store.submit(op),
+        release: async () => {
+          await store.close();
+          await releaseLock();
+        },
+      };
+    } catch (err) {
+      await releaseLock();
+      throw err;
+    }
+  }
+
+  get stats(): { routes: number; messages: number; bytes: number } {
+    return this.queues.stats;
+  }
+
+  /** A new id, above every id issued or stored so far. */
+  issueId(): number {
+    const id = Math.max(this.nextId, this.queues.nextId);
+    this.nextId = id + 1;
+    return id;
+  }
+
+  /** Commits (with `--db`: fsyncs) the message under an id from `issueId`. */
+  enqueue(route: string, id: number, payload: string): Promise<QueueResult> {
+    return this.backend.submit({ op: 'enq', at: this.now(), route, id, payload });
+  }
+
+  acknowledge(route: string, ids: readonly number[]): Promise<QueueResult> {
+    return this.backend.submit({ op: 'ack', at: this.now(), route, ids: [...ids] });
+  }
+
+  /** Called once the commit of `id` returned: it and every id below may now be delivered. */
+  committed(id: number): void {
+    this.deliverableBelow = Math.max(this.deliverableBelow, id + 1);
+  }
+
+  has(route: string, id: number): boolean {
+    return this.queues.has(route, id);
+  }
+
+  /** The route's first committed message after `cursor`, in id order. */
+  nextDeliverable(route: string, cursor: number): QueuedMessage | undefined {
+    return this.queues.nextAfter(route, cursor, this.deliverableBelow);
+  }
+
+  /** After the last commit settled. */
+  release(): Promise<void> {
+    return this.backend.release();
+  }
+}
