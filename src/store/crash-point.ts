@@ -3,7 +3,9 @@
  * process kills itself with SIGKILL on reaching it, exactly as a power cut or an OOM kill
  * would stop it there. Costs one string comparison when unset.
  */
-const target = process.env.INTERLINK_CRASH_AT;
+import { crashPointTarget } from '../config/env.js';
+
+const target = crashPointTarget();
 
 export function crashPoint(name: string): void {
   if (target !== undefined && target === name) process.kill(process.pid, 'SIGKILL');
