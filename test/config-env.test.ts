@@ -221,6 +221,11 @@ describe('the command line', () => {
     expect(run.stdout).toBe('');
   });
 
+  it("refuses the pair command's session for the listener too, as a usage error", async () => {
+    const run = await runCli(['wait'], env({ INTERLINK_SESSION: 'cli' }));
+    expect(expectOneLine(run, 64, 'wait')).toMatch(/^interlink-mcp wait: INTERLINK_SESSION: the session id cli is reserved for `interlink-mcp pair`/);
+  });
+
   it('still runs with values spelled as before (upper-case level, 0, claude)', async () => {
     const out = expectSuccess(await runCli(['keygen', '--json'], env({ INTERLINK_LOG: 'WARN', INTERLINK_CHANNELS: '0', INTERLINK_MODE: 'claude', INTERLINK_URL: '' })));
     expect(JSON.parse(out)).toMatchObject({ path: join(root, 'config', 'id.key') });

@@ -109,7 +109,7 @@ export interface Config {
 }
 
 /** Parses the environment once; a value the schema refuses throws `bad_config`. */
-export function loadConfig(env: Env = process.env): Config {
+export function loadConfig(env: Env): Config {
   const parsed = SCHEMA.safeParse(env);
   if (!parsed.success) throw configError(parsed.error, env);
   const v = parsed.data;
