@@ -12,6 +12,8 @@ export type ErrorCode =
   | 'peer_conflict'
   | 'unknown_peer'
   | 'own_key'
+  /** an INTERLINK_* variable holds a value it does not take (config/env.ts) */
+  | 'bad_config'
   // envelopes and input
   | 'bad_envelope'
   | 'too_large'

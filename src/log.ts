@@ -1,18 +1,19 @@
 /**
  * Structured, leveled logging to stderr. Stdout belongs to the MCP protocol (and to
  * command output), so nothing here ever writes to it. Quiet by default: only warnings
- * and errors unless INTERLINK_LOG asks for more.
+ * and errors unless the configuration (INTERLINK_LOG, config/env.ts) asks for more.
  */
 const LEVELS = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 } as const;
 export type LogLevel = Exclude<keyof typeof LEVELS, 'silent'>;
+export type LogSetting = keyof typeof LEVELS;
+export const LOG_SETTINGS = Object.keys(LEVELS) as [LogSetting, ...LogSetting[]];
 
-function thresholdFromEnv(): number {
-  const raw = process.env.INTERLINK_LOG?.toLowerCase();
-  if (raw !== undefined && raw in LEVELS) return LEVELS[raw as keyof typeof LEVELS];
-  return LEVELS.warn;
+let threshold: number = LEVELS.warn;
+
+/** Set once by the CLI at startup, from the parsed configuration. */
+export function setLogLevel(setting: LogSetting): void {
+  threshold = LEVELS[setting];
 }
-
-const threshold = thresholdFromEnv();
 
 function emit(level: LogLevel, event: string, fields: Record<string, unknown>): void {
   if (LEVELS[level] < threshold) return;

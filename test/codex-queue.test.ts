@@ -10,7 +10,7 @@ import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { captureStderr } from './helpers/assert.js';
-import { codexBin, queueNotice, queueOnce, type QueueOptions } from '../src/codex/queue.js';
+import { queueNotice, queueOnce, type QueueOptions } from '../src/codex/queue.js';
 import { MAX_NOTICE_BYTES } from '../src/notices/notice.js';
 import { fakeCodex, type FakeCodex, type FakeCodexMode } from './helpers/fake-codex.js';
 import { tempDir } from './helpers/fixtures.js';
@@ -107,7 +107,7 @@ describe('codex queue: success', () => {
   });
 
   it('finds `codex` on the PATH of the environment it is given', async () => {
-    const report = await queueNotice(options('ok', { bin: codexBin({}) }));
+    const report = await queueNotice(options('ok', { bin: 'codex' }));
     expect(report).toMatchObject({ outcome: 'host_queued', attempts: 1 });
     expect(fake.calls()).toHaveLength(1);
   });
@@ -306,24 +306,5 @@ describe('codex queue: abort', () => {
     expect(report).toMatchObject({ outcome: 'delivery_failed', save: true, attempts: 0 });
     expect(await queueOnce(options('hang', { signal: stop.signal }))).toMatchObject({ kind: 'unstartable' });
     expect(fake.calls()).toEqual([]);
-  });
-});
-
-describe('codexBin', () => {
-  it('uses INTERLINK_CODEX_BIN when set, else codex', () => {
-    expect(codexBin({ INTERLINK_CODEX_BIN: '/opt/codex/bin/codex' })).toBe('/opt/codex/bin/codex');
-    expect(codexBin({ INTERLINK_CODEX_BIN: '' })).toBe('codex');
-    expect(codexBin({})).toBe('codex');
-  });
-
-  it('reads the process environment by default', () => {
-    vi.stubEnv('INTERLINK_CODEX_BIN', '/from/env/codex');
-    try {
-      expect(codexBin()).toBe('/from/env/codex');
-      vi.stubEnv('INTERLINK_CODEX_BIN', '');
-      expect(codexBin()).toBe('codex');
-    } finally {
-      vi.unstubAllEnvs();
-    }
   });
 });

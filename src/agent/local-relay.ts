@@ -6,28 +6,13 @@
  */
 import { spawn } from 'node:child_process';
 import { constants, openSync } from 'node:fs';
+import type { Config } from '../config/env.js';
 import { makePrivateDirSync, NO_FOLLOW, PRIVATE_FILE } from '../store/private.js';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { log } from '../log.js';
 import { connectError } from '../relay/reach.js';
-
-export const DEFAULT_RELAY_ADDR = '127.0.0.1:9440';
-
-/** INTERLINK_LOCAL_RELAY moves the local relay (tests; several users on one machine). */
-export function localRelayAddr(env: NodeJS.ProcessEnv): string {
-  return env.INTERLINK_LOCAL_RELAY?.trim() || DEFAULT_RELAY_ADDR;
-}
-
-export function configuredRelays(env: NodeJS.ProcessEnv): string[] | undefined {
-  const raw = env.INTERLINK_URL?.trim();
-  if (!raw) return undefined;
-  return raw
-    .split(',')
-    .map((u) => u.trim())
-    .filter((u) => u.length > 0);
-}
 
 export type Probe = { url: string; answers: true } | { url: string; answers: false; error: string };
 
@@ -76,10 +61,9 @@ function startDetachedRelay(stateDir: string, addr: string): void {
 }
 
 /** The relays to use; starts the local one first when nothing is configured or running. */
-export async function relayUrls(env: NodeJS.ProcessEnv, stateDir: string, deadlineMs = 5_000): Promise<string[]> {
-  const configured = configuredRelays(env);
-  if (configured !== undefined) return configured;
-  const addr = localRelayAddr(env);
+export async function relayUrls(config: Pick<Config, 'relays' | 'localRelay' | 'stateDir'>, deadlineMs = 5_000): Promise<string[]> {
+  if (config.relays !== undefined) return [...config.relays];
+  const { localRelay: addr, stateDir } = config;
   const url = `ws://${addr}`;
   if (await relayAnswers(url, 500)) return [url];
   startDetachedRelay(stateDir, addr);

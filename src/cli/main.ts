@@ -3,8 +3,12 @@
  * `interlink-mcp <command>`: a thin dispatcher. Exit codes: 0 success, 1 failure with a
  * one-line reason on stderr, 64 usage error (also one line). With --json a failure is
  * also `{"error": {"code", "message"}}` on stdout. `wait` exits by its own rules.
+ * The environment is parsed once here (config/env.ts) and handed to the command; a
+ * variable with a value it does not take is a usage error of every command, `wait` too.
  */
+import { loadConfig, type Config } from '../config/env.js';
 import { InterlinkError } from '../errors.js';
+import { setLogLevel } from '../log.js';
 import { reportDamageWith } from '../store/damage.js';
 import { resultPrinted } from './args.js';
 import { demo, demoHelp } from './commands/demo.js';
@@ -22,7 +26,7 @@ const EXIT_FAILURE = 1;
 const EXIT_USAGE = 64;
 
 interface Command {
-  run: (argv: readonly string[]) => Promise<void>;
+  run: (argv: readonly string[], config: Config) => Promise<void>;
   help: string;
   summary: string;
 }
@@ -112,8 +116,17 @@ async function main(argv: readonly string[]): Promise<number> {
   // At a terminal a damaged file is reported as the sentence itself; `serve` logs it as JSON.
   if (name !== 'serve') reportDamageWith((_damage, sentence) => process.stderr.write(`interlink-mcp ${name}: ${sentence}\n`));
   const json = wantsJson(rest);
+  let config: Config;
   try {
-    await command.run(rest);
+    config = loadConfig(process.env);
+  } catch (err) {
+    if (!(err instanceof InterlinkError)) throw err;
+    fail(name, err.code, err.cliMessage, json);
+    return EXIT_USAGE;
+  }
+  setLogLevel(config.log);
+  try {
+    await command.run(rest, config);
     return 0;
   } catch (err) {
     if (err instanceof InterlinkError && err.code === 'usage') {

@@ -15,9 +15,9 @@ function gitRoot(cwd: string): string {
   }
 }
 
-function personName(env: NodeJS.ProcessEnv): string {
-  const configured = env.INTERLINK_NAME?.trim();
-  if (configured !== undefined && configured !== '') return configured.slice(0, 128);
+/** INTERLINK_NAME (config/env.ts), else user@host. */
+function personName(configured: string | undefined): string {
+  if (configured !== undefined) return configured;
   try {
     return `${userInfo().username}@${hostname()}`;
   } catch {
@@ -25,6 +25,6 @@ function personName(env: NodeJS.ProcessEnv): string {
   }
 }
 
-export function presenceInfo(cwd = process.cwd(), env: NodeJS.ProcessEnv = process.env): PresenceInfo {
-  return { name: personName(env), cwd, gitRoot: gitRoot(cwd), summary: '' };
+export function presenceInfo(name: string | undefined, cwd = process.cwd()): PresenceInfo {
+  return { name: personName(name), cwd, gitRoot: gitRoot(cwd), summary: '' };
 }

@@ -20,8 +20,14 @@ export class CodexHost {
   private binding: { thread: string; agent: Promise<Agent> } | undefined;
   private closed = false;
 
-  /** `start` runs the session for a thread; it is called once (again only if it failed). */
-  constructor(private readonly start: (thread: string) => Promise<Agent>) {}
+  /**
+   * `bin` is the `codex` that notices run (INTERLINK_CODEX_BIN); `start` runs the session
+   * for a thread, once (again only if it failed).
+   */
+  constructor(
+    readonly bin: string,
+    private readonly start: (thread: string) => Promise<Agent>,
+  ) {}
 
   get thread(): string | undefined {
     return this.binding?.thread;

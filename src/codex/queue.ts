@@ -11,7 +11,7 @@ import { MAX_NOTICE_BYTES } from '../notices/notice.js';
 import { afterAttempt, QUEUE_TIMEOUT_MS, type AttemptResult, type NextStep } from './retry.js';
 
 export interface QueueOptions {
-  /** The `codex` executable: INTERLINK_CODEX_BIN, else `codex` on PATH. */
+  /** The `codex` executable (INTERLINK_CODEX_BIN, see config/env.ts). */
   bin: string;
   thread: string;
   message: string;
@@ -28,11 +28,6 @@ export type QueueReport = Extract<NextStep, { action: 'finish' }> & { attempts: 
 
 /** Keeps the last bytes of a child's output for the failure reason, never more. */
 const DETAIL_BYTES = 2_048;
-
-export function codexBin(env: NodeJS.ProcessEnv = process.env): string {
-  const configured = env.INTERLINK_CODEX_BIN;
-  return configured !== undefined && configured !== '' ? configured : 'codex';
-}
 
 /** Its own process group (detached), so a timeout can kill whatever it started too. */
 function startAttempt(options: QueueOptions) {

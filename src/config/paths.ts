@@ -1,38 +1,9 @@
 /**
- * Where things live on disk (CONTRACT "Files and environment"), and the rule that keeps
- * names chosen by users or peers from escaping their directory.
+ * Where things live under the state root, and the rule that keeps names chosen by users
+ * or peers from escaping their directory. The roots themselves come from config/env.ts.
  */
-import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { InterlinkError } from '../errors.js';
-
-export type Env = Readonly<Record<string, string | undefined>>;
-
-function nonEmpty(value: string | undefined): string | undefined {
-  return value !== undefined && value !== '' ? value : undefined;
-}
-
-export function configDir(env: Env = process.env): string {
-  const explicit = nonEmpty(env.INTERLINK_CONFIG_DIR);
-  if (explicit !== undefined) return explicit;
-  const xdg = nonEmpty(env.XDG_CONFIG_HOME);
-  return join(xdg ?? join(homedir(), '.config'), 'interlink');
-}
-
-export function stateDir(env: Env = process.env): string {
-  const explicit = nonEmpty(env.INTERLINK_STATE_DIR);
-  if (explicit !== undefined) return explicit;
-  const xdg = nonEmpty(env.XDG_STATE_HOME);
-  return join(xdg ?? join(homedir(), '.local', 'state'), 'interlink');
-}
-
-export function keyPath(env: Env = process.env): string {
-  return nonEmpty(env.INTERLINK_KEY) ?? join(configDir(env), 'id.key');
-}
-
-export function peersPath(env: Env = process.env): string {
-  return nonEmpty(env.INTERLINK_PEERS) ?? join(configDir(env), 'peers.json');
-}
 
 export const MAX_NAME_BYTES = 128;
 

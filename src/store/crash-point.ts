@@ -4,7 +4,9 @@
  * would stop it there. `<point>@<n>` kills it the n-th time it gets there (so a test can
  * let some operations complete first). Costs one string comparison when unset.
  */
-const [target, nth] = parseTarget(process.env.INTERLINK_CRASH_AT);
+import { crashPointTarget } from '../config/env.js';
+
+const [target, nth] = parseTarget(crashPointTarget());
 let hits = 0;
 
 function parseTarget(spec: string | undefined): [string | undefined, number] {

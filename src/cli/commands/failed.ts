@@ -4,9 +4,9 @@
  * saved failures under the state root, and retries with the same executor the server
  * uses.
  */
-import { keyPath, mailboxPath, stateDir } from '../../config/paths.js';
+import type { Config } from '../../config/env.js';
+import { mailboxPath } from '../../config/paths.js';
 import { FailedDeliveries, failedSessions, type Failure } from '../../codex/failed.js';
-import { codexBin } from '../../codex/queue.js';
 import { discardFailure, FAILED_ACTIONS, readFailure, RECOVERY_NOTE, retryFailure, type FailedAction } from '../../codex/recovery.js';
 import { InterlinkError } from '../../errors.js';
 import { loadIdentity } from '../../identity/identity.js';
@@ -63,7 +63,7 @@ function isAction(value: string | undefined): value is FailedAction {
   return (FAILED_ACTIONS as readonly (string | undefined)[]).includes(value);
 }
 
-export async function failedDeliveries(argv: readonly string[]): Promise<void> {
+export async function failedDeliveries(argv: readonly string[], config: Config): Promise<void> {
   const [action, ...rest] = argv;
   // Usage errors first: a wrong action is exit 64 whether or not an identity exists.
   if (!isAction(action)) throw unknownAction(action, FAILED_ACTIONS);
@@ -71,8 +71,8 @@ export async function failedDeliveries(argv: readonly string[]): Promise<void> {
   const [id = ''] = expectPositionals(args, USAGE[action].positionals, USAGE[action].usage);
   const json = args.values.json === true;
   const session = typeof args.values.session === 'string' ? args.values.session : undefined;
-  const identity = await loadIdentity(keyPath());
-  const state = stateDir();
+  const identity = await loadIdentity(config.keyPath);
+  const state = config.stateDir;
   const all = await stores(state, identity.key, session);
   switch (action) {
     case 'list': {
@@ -87,7 +87,7 @@ export async function failedDeliveries(argv: readonly string[]): Promise<void> {
     }
     case 'retry': {
       const result = await retryFailure(await storeOf(all, id), id, {
-        bin: codexBin(),
+        bin: config.codexBin,
         onQueued: async (failure) => {
           // The notice now reached Codex: record it on the messages it covered, if it is
           // still their current notice (an older one changes nothing).

@@ -1,4 +1,4 @@
-import { keyPath } from '../../config/paths.js';
+import type { Config } from '../../config/env.js';
 import { backupIdentity, createIdentity, loadIdentity } from '../../identity/identity.js';
 import { expectPositionals, parse, print } from '../args.js';
 
@@ -9,10 +9,10 @@ readable only by you. Refuses to replace an existing key unless --force is given
 the old key is first kept as <key file>.<date>.bak (mode 0600, e.g.
 id.key.20261201T110045Z.bak) and the output says where.`;
 
-export async function keygen(argv: readonly string[]): Promise<void> {
+export async function keygen(argv: readonly string[], config: Config): Promise<void> {
   const args = parse(argv, { force: { type: 'boolean' }, json: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp keygen [--force] [--json]');
-  const path = keyPath();
+  const path = config.keyPath;
   const force = args.values.force === true;
   const backup = force ? await backupIdentity(path) : undefined;
   const identity = await createIdentity(path, { force });
@@ -30,10 +30,10 @@ export const whoamiHelp = `usage: interlink-mcp whoami [--json]
 
 Prints this identity's public key (what peers add) and its fingerprint (what people compare).`;
 
-export async function whoami(argv: readonly string[]): Promise<void> {
+export async function whoami(argv: readonly string[], config: Config): Promise<void> {
   const args = parse(argv, { json: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp whoami [--json]');
-  const identity = await loadIdentity(keyPath());
+  const identity = await loadIdentity(config.keyPath);
   print(args.values.json === true, { key: identity.key, fingerprint: identity.fingerprint }, () =>
     [`key          ${identity.key}`, `fingerprint  ${identity.fingerprint}`].join('\n'),
   );

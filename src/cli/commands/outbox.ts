@@ -6,7 +6,8 @@
  */
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { keyPath, outboxPath, stateDir, unsafeNameReason } from '../../config/paths.js';
+import type { Config } from '../../config/env.js';
+import { outboxPath, unsafeNameReason } from '../../config/paths.js';
 import { InterlinkError } from '../../errors.js';
 import { loadIdentity } from '../../identity/identity.js';
 import { Outbox, outboundState } from '../../outbox/outbox.js';
@@ -25,13 +26,13 @@ async function sessionsWithOutbox(state: string, identity: string): Promise<stri
   return [...new Set(sessions)].filter((s) => unsafeNameReason(s) === undefined).sort();
 }
 
-export async function outbox(argv: readonly string[]): Promise<void> {
+export async function outbox(argv: readonly string[], config: Config): Promise<void> {
   const [action, ...rest] = argv;
   if (action !== 'drop') throw unknownAction(action, ['drop']);
   const args = parse(rest, { json: { type: 'boolean' } });
   const [msgId] = expectPositionals(args, 1, 'interlink-mcp outbox drop <msg_id>') as [string];
-  const identity = await loadIdentity(keyPath());
-  const state = stateDir();
+  const identity = await loadIdentity(config.keyPath);
+  const state = config.stateDir;
   for (const session of await sessionsWithOutbox(state, identity.key)) {
     const store = await Outbox.open(outboxPath(state, identity.key, session));
     try {

@@ -9,7 +9,7 @@
 import { Agent } from '../../agent/agent.js';
 import { relayUrls } from '../../agent/local-relay.js';
 import { PAIRING_SESSION } from '../../agent/routing.js';
-import { keyPath, peersPath, stateDir } from '../../config/paths.js';
+import type { Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
 import { loadPeers, readPeers } from '../../peers/peers.js';
@@ -51,7 +51,7 @@ function isAction(value: string | undefined): value is Action {
   return (ACTIONS as readonly (string | undefined)[]).includes(value);
 }
 
-export async function pair(argv: readonly string[]): Promise<void> {
+export async function pair(argv: readonly string[], config: Config): Promise<void> {
   const [action, ...rest] = argv;
   if (!isAction(action)) throw new InterlinkError('usage', pairHelp);
   const args = parse(rest, { json: { type: 'boolean' }, petname: { type: 'string' }, session: { type: 'string' } });
@@ -62,12 +62,11 @@ export async function pair(argv: readonly string[]): Promise<void> {
 
   // `pair list` is a view of peers.json: a damaged one is reported and left as it is.
   if (action === 'list') {
-    const { damage } = await readPeers(peersPath());
+    const { damage } = await readPeers(config.peersPath);
     if (damage !== undefined) throw new InterlinkError('corrupt', damage.message);
   }
-  const identity = await loadOrCreateIdentity(keyPath());
-  const state = stateDir();
-  const agent = await Agent.start({ identity, session: CLI_SESSION, stateDir: state, peersPath: peersPath(), relayUrls: await relayUrls(process.env, state), presence: presenceInfo(), logOutages: false });
+  const identity = await loadOrCreateIdentity(config.keyPath);
+  const agent = await Agent.start({ identity, session: CLI_SESSION, stateDir: config.stateDir, peersPath: config.peersPath, relayUrls: await relayUrls(config), presence: presenceInfo(config.name), logOutages: false });
   try {
     const { answered, unanswered } = await agent.reach(CONNECT_MS);
     // confirm and cancel change only this machine's files; the rest need a relay.
@@ -82,7 +81,7 @@ export async function pair(argv: readonly string[]): Promise<void> {
     }
     const before = (await agent.pairing.list()).outgoing;
     await agent.drain();
-    const completed = await completedSince(before, (await agent.pairing.list()).outgoing);
+    const completed = await completedSince(config.peersPath, before, (await agent.pairing.list()).outgoing);
     switch (action) {
       case 'request': {
         const result = await agent.pairing.request(subject!, { ...(petname !== undefined && { petname }), ...(session !== undefined && { session }) });
@@ -182,8 +181,8 @@ async function listAll(agent: Agent): Promise<LocalListing> {
 type OutgoingView = { key: string; petname: string; fingerprint: string; state: string };
 
 /** Open requests that an acceptance closed while the relays' mail was handled: now peers. */
-async function completedSince(before: readonly OutgoingView[], after: readonly OutgoingView[]) {
-  const { table } = await loadPeers(peersPath());
+async function completedSince(peersPath: string, before: readonly OutgoingView[], after: readonly OutgoingView[]) {
+  const { table } = await loadPeers(peersPath);
   const closed = before.filter((o) => o.state !== 'accepted_with_conflict' && !after.some((a) => a.key === o.key));
   return closed.filter((o) => table.has(o.key)).map((o) => ({ petname: table.petnameOf(o.key) ?? o.petname, fingerprint: o.fingerprint, key: o.key }));
 }

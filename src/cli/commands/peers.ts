@@ -1,4 +1,4 @@
-import { keyPath, peersPath } from '../../config/paths.js';
+import type { Config } from '../../config/env.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey } from '../../identity/identity.js';
 import { addPeer, checkNewPeer, readPeers, removePeer } from '../../peers/peers.js';
@@ -16,9 +16,9 @@ A key that is not a public key, or a petname that is not allowed, is a usage err
 this identity's own key is refused (its sessions are reached as "self").`;
 
 /** This identity's key, when there is one yet (an add before the first keygen is allowed). */
-async function ownKey(): Promise<string | undefined> {
+async function ownKey(keyPath: string): Promise<string | undefined> {
   try {
-    return (await loadIdentity(keyPath())).key;
+    return (await loadIdentity(keyPath)).key;
   } catch (err) {
     if (isInterlinkError(err, 'key_missing')) return undefined;
     throw err;
@@ -35,11 +35,11 @@ function checkAddArguments(petname: string, key: string, own: string | undefined
   }
 }
 
-export async function peers(argv: readonly string[]): Promise<void> {
+export async function peers(argv: readonly string[], config: Config): Promise<void> {
   const [action, ...rest] = argv;
   const args = parse(rest, { json: { type: 'boolean' } });
   const json = args.values.json === true;
-  const path = peersPath();
+  const path = config.peersPath;
   switch (action) {
     case 'list': {
       expectPositionals(args, 0, 'interlink-mcp peers list');
@@ -53,7 +53,7 @@ export async function peers(argv: readonly string[]): Promise<void> {
     }
     case 'add': {
       const [petname, key] = expectPositionals(args, 2, 'interlink-mcp peers add <petname> <key>') as [string, string];
-      const own = await ownKey();
+      const own = await ownKey(config.keyPath);
       checkAddArguments(petname, key, own);
       const { outcome } = await addPeer(path, petname, key, own);
       print(json, { petname, key, outcome }, () => (outcome === 'added' ? `added ${petname}` : `${petname} already has that key; nothing changed`));

@@ -7,13 +7,11 @@
 import { isIP } from 'node:net';
 import { resolve } from 'node:path';
 import { localRelayDir } from '../../agent/local-relay.js';
-import { stateDir } from '../../config/paths.js';
+import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
 import { RelayServer } from '../../relay/server.js';
 import { expectPositionals, parse, print } from '../args.js';
-
-export const DEFAULT_RELAY_ADDR = '127.0.0.1:9440';
 
 export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR]
        interlink-mcp relay stop [--db DIR] [--json]
@@ -84,10 +82,10 @@ function stopSignal(): Promise<NodeJS.Signals> {
 const STOP_WAIT_MS = 10_000;
 
 /** Stops the relay recorded in `db`'s pid file; resolves once it has exited. */
-async function stop(argv: readonly string[]): Promise<void> {
+async function stop(argv: readonly string[], config: Config): Promise<void> {
   const args = parse(argv, { db: { type: 'string' }, json: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp relay stop [--db DIR] [--json]');
-  const db = typeof args.values.db === 'string' ? resolve(args.values.db) : localRelayDir(stateDir());
+  const db = typeof args.values.db === 'string' ? resolve(args.values.db) : localRelayDir(config.stateDir);
   const record = await readRelayPid(db);
   const json = args.values.json === true;
   if (record === undefined || !isRunning(record.pid)) {
@@ -106,8 +104,8 @@ async function stop(argv: readonly string[]): Promise<void> {
   print(json, { stopped: true, pid: record.pid, url: record.url, db }, () => `stopped the relay on ${record.url} (pid ${record.pid}); its queued messages stay in ${db}`);
 }
 
-export async function relay(argv: readonly string[]): Promise<void> {
-  if (argv[0] === 'stop') return stop(argv.slice(1));
+export async function relay(argv: readonly string[], config: Config): Promise<void> {
+  if (argv[0] === 'stop') return stop(argv.slice(1), config);
   const args = parse(argv, { addr: { type: 'string' }, db: { type: 'string' } });
   expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR]');
   const { host, port } = parseAddr(typeof args.values.addr === 'string' ? args.values.addr : DEFAULT_RELAY_ADDR);

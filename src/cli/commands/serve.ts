@@ -7,13 +7,12 @@ import { join } from 'node:path';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { Agent } from '../../agent/agent.js';
 import { relayUrls } from '../../agent/local-relay.js';
-import { resolveSessionId } from '../../agent/session.js';
-import { configDir, keyPath, peersPath, stateDir } from '../../config/paths.js';
+import { serverSession } from '../../agent/session.js';
+import type { Config } from '../../config/env.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
 import { log } from '../../log.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { CodexHost } from '../../codex/host.js';
-import { codexBin } from '../../codex/queue.js';
 import { codexQueueSink } from '../../codex/sink.js';
 import { channelSink, createServer, type ServedSession } from '../../mcp/server.js';
 import { inboxSink } from '../../notices/sinks.js';
@@ -71,21 +70,21 @@ function listOrEmpty(dir: string): string[] {
   }
 }
 
-export async function serve(argv: readonly string[]): Promise<void> {
+export async function serve(argv: readonly string[], config: Config): Promise<void> {
   const args = parse(argv, { session: { type: 'string' }, codex: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp serve [--session ID] [--codex]');
-  const codexMode = args.values.codex === true || process.env.INTERLINK_MODE === 'codex';
-  const identity = await loadOrCreateIdentity(keyPath());
-  const state = stateDir();
-  tightenRoots(configDir(), state);
-  const urls = await relayUrls(process.env, state);
-  const presence = presenceInfo();
+  const codexMode = args.values.codex === true || config.mode === 'codex';
+  const identity = await loadOrCreateIdentity(config.keyPath);
+  const state = config.stateDir;
+  tightenRoots(config.configDir, state);
+  const urls = await relayUrls(config);
+  const presence = presenceInfo(config.name);
   const startAgent = (session: string) =>
     Agent.start({
       identity,
       session,
       stateDir: state,
-      peersPath: peersPath(),
+      peersPath: config.peersPath,
       relayUrls: urls,
       presence,
     });
@@ -93,9 +92,9 @@ export async function serve(argv: readonly string[]): Promise<void> {
   let served: ServedSession;
   let server: Server;
   if (codexMode) {
-    const codex = new CodexHost(async (thread) => {
+    const codex = new CodexHost(config.codexBin, async (thread) => {
       const agent = await startAgent(thread);
-      agent.startNotices(codexQueueSink({ thread, bin: codexBin(), failed: agent.failedDeliveries() }));
+      agent.startNotices(codexQueueSink({ thread, bin: config.codexBin, failed: agent.failedDeliveries() }));
       log.info('serving', { mode: 'codex', session: thread, identity: identity.key, relays: urls });
       return agent;
     });
@@ -103,10 +102,10 @@ export async function serve(argv: readonly string[]): Promise<void> {
     server = createServer(served, packageVersion());
     log.info('waiting_for_codex_binding', { identity: identity.key });
   } else {
-    const { session, source } = resolveSessionId(typeof args.values.session === 'string' ? args.values.session : undefined);
+    const { session, source } = serverSession(typeof args.values.session === 'string' ? args.values.session : undefined, config);
     const agent = await startAgent(session);
     log.info('serving', { session, source, identity: identity.key, relays: urls });
-    const channels = process.env.INTERLINK_CHANNELS === '1';
+    const { channels } = config;
     served = { agent };
     server = createServer(served, packageVersion(), { channels });
     agent.startNotices(channels ? channelSink(server) : inboxSink(state, () => agent.claudeSession));

@@ -6,9 +6,10 @@
  */
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { configuredRelays, localRelayAddr, localRelayDir, probeRelay } from '../../agent/local-relay.js';
+import { localRelayDir, probeRelay } from '../../agent/local-relay.js';
+import type { Config } from '../../config/env.js';
 import { isRunning, readRelayPid } from '../../relay/pid-file.js';
-import { keyPath, peersPath, stateDir, unsafeNameReason } from '../../config/paths.js';
+import { unsafeNameReason } from '../../config/paths.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
 import { FAILED_UNAVAILABLE, FailedDeliveries } from '../../codex/failed.js';
@@ -38,9 +39,9 @@ async function sessionsIn(dir: string): Promise<string[]> {
   return [...new Set(sessions)];
 }
 
-async function identityOrNull(): Promise<Identity | undefined> {
+async function identityOrNull(keyPath: string): Promise<Identity | undefined> {
   try {
-    return await loadIdentity(keyPath());
+    return await loadIdentity(keyPath);
   } catch (err) {
     if (isInterlinkError(err, 'key_missing')) return undefined;
     throw err;
@@ -65,15 +66,15 @@ async function localRelay(state: string): Promise<{ running: boolean; pid?: numb
   return record !== undefined && isRunning(record.pid) ? { running: true, pid: record.pid, url: record.url, db } : { running: false, db };
 }
 
-export async function status(argv: readonly string[]): Promise<void> {
+export async function status(argv: readonly string[], config: Config): Promise<void> {
   const args = parse(argv, { json: { type: 'boolean' }, all: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp status [--all] [--json]');
-  const identity = await identityOrNull();
-  const { table, damage } = await readPeers(peersPath());
+  const identity = await identityOrNull(config.keyPath);
+  const { table, damage } = await readPeers(config.peersPath);
   const damaged: Damage[] = damage === undefined ? [] : [damage];
-  const urls = configuredRelays(process.env) ?? [`ws://${localRelayAddr(process.env)}`];
+  const urls = config.relays ?? [`ws://${config.localRelay}`];
   const relays = await Promise.all(urls.map((url) => probeRelay(url, 1_000)));
-  const state = stateDir();
+  const state = config.stateDir;
   const sessions: {
     session: string;
     unread: number;
@@ -150,7 +151,7 @@ export async function status(argv: readonly string[]): Promise<void> {
     lines.push(`peers        ${damage === undefined ? peers : `unreadable: ${damage.file} is damaged (see below)`}`);
     for (const r of relays) lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : `no answer (${r.error})`}`);
     if (local.running) lines.push(`local relay  running, pid ${local.pid}, ${local.url}, store ${local.db} (stop: interlink-mcp relay stop)`);
-    else if (configuredRelays(process.env) === undefined) lines.push(`local relay  not running (serve starts it when no relay answers), store ${local.db}`);
+    else if (config.relays === undefined) lines.push(`local relay  not running (serve starts it when no relay answers), store ${local.db}`);
     lines.push(`state        ${state}`);
     if (sessions.length === 0) lines.push('sessions     none yet');
     for (const s of shown) {
@@ -286,20 +287,20 @@ function describeRow(r: MessageRow, who: string): string {
   return `${new Date(r.ts).toISOString()}  ${r.session}  ${forTerminal(who)}${forTerminal(task)}  ${r.state}  ${r.msg_id}\n    ${text.replace(/\n/g, '\n    ')}`;
 }
 
-export async function inbox(argv: readonly string[]): Promise<void> {
+export async function inbox(argv: readonly string[], config: Config): Promise<void> {
   const args = parse(argv, { session: { type: 'string' }, peer: { type: 'string' }, unread: { type: 'boolean' }, sent: { type: 'boolean' }, rejected: { type: 'boolean' }, json: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp inbox [--session ID] [--peer PETNAME] [--unread | --sent | --rejected] [--json]');
   const sent = args.values.sent === true;
   const unread = args.values.unread === true;
   const refused = args.values.rejected === true;
   if ([sent, unread, refused].filter(Boolean).length > 1) throw new InterlinkError('usage', '--unread, --sent and --rejected each show a different list; pass one');
-  const identity = await loadIdentity(keyPath());
-  const { table, damage } = await readPeers(peersPath());
+  const identity = await loadIdentity(config.keyPath);
+  const { table, damage } = await readPeers(config.peersPath);
   const peer = typeof args.values.peer === 'string' ? args.values.peer : undefined;
   if (peer !== undefined && peer !== 'self' && damage !== undefined) throw new InterlinkError('corrupt', damage.message);
   const peerKey = peer === undefined ? undefined : peer === 'self' ? identity.key : table.keyOf(peer);
   if (peer !== undefined && peerKey === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${peer}`, undefined, { hint: { tool: 'see list_peers', cli: 'see `interlink-mcp peers list`' } });
-  const dir = join(stateDir(), sent ? 'outbox' : refused ? 'rejected' : 'mailbox', identity.key);
+  const dir = join(config.stateDir, sent ? 'outbox' : refused ? 'rejected' : 'mailbox', identity.key);
   // A flag that names a file goes through the name rule: `--session ../../x` reads nothing outside the state root.
   const only = typeof args.values.session === 'string' ? sessionFlag(args.values.session) : undefined;
   const sessions = only !== undefined ? [only] : await sessionsIn(dir);

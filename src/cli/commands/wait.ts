@@ -20,7 +20,9 @@
 import { watch, type FSWatcher } from 'node:fs';
 import { basename } from 'node:path';
 import { z } from 'zod';
-import { checkSafeName, mailboxPath, stateDir, unsafeNameReason, type Env } from '../../config/paths.js';
+import { pinnedSession } from '../../agent/session.js';
+import type { Config } from '../../config/env.js';
+import { mailboxPath, unsafeNameReason } from '../../config/paths.js';
 import { InterlinkError } from '../../errors.js';
 import { log } from '../../log.js';
 import { crashPoint } from '../../store/crash-point.js';
@@ -131,11 +133,9 @@ async function sessionFromStopPayload(): Promise<string | undefined> {
   return undefined;
 }
 
-async function resolveSession(flag: string | undefined, env: Env): Promise<string> {
-  if (flag !== undefined) return flag;
-  const fromEnv = env.INTERLINK_SESSION;
-  if (fromEnv !== undefined && fromEnv !== '') return checkSafeName(fromEnv, 'session id');
-  return (await sessionFromStopPayload()) ?? DEFAULT_SESSION;
+/** The session rule of agent/session.ts, with the listener's own steps 2 and 3. */
+async function resolveSession(pinned: string | undefined): Promise<string> {
+  return pinned ?? (await sessionFromStopPayload()) ?? DEFAULT_SESSION;
 }
 
 /** Resolves once the write reached the OS, so exiting afterwards loses nothing. */
@@ -182,16 +182,6 @@ function watchInbox(dir: string, file: string, bell: Doorbell): FSWatcher | unde
   }
 }
 
-/**
- * The Claude process the hook runs under, when the hook passes it
- * (`INTERLINK_HOST_PID=$PPID`): the listener stops waiting once it is gone.
- */
-function hostPid(env: Env): number | undefined {
-  const raw = env.INTERLINK_HOST_PID;
-  if (raw === undefined || !/^[1-9][0-9]*$/.test(raw)) return undefined;
-  return Number(raw);
-}
-
 /** What the notices' mailboxes hold unread now (see notices/stale.ts); unreadable ones are left out. */
 async function oldestUnreadOf(state: string, records: readonly InboxRecord[]): Promise<Map<string, number | null>> {
   const oldest = new Map<string, number | null>();
@@ -212,15 +202,18 @@ async function oldestUnreadOf(state: string, records: readonly InboxRecord[]): P
   return oldest;
 }
 
-/** Holding the listener lock: hands over the next batch, or waits until there is one. */
-async function listen(state: string, session: string, renewMs: number, stop: AbortSignal): Promise<Outcome> {
+/**
+ * Holding the listener lock: hands over the next batch, or waits until there is one.
+ * `host` is the Claude process the hook runs under, when the hook passes it
+ * (`INTERLINK_HOST_PID=$PPID`): the listener stops waiting once it is gone.
+ */
+async function listen(state: string, session: string, renewMs: number, stop: AbortSignal, host: number | undefined): Promise<Outcome> {
   const paths = inboxPaths(state, session);
   const bell = new Doorbell();
   let renewDue = false;
   let announced = false;
   // The watch starts before the first read, so an append in between still rings.
   const watcher = watchInbox(paths.dir, paths.file, bell);
-  const host = hostPid(process.env);
   let hostGone = false;
   const poll = setInterval(() => {
     if (host !== undefined && !processIsRunning(host)) hostGone = true;
@@ -273,11 +266,12 @@ async function listen(state: string, session: string, renewMs: number, stop: Abo
   }
 }
 
-async function run(flagSession: string | undefined, renewMs: number, stop: AbortSignal): Promise<Outcome> {
-  if (process.env.INTERLINK_CHANNELS === '1') return 'disabled';
-  const session = await resolveSession(flagSession, process.env);
+async function run(config: Config, pinned: string | undefined, renewMs: number, stop: AbortSignal): Promise<Outcome> {
+  if (config.channels) return 'disabled';
+  const session = await resolveSession(pinned);
   if (stop.aborted) return 'terminated';
-  const held = await withListenerLock(stateDir(), session, () => listen(stateDir(), session, renewMs, stop));
+  const state = config.stateDir;
+  const held = await withListenerLock(state, session, () => listen(state, session, renewMs, stop, config.hostPid));
   return held.held ? held.value : 'busy';
 }
 
@@ -301,16 +295,17 @@ function stopOnSignals(): AbortSignal {
  */
 export const WAKE_MARKER = 'INTERLINK_NOTICES';
 
-function parseArguments(argv: readonly string[]): { renewMs: number; flagSession: string | undefined } {
+/** The arguments, and the session they and INTERLINK_SESSION pin (a reserved one is a usage error). */
+function parseArguments(argv: readonly string[], config: Config): { renewMs: number; pinned: string | undefined } {
   const args = parse(argv, { session: { type: 'string' }, 'renew-after-secs': { type: 'string' } });
   expectPositionals(args, 0, 'interlink-mcp wait [--session ID] [--renew-after-secs N]');
-  return { renewMs: renewAfterMs(args.values['renew-after-secs']), flagSession: sessionFlag(args.values.session) };
+  return { renewMs: renewAfterMs(args.values['renew-after-secs']), pinned: pinnedSession(sessionFlag(args.values.session), config)?.session };
 }
 
-export async function wait(argv: readonly string[]): Promise<void> {
+export async function wait(argv: readonly string[], config: Config): Promise<void> {
   let parsed: ReturnType<typeof parseArguments>;
   try {
-    parsed = parseArguments(argv);
+    parsed = parseArguments(argv, config);
   } catch (err) {
     // A bad command line is a usage error like any command's (64, one line). It cannot
     // wake Claude: only 2 does, and the plugin's wrapper passes nothing else on.
@@ -322,7 +317,7 @@ export async function wait(argv: readonly string[]): Promise<void> {
   let code = EXIT_QUIET;
   try {
     // Its own failures exit 0: a hook that fails must not wake Claude (CONTRACT).
-    const outcome = await run(parsed.flagSession, parsed.renewMs, stop);
+    const outcome = await run(config, parsed.pinned, parsed.renewMs, stop);
     if (outcome === 'delivered' || outcome === 'renewed') {
       await new Promise<void>((resolve) => process.stdout.write(`${WAKE_MARKER}\n`, () => resolve()));
       code = EXIT_WAKE;

@@ -9,10 +9,11 @@ import type { ToolAnnotations } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import type { Agent } from '../../agent/agent.js';
 import type { CodexHost } from '../../codex/host.js';
+import type { Mode } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
 
 /** Which host a server runs for (INTERLINK_MODE, or `serve --codex`). */
-export type Mode = 'claude' | 'codex';
+export type { Mode };
 
 /** What a tool call can reach: the session, and in Codex mode the thread binding. */
 export interface ToolContext {

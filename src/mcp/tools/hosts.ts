@@ -5,9 +5,8 @@
  */
 import { z } from 'zod';
 import type { CodexHost } from '../../codex/host.js';
-import { codexBin } from '../../codex/queue.js';
 import { FAILED_ACTIONS, runFailedAction } from '../../codex/recovery.js';
-import { hostTool, tool, wrongMode, type ToolContext, type ToolDefinition } from './define.js';
+import { hostTool, wrongMode, type ToolContext, type ToolDefinition } from './define.js';
 
 /** The binding of a Codex-mode server (the server routes no Codex tool elsewhere). */
 function codexOf(context: ToolContext, tool: string): CodexHost {
@@ -34,7 +33,7 @@ export const HOST_TOOLS: ToolDefinition[] = [
     input: z.object({ thread_id: z.string().min(1).max(64).describe("the Codex thread's full UUID (the hook's session_id)") }).strict(),
     run: (context, args) => codexOf(context, 'bind_codex_session').bind(args.thread_id, context.metaThread),
   }),
-  tool({
+  hostTool({
     name: 'failed_deliveries',
     description:
       'Codex notices that codex queue did not take (saved up to 24 h): list, read, retry (may duplicate a notice whose outcome was unknown) or discard (removes the saved failure only). The messages themselves stay unread: receive_messages reads them regardless.',
@@ -48,11 +47,14 @@ export const HOST_TOOLS: ToolDefinition[] = [
         id: z.string().min(1).max(64).optional().describe('a saved failure id from list (read, retry, discard)'),
       })
       .strict(),
-    run: (agent, args) =>
-      runFailedAction(agent.failedDeliveries(), args.action, args.id, {
-        bin: codexBin(),
+    run: async (context, args) => {
+      const { bin } = codexOf(context, 'failed_deliveries');
+      const agent = await context.agent();
+      return runFailedAction(agent.failedDeliveries(), args.action, args.id, {
+        bin,
         signal: agent.closingSignal,
         onQueued: (failure) => agent.mailbox.recordNoticeOutcome(failure.notification_id, 'host_queued'),
-      }),
+      });
+    },
   }),
 ];
