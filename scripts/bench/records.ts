@@ -27,11 +27,11 @@ export function randomText(length: number): string {
 
 /** The text length that makes the envelope's JSON exactly `bytes` long (all other fields are fixed-width). */
 function textLengthFor(who: Correspondents, bytes: number): number {
-  const empty = signEnvelope(who.sender, { to: who.recipient, text: '' });
+  const empty = signEnvelope(who.sender, { to: who.recipient, to_session: 'main', text: '' });
   return bytes - Buffer.byteLength(JSON.stringify(empty));
 }
 
 export function makeEnvelopes(who: Correspondents, count: number, bytes = RECORD_BYTES): Envelope[] {
   const length = textLengthFor(who, bytes);
-  return Array.from({ length: count }, () => signEnvelope(who.sender, { to: who.recipient, text: randomText(length) }));
+  return Array.from({ length: count }, () => signEnvelope(who.sender, { to: who.recipient, to_session: 'main', text: randomText(length) }));
 }

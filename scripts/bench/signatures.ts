@@ -61,10 +61,10 @@ function measureNoble(message: Buffer): Pair {
 function measureEnvelope(): Pair {
   const who = newCorrespondents();
   const text = randomText(MESSAGE_BYTES);
-  const wire = JSON.stringify(signEnvelope(who.sender, { to: who.recipient, text }));
+  const wire = JSON.stringify(signEnvelope(who.sender, { to: who.recipient, to_session: 'main', text }));
   let sink = 0;
   const sign = measureRate(() => {
-    sink += JSON.stringify(signEnvelope(who.sender, { to: who.recipient, text })).length;
+    sink += JSON.stringify(signEnvelope(who.sender, { to: who.recipient, to_session: 'main', text })).length;
   }, RATE);
   const verify = measureRate(() => {
     if (!verifyEnvelope(parseEnvelope(JSON.parse(wire)))) fail('a valid envelope did not verify');

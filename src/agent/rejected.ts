@@ -2,8 +2,8 @@
  * `rejected/<identity>/<session>.json`: what the trust gate refused after a relay had
  * accepted it (a stale or future timestamp, a sender not or no longer a peer, a bad
  * signature, …), so no refusal is silent: the sender's key, msg_id, the verdict and when.
- * Bounded: the newest MAX_REJECTED entries; replays of what was admitted are not listed
- * (they are the gate doing its job on a copy). `status` counts them and
+ * Bounded: the newest MAX_REJECTED entries; redeliveries of what this session admitted
+ * are not listed (the gate doing its job on a copy), a copy offered to another session is. `status` counts them and
  * `interlink-mcp inbox --rejected` shows them.
  */
 import { join } from 'node:path';

@@ -83,7 +83,7 @@ export const VARIABLES: Readonly<Record<VariableName, VariableDoc>> = {
   INTERLINK_CODEX_BIN: { meaning: 'the `codex` that Codex notices run', accepts: 'an executable name or path', default: '`codex` on `PATH`' },
   INTERLINK_LOG: { meaning: 'what is logged to stderr (JSON lines)', accepts: '`debug`, `info`, `warn`, `error` or `silent` (in any case)', default: '`warn`' },
   INTERLINK_HOST_PID: { meaning: "the Claude process the listener serves (the plugin's hook passes `$PPID`); the listener stops when it is gone", accepts: 'a process id', default: 'none: the listener waits for notices or its renewal' },
-  INTERLINK_CRASH_AT: { meaning: 'crash tests only: the named crash point at which the process kills itself', accepts: 'a crash point name', default: 'none: crash points do nothing' },
+  INTERLINK_CRASH_AT: { meaning: 'crash tests only: the named crash point at which the process kills itself', accepts: 'a crash point name, or `<name>@<n>` for its n-th passage', default: 'none: crash points do nothing' },
 };
 
 /** Everything the commands take from the environment, resolved to the values they use. */

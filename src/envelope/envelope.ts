@@ -197,7 +197,10 @@ export function parseEnvelope(data: unknown): Envelope {
   throw new InterlinkError(tooLarge ? 'too_large' : 'bad_envelope', `${field} ${issue?.message ?? 'is invalid'}`);
 }
 
-/** The sender's session from the unsigned hint, only when the hint names the sender's own key. */
+/**
+ * The sender's session from `reply_to`: signed in version 3 (whose schema requires the
+ * sender's own key), an unsigned hint in version 2, honoured only when it names `from`.
+ */
 export function replyToSession(envelope: Envelope): string | undefined {
   if (envelope.reply_to === undefined) return undefined;
   const route = parseRoute(envelope.reply_to);
