@@ -126,6 +126,22 @@ describe('a lying relay replays signed messages', () => {
     expect(loggedCodes(b1, self.msg_id)).toEqual(['replay']);
   });
 
+  it('fills the index from the mailboxes on the first start of a version that has one', async () => {
+    const { alice, b1, b2, bobKey } = await setUp();
+    const aliceId = await loadIdentity(join(alice.config, 'id.key'));
+    const legacy = signEnvelope(aliceId.signingKey, { to: bobKey, text: 'admitted before the upgrade' });
+    await relay.deliver(`${bobKey}#b1`, legacy);
+    expect(await texts(b1)).toEqual(['admitted before the upgrade']);
+    // As the state root of an earlier version: mailboxes, but no replay index.
+    await Promise.all([pool.stop(b1), pool.stop(b2)]);
+    await rm(join(b1.state, 'replay'), { recursive: true });
+    const b2again = await pool.start('bob', 'b2', relay.url);
+    await relay.reader(`${bobKey}#b2`);
+    await relay.deliver(`${bobKey}#b2`, legacy);
+    expect(await texts(b2again), b2again.stderr()).toEqual([]);
+    expect(loggedCodes(b2again, legacy.msg_id)).toEqual(['replay']);
+  });
+
   it('signs the reply route too: a copy whose reply_to was rewritten is refused by its signature', async () => {
     const { alice, b1, bobKey } = await setUp();
     const receipt = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'where do I answer?' });

@@ -142,6 +142,11 @@ export class Mailbox {
     });
   }
 
+  /** What this mailbox admitted and still remembers, for seeding the replay index (replay/seed.ts). */
+  admitted(): Promise<{ from: string; msg_id: string; ts: number }[]> {
+    return this.journal.read((state) => state.admitted());
+  }
+
   async has(sender: string, msgId: string): Promise<boolean> {
     return this.journal.read((state) => state.has(sender, msgId));
   }

@@ -87,6 +87,14 @@ export class MailboxState {
     return this.records.get(receiptKey(sender, msgId));
   }
 
+  /** Everything this mailbox admitted and still remembers (records and tombstones), with its signed time. */
+  admitted(): { from: string; msg_id: string; ts: number }[] {
+    const records = [...this.records.values()].map((r) => ({ from: r.envelope.from, msg_id: r.envelope.msg_id, ts: r.envelope.ts }));
+    // A tombstone's `until` is its message's ts + MAX_PAST_MS (where records are removed, below).
+    const tombstones = [...this.tombstones.values()].map((t) => ({ from: t.sender, msg_id: t.msg_id, ts: t.until - MAX_PAST_MS }));
+    return [...records, ...tombstones];
+  }
+
   /** Every record, oldest first. */
   all(): IterableIterator<StoredRecord> {
     return this.records.values();
