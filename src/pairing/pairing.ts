@@ -13,23 +13,21 @@
  * every offer and keeping their msg_id, until a relay accepts them.
  */
 import { randomUUID } from 'node:crypto';
-import { readdir } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
-import { unsafeNameReason } from '../config/paths.js';
 import type { Envelope } from '../envelope/envelope.js';
-import { errnoCode, InterlinkError } from '../errors.js';
+import { InterlinkError } from '../errors.js';
 import type { OutstandingRequest } from '../gate/decide.js';
 import { normalizeFingerprint, type Identity } from '../identity/identity.js';
 import { addPeer, checkPetname, loadPeers, removePeer } from '../peers/peers.js';
-import { peekJson } from '../store/json-store.js';
 import type { RelayClient } from '../relay/client.js';
 import { verificationCode } from './code.js';
 import { ControlOutbox } from './control.js';
 import { fingerprintOfKey, PairingInbound } from './inbound.js';
 import type { PairingNotice } from './notices.js';
-import { checkControlRoom, closeOutgoing, commitAccept, findIncoming, planRequest, pairingFileSchema, reject, type ControlJob, type PairingData } from './rules.js';
+import { checkControlRoom, closeOutgoing, commitAccept, findIncoming, planRequest, reject, type ControlJob, type PairingData } from './rules.js';
+import { siblingSessions, siblingStorePath } from './siblings.js';
 import { PairingStore } from './store.js';
 import { resolveTarget, type RosterView } from './target.js';
+import { pairingView } from './view.js';
 
 export { shownName } from './inbound.js';
 export type { PairingNotice } from './notices.js';
@@ -138,32 +136,7 @@ export class Pairing {
   async list() {
     const data = await this.options.store.read();
     const { table } = await loadPeers(this.options.peersPath);
-    return {
-      incoming: data.incoming.map((i) => {
-        const peer = table.petnameOf(i.from);
-        return {
-          fingerprint: i.fingerprint,
-          key: i.from,
-          claimed_name: i.claimed_name,
-          session: i.session,
-          received_at: i.received_at,
-          code: i.code,
-          // Already a peer here: it asks again, likely because it removed this identity on its side.
-          ...(peer !== undefined && { already_peer: peer }),
-        };
-      }),
-      outgoing: data.outgoing.map((o) => ({
-        fingerprint: fingerprintOfKey(o.to),
-        key: o.to,
-        petname: o.petname,
-        session: o.session,
-        created_at: o.created_at,
-        code: o.code,
-        state: outgoingState(o, data),
-        ...(o.conflict !== undefined && { conflict: o.conflict }),
-      })),
-      unsent_control_messages: data.control.length,
-    };
+    return pairingView(data, (key) => table.petnameOf(key));
   }
 
   /**
@@ -302,34 +275,12 @@ export class Pairing {
   }
 
   /**
-   * The other sessions of this identity that keep pairing state (their stores lie next to
-   * this one's), each as a Pairing that sends through this session's relays with its own
-   * route. A request reaches whichever session of an identity the requester's roster
-   * showed, often an agent's, while the person decides at the terminal (the `cli`
-   * session): accept and reject find the request wherever it arrived, and the CLI lists
-   * and sends for every session. Only files that validate as pairing stores are taken;
-   * nothing else in the directory is read as one, let alone moved aside.
+   * The other sessions of this identity that keep pairing state (siblings.ts), each as a
+   * Pairing that sends through this session's relays with its own route.
    */
   async otherSessions(): Promise<Pairing[]> {
-    const path = this.options.store.path;
-    if (basename(path) !== `${this.options.session}.json`) return []; // not laid out per session
-    const dir = dirname(path);
-    let names: string[];
-    try {
-      names = await readdir(dir);
-    } catch (err) {
-      if (errnoCode(err) === 'ENOENT') return [];
-      throw err;
-    }
-    const sessions = names
-      .filter((name) => name.endsWith('.json'))
-      .map((name) => name.slice(0, -'.json'.length))
-      .filter((session) => session !== this.options.session && unsafeNameReason(session) === undefined)
-      .sort();
-    const valid = await Promise.all(sessions.map(async (session) => ((await peekJson(join(dir, `${session}.json`), pairingFileSchema)).kind === 'ok' ? session : undefined)));
-    return valid
-      .filter((session): session is string => session !== undefined)
-      .map((session) => new Pairing({ ...this.options, session, store: new PairingStore(join(dir, `${session}.json`)) }));
+    const sessions = await siblingSessions(this.options.store.path, this.options.session);
+    return sessions.map((session) => new Pairing({ ...this.options, session, store: new PairingStore(siblingStorePath(this.options.store.path, session)) }));
   }
 
   /**
@@ -370,10 +321,4 @@ export class Pairing {
   flush(timeoutMs: number): Promise<number> {
     return this.control.flush(timeoutMs);
   }
-}
-
-function outgoingState(o: PairingData['outgoing'][number], data: PairingData) {
-  if (o.conflict !== undefined) return 'accepted_with_conflict' as const;
-  if (o.accepted !== undefined) return 'accepted_confirm_needed' as const;
-  return data.control.some((c) => c.msg_id === o.request_id) ? ('waiting_for_relay' as const) : ('sent' as const);
 }
