@@ -3,7 +3,6 @@
  * reach the mailbox in the order the relay sent them, and a delivery the mailbox could
  * not take is retried without holding up the ones after it.
  */
-import { EventEmitter } from 'node:events';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Inbound, type InboundDeps } from '../src/agent/inbound.js';
@@ -11,23 +10,13 @@ import { replayPath } from '../src/config/paths.js';
 import { ReplayIndex } from '../src/replay/claims.js';
 import { Mailbox } from '../src/mailbox/mailbox.js';
 import { PeerTable } from '../src/peers/peers.js';
-import type { Delivery, RelayClient } from '../src/relay/client.js';
+import { FakeRelayClient } from './helpers/fake-relay-client.js';
 import { eventually } from './helpers/mcp.js';
 import { message, newIdentity, tempDir } from './helpers/fixtures.js';
 
 const me = newIdentity(51);
 const senders = [newIdentity(52), newIdentity(53)];
 const table = new PeerTable(senders.map((s, i) => ({ petname: `p${i}`, key: s.key })));
-
-/** Just what the inbound loop uses of a relay client. */
-class FakeRelay extends EventEmitter {
-  readonly url = 'ws://fake';
-  readonly connected = true;
-  readonly acked: number[] = [];
-  ack(_route: string, ids: number[]): void {
-    this.acked.push(...ids);
-  }
-}
 
 let dir: { path: string; remove: () => Promise<void> };
 let mailbox: Mailbox;
@@ -64,10 +53,10 @@ describe('inbound order', () => {
       return { table, damaged: false };
     };
     inbound = inboundWith(trust);
-    const relay = new FakeRelay();
-    inbound.attach(relay as unknown as RelayClient);
+    const relay = new FakeRelayClient();
+    inbound.attach(relay.client);
     const sent = Array.from({ length: count }, (_, i) => message(senders[i % 2]!, me, { text: `m${i}` }));
-    sent.forEach((envelope, i) => relay.emit('delivery', { relay: relay.url, route: `${me.key}#s1`, id: i, payload: envelope } satisfies Delivery));
+    sent.forEach((envelope, i) => relay.deliver(`${me.key}#s1`, envelope, i));
     await inbound.settled();
     expect((await mailbox.all()).map((r) => r.envelope.text)).toEqual(sent.map((e) => e.text));
     expect([...relay.acked].sort()).toEqual(sent.map((_, i) => i));
@@ -80,11 +69,11 @@ describe('inbound order', () => {
       return { table, damaged: false };
     };
     inbound = inboundWith(trust);
-    const relay = new FakeRelay();
-    inbound.attach(relay as unknown as RelayClient);
+    const relay = new FakeRelayClient();
+    inbound.attach(relay.client);
     const now = Date.now();
     const sent = [0, 1, 2].map((i) => message(senders[0]!, me, { text: `m${i}`, ts: now + i }));
-    sent.forEach((envelope, i) => relay.emit('delivery', { relay: relay.url, route: `${me.key}#s1`, id: i, payload: envelope } satisfies Delivery));
+    sent.forEach((envelope, i) => relay.deliver(`${me.key}#s1`, envelope, i));
     await eventually(async () => (relay.acked.length === 3 ? true : undefined), 10_000, 'all three acknowledged');
     // m0 arrived last; it is still fetched first, in the order its sender signed it.
     expect((await mailbox.all()).map((r) => r.envelope.text)).toEqual(['m1', 'm2', 'm0']);

@@ -6,6 +6,7 @@ import { Mailbox } from '../src/mailbox/mailbox.js';
 import type { Notice } from '../src/notices/notice.js';
 import { Notifier, type NoticeSink } from '../src/notices/notifier.js';
 import { message, newIdentity, tempDir } from './helpers/fixtures.js';
+import { eventually } from './helpers/mcp.js';
 
 const alice = newIdentity(41);
 const bob = newIdentity(42);
@@ -39,9 +40,38 @@ function recordingSink(outcome: NoticeOutcome | Error = 'inbox_queued'): Recordi
   };
 }
 
-async function setup(sink: NoticeSink = recordingSink()): Promise<{ mailbox: Mailbox; notifier: Notifier }> {
+/** A sink whose handoffs wait until released (or cut short by close); counts handoffs under way at once. */
+function gatedSink(): Recording & { release: () => void; overlapped: () => boolean; closed: () => boolean } {
+  const notices: { notice: Notice; text: string }[] = [];
+  const gates: ((outcome: NoticeOutcome) => void)[] = [];
+  let active = 0;
+  let overlapped = false;
+  let closed = false;
+  return {
+    name: 'gated',
+    notices,
+    deliver: async (notice, text) => {
+      notices.push({ notice, text });
+      if (++active > 1) overlapped = true;
+      const outcome = await new Promise<NoticeOutcome>((resolve) => gates.push(resolve));
+      active--;
+      return outcome;
+    },
+    close: () => {
+      closed = true;
+      for (const gate of gates.splice(0)) gate('delivery_unknown');
+    },
+    release: () => gates.shift()?.('inbox_queued'),
+    overlapped: () => overlapped,
+    closed: () => closed,
+  };
+}
+
+const petnames = async (key: string) => (key === alice.key ? 'alice' : '?');
+
+async function setup(sink: NoticeSink = recordingSink(), senderName = petnames): Promise<{ mailbox: Mailbox; notifier: Notifier }> {
   const mailbox = await Mailbox.open(join(dir.path, 'mailbox', bob.key, 'main.json'), { now: () => now });
-  const notifier = new Notifier({ mailbox, identity: bob.key, session: 'main', sink, senderName: async (key) => (key === alice.key ? 'alice' : '?'), now: () => now });
+  const notifier = new Notifier({ mailbox, identity: bob.key, session: 'main', sink, senderName, now: () => now });
   notifiers.push(notifier);
   return { mailbox, notifier };
 }
@@ -149,5 +179,59 @@ describe('notifier', () => {
     const second = await setup(sink);
     await second.notifier.reconcile();
     expect(sink.notices).toHaveLength(1);
+  });
+
+  it('runs one more pass for reconciles during a pass, never two at once, and resolves them after it', async () => {
+    const sink = gatedSink();
+    const { mailbox, notifier } = await setup(sink);
+    const m = message(alice, bob, { ts: now });
+    await mailbox.store(m);
+    const first = notifier.reconcile();
+    await eventually(async () => (sink.notices.length === 1 ? true : undefined), 10_000, 'the first handoff');
+    // The hold has passed by the time the next pass reads the reservation: it notifies again.
+    now += 30_000;
+    const second = notifier.reconcile();
+    const third = notifier.reconcile();
+    sink.release();
+    await first;
+    await eventually(async () => (sink.notices.length === 2 ? true : undefined), 10_000, 'the second handoff');
+    sink.release();
+    await Promise.all([second, third]);
+    expect((await mailbox.get(m.from, m.msg_id))?.states.map((s) => s.state)).toEqual(['receiver_stored', 'inbox_queued', 'inbox_queued']);
+    await notifier.reconcile();
+    expect(sink.notices).toHaveLength(2);
+    expect(sink.overlapped()).toBe(false);
+  });
+
+  it('on stop cuts the handoff short, waits for its pass, and runs no other, even one asked for', async () => {
+    const sink = gatedSink();
+    const { mailbox, notifier } = await setup(sink);
+    const m = message(alice, bob, { ts: now });
+    await mailbox.store(m);
+    void notifier.reconcile();
+    await eventually(async () => (sink.notices.length === 1 ? true : undefined), 10_000, 'the handoff');
+    now += 30_000;
+    const asked = notifier.reconcile();
+    await notifier.stop();
+    expect(sink.closed()).toBe(true);
+    expect((await mailbox.get(m.from, m.msg_id))?.states.map((s) => s.state)).toEqual(['receiver_stored', 'delivery_unknown']);
+    await asked;
+    await notifier.reconcile();
+    expect(sink.notices).toHaveLength(1);
+  });
+
+  it('keeps reconciling after a pass failed', async () => {
+    const sink = recordingSink();
+    let failures = 1;
+    const { mailbox, notifier } = await setup(sink, async (key) => {
+      if (failures-- > 0) throw new Error('peers.json unreadable');
+      return petnames(key);
+    });
+    await mailbox.store(message(alice, bob, { ts: now }));
+    await notifier.reconcile();
+    expect(sink.notices).toEqual([]);
+    now += 30_000;
+    await notifier.reconcile();
+    expect(sink.notices.map((n) => n.notice.senders)).toEqual([['alice']]);
   });
 });

@@ -9,6 +9,7 @@ import { log } from '../log.js';
 import type { RefusalCode } from '../relay/frames.js';
 import type { Outbox, OutboxRecord } from '../outbox/outbox.js';
 import type { RelayClient } from '../relay/client.js';
+import { SingleFlight } from '../single-flight.js';
 
 const PASS_INTERVAL_MS = 1_000;
 /** Refusals that the same bytes will meet again at that relay, however often they are offered. */
@@ -23,9 +24,10 @@ export class Outbound {
   private readonly inFlight = new Set<string>();
   /** msg_id → relays that refused it for good, with the last reason; memory only (a restart offers it again). */
   private readonly refused = new Map<string, { relays: Set<string>; reason: string }>();
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private again = false;
+  private readonly loop = new SingleFlight(
+    () => this.pass(),
+    (err) => log.warn('outbound_pass_failed', { error: (err as Error).message }),
+  );
 
   constructor(
     private readonly outbox: Outbox,
@@ -33,14 +35,13 @@ export class Outbound {
   ) {}
 
   start(): void {
-    for (const relay of this.relays) relay.on('connected', () => this.kick());
-    this.timer = setInterval(() => this.kick(), PASS_INTERVAL_MS);
-    this.timer.unref();
-    this.kick();
+    for (const relay of this.relays) relay.on('connected', () => void this.kick());
+    this.loop.start(PASS_INTERVAL_MS);
   }
 
-  stop(): void {
-    clearInterval(this.timer);
+  /** No pass starts after this; resolves when the one under way is done. */
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   /** Whether an offer of this message to some relay is on its way now. */
@@ -53,20 +54,9 @@ export class Outbound {
     for (const relay of this.relays) void this.sendVia(relay, record);
   }
 
-  kick(): void {
-    if (this.running) {
-      this.again = true;
-      return;
-    }
-    this.running = this.pass()
-      .catch((err: unknown) => log.warn('outbound_pass_failed', { error: (err as Error).message }))
-      .finally(() => {
-        this.running = undefined;
-        if (this.again) {
-          this.again = false;
-          this.kick();
-        }
-      });
+  /** Offers every pending message soon; resolves when the pass that does it has offered them. */
+  kick(): Promise<void> {
+    return this.loop.kick();
   }
 
   private async pass(): Promise<void> {

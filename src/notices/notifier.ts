@@ -14,6 +14,7 @@ import { isInterlinkError } from '../errors.js';
 import { log } from '../log.js';
 import type { NoticeOutcome } from '../mailbox/format.js';
 import type { Mailbox } from '../mailbox/mailbox.js';
+import { SingleFlight } from '../single-flight.js';
 import { holdFileLock } from '../store/lock.js';
 import { renderNotice, type Notice } from './notice.js';
 import { decideNotice } from './schedule.js';
@@ -42,18 +43,16 @@ export interface NotifierOptions {
 const RECONCILE_MS = 1_000;
 
 export class Notifier {
-  private timer: NodeJS.Timeout | undefined;
   private release: (() => Promise<void>) | undefined;
-  private running: Promise<void> | undefined;
-  private again = false;
-  private stopped = false;
+  private readonly loop = new SingleFlight(
+    () => this.pass(),
+    (err) => log.warn('notifier_pass_failed', { session: this.options.session, error: (err as Error).message }),
+  );
 
   constructor(private readonly options: NotifierOptions) {}
 
   start(): void {
-    this.timer = setInterval(() => this.kick(), this.options.intervalMs ?? RECONCILE_MS);
-    this.timer.unref();
-    this.kick();
+    this.loop.start(this.options.intervalMs ?? RECONCILE_MS);
   }
 
   /** Runs a pass soon (after a store or an acknowledgement). Passes never overlap. */
@@ -63,28 +62,13 @@ export class Notifier {
 
   /** Runs a pass now, or after the one under way; resolves when it is done. */
   reconcile(): Promise<void> {
-    if (this.stopped) return Promise.resolve();
-    if (this.running) {
-      this.again = true;
-      return this.running;
-    }
-    this.running = this.pass()
-      .catch((err: unknown) => log.warn('notifier_pass_failed', { session: this.options.session, error: (err as Error).message }))
-      .finally(() => {
-        this.running = undefined;
-        if (this.again) {
-          this.again = false;
-          this.kick();
-        }
-      });
-    return this.running;
+    return this.loop.kick();
   }
 
   async stop(): Promise<void> {
-    this.stopped = true;
-    clearInterval(this.timer);
+    const stopping = this.loop.stop();
     this.options.sink.close?.();
-    await this.running;
+    await stopping;
     await this.release?.();
     this.release = undefined;
   }

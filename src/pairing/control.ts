@@ -11,6 +11,7 @@ import { signEnvelope } from '../envelope/envelope.js';
 import type { Identity } from '../identity/identity.js';
 import { log } from '../log.js';
 import type { RelayClient } from '../relay/client.js';
+import { SingleFlight } from '../single-flight.js';
 import { controlDone, type ControlJob } from './rules.js';
 import type { PairingStore } from './store.js';
 
@@ -26,44 +27,34 @@ export interface ControlOutboxOptions {
 }
 
 export class ControlOutbox {
-  private timer: NodeJS.Timeout | undefined;
   private readonly inFlight = new Set<string>();
-  private running: Promise<void> | undefined;
-  /** A kick came while a pass was running: run another one after it (it may have read the queue before the new job). */
-  private again = false;
+  private readonly loop = new SingleFlight(
+    () => this.pass(),
+    (err) => log.warn('pairing_control_failed', { error: (err as Error).message }),
+  );
 
   constructor(private readonly options: ControlOutboxOptions) {}
 
   start(): void {
-    for (const relay of this.options.relays) relay.on('connected', () => this.kick());
-    this.timer = setInterval(() => this.kick(), PASS_MS);
-    this.timer.unref();
-    this.kick();
+    for (const relay of this.options.relays) relay.on('connected', () => void this.kick());
+    this.loop.start(PASS_MS);
   }
 
-  stop(): void {
-    clearInterval(this.timer);
+  /** No pass starts after this; resolves when the one under way is done. */
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
-  kick(): void {
-    if (this.running !== undefined) {
-      this.again = true;
-      return;
-    }
-    this.again = false;
-    this.running = this.pass()
-      .catch((err: unknown) => log.warn('pairing_control_failed', { error: (err as Error).message }))
-      .finally(() => {
-        this.running = undefined;
-        if (this.again) this.kick();
-      });
+  /** Offers every queued message soon; resolves when the pass that does it is done. */
+  kick(): Promise<void> {
+    return this.loop.kick();
   }
 
   /** Offers everything now and again until the queue is empty or the deadline passes; returns how many are left. */
   async flush(timeoutMs: number): Promise<number> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      await this.running;
+      await this.loop.settled();
       await this.pass();
       const left = (await this.options.store.read()).control.length;
       if (left === 0 || Date.now() >= deadline) return left;

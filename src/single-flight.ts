@@ -1,0 +1,66 @@
+/**
+ * The single-flight pass loop of the background loops (outbound, the pairing control
+ * outbox, the notifier): one pass at a time, never two at once. A kick while a pass runs
+ * asks for exactly one more pass after it, since the running pass may have read its
+ * input before the change that caused the kick; any number of such kicks share that one
+ * pass. A failed pass is reported and later kicks run as usual. After `stop()` no pass
+ * starts. Dependency-free: each loop says how its failures are logged.
+ */
+export class SingleFlight {
+  private running: Promise<void> | undefined;
+  /** The one pass asked for while another runs; settled with it once it has run. */
+  private queued: { promise: Promise<void>; resolve: (pass: Promise<void>) => void } | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly pass: () => Promise<void>,
+    private readonly onError: (err: unknown) => void,
+  ) {}
+
+  /** Kicks now and then every `intervalMs`; the timer does not keep the process alive. */
+  start(intervalMs: number): void {
+    this.timer = setInterval(() => void this.kick(), intervalMs);
+    this.timer.unref();
+    void this.kick();
+  }
+
+  /** Runs a pass now, or once after the one under way; resolves (never rejects) when that pass is done. */
+  kick(): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    if (this.running === undefined) return this.run();
+    if (this.queued === undefined) {
+      let resolve!: (pass: Promise<void>) => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      this.queued = { promise, resolve };
+    }
+    return this.queued.promise;
+  }
+
+  /** Resolves when the pass under way, if any, is done. */
+  async settled(): Promise<void> {
+    await this.running;
+  }
+
+  /** No pass starts after this (a pending kick resolves without one); resolves when the pass under way is done. */
+  stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    return this.settled();
+  }
+
+  private run(): Promise<void> {
+    // The executor turns a pass that throws before its first await into a rejection too.
+    const running = new Promise<void>((resolve) => resolve(this.pass()))
+      .catch((err: unknown) => this.onError(err))
+      .finally(() => {
+        this.running = undefined;
+        const queued = this.queued;
+        this.queued = undefined;
+        // Started here, before anything else can run: no gap in which a second pass could start.
+        queued?.resolve(this.kick());
+      });
+    this.running = running;
+    return running;
+  }
+}
