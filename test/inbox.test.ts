@@ -21,7 +21,7 @@ import {
   readInboxBatch,
   withListenerLock,
   type InboxRecord,
-} from '../src/notices/inbox.js';
+} from '../src/hosts/claude/inbox.js';
 import { rejectsWith } from './helpers/assert.js';
 import { tempDir } from './helpers/fixtures.js';
 

@@ -19,15 +19,15 @@
  */
 import { constants } from 'node:fs';
 import { open, readFile, type FileHandle } from 'node:fs/promises';
-import { makePrivateDir, NO_FOLLOW, PRIVATE_FILE } from '../store/private.js';
+import { makePrivateDir, NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { join } from 'node:path';
 import { z } from 'zod';
-import { checkSafeName, unsafeNameReason } from '../config/paths.js';
-import { asStorageError, errnoCode, InterlinkError, isInterlinkError } from '../errors.js';
-import { log } from '../log.js';
-import { fsyncDirectory, writeFileAtomic } from '../store/atomic.js';
-import { describeSchemaError, moveAside } from '../store/json-store.js';
-import { withFileLock } from '../store/lock.js';
+import { checkSafeName, unsafeNameReason } from '../../config/paths.js';
+import { asStorageError, errnoCode, InterlinkError, isInterlinkError } from '../../errors.js';
+import { log } from '../../log.js';
+import { fsyncDirectory, writeFileAtomic } from '../../store/atomic.js';
+import { describeSchemaError, moveAside } from '../../store/json-store.js';
+import { withFileLock } from '../../store/lock.js';
 
 export const NOTICE_TEXT_MAX_BYTES = 12 * 1024;
 export const INBOX_BATCH_MAX_RECORDS = 64;
