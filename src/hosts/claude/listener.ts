@@ -14,12 +14,14 @@
 import { watch, type FSWatcher } from 'node:fs';
 import { basename } from 'node:path';
 import { mailboxPath } from '../../config/paths.js';
+import { isInterlinkError } from '../../errors.js';
 import { log } from '../../log.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
 import { liveNotices, mailboxKey } from '../../notices/stale.js';
 import { crashPoint } from '../../store/crash-point.js';
 import { processIsRunning } from '../../store/liveness.js';
-import { commitCursor, inboxPaths, readInboxBatch, withListenerLock, type InboxRecord } from './inbox.js';
+import { withFileLock } from '../../store/lock.js';
+import { commitCursor, inboxPaths, readInboxBatch, type InboxRecord } from './inbox.js';
 
 /** A lone notice younger than this is shown without looking at the mailbox (a stale one does no harm). */
 const FRESH_NOTICE_MS = 10_000;
@@ -48,6 +50,34 @@ export interface ListenerOptions {
   host: number | undefined;
   /** Resolves once the text is out (the process's stderr, for Claude to read). */
   show: (text: string) => Promise<void>;
+}
+
+/** `withFileLock` takes the file a lock guards and adds `.lock` itself. */
+function lockTarget(lockFile: string): string {
+  return lockFile.slice(0, -'.lock'.length);
+}
+
+/**
+ * Runs `fn` holding the session's listener lock, without waiting for it: when a live
+ * process holds it, resolves `{held: false}` at once. A dead holder's lock is broken.
+ */
+export async function withListenerLock<T>(stateDir: string, session: string, fn: () => Promise<T>): Promise<{ held: true; value: T } | { held: false }> {
+  const paths = inboxPaths(stateDir, session);
+  let entered = false;
+  try {
+    const value = await withFileLock(
+      lockTarget(paths.lock),
+      () => {
+        entered = true;
+        return fn();
+      },
+      { timeoutMs: 0 },
+    );
+    return { held: true, value };
+  } catch (err) {
+    if (!entered && isInterlinkError(err, 'busy')) return { held: false };
+    throw err;
+  }
 }
 
 /** A one-slot doorbell: a ring while nobody waits is kept for the next wait. */
