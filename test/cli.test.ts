@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { FailedDeliveries } from '../src/codex/failed.js';
+import { FailedDeliveries } from '../src/hosts/codex/failed.js';
 import { mailboxPath } from '../src/config/paths.js';
 import { relayAnswers } from '../src/agent/local-relay.js';
 import { Mailbox } from '../src/mailbox/mailbox.js';

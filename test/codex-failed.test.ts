@@ -1,5 +1,5 @@
 /**
- * Saved Codex notice failures (src/codex/failed.ts) with real files: the one notice slot,
+ * Saved Codex notice failures (src/hosts/codex/failed.ts) with real files: the one notice slot,
  * the 64 bound, expiry on an injected clock, damaged files moved aside, concurrent
  * writers in one process and in several, and random operation sequences against a
  * small model.
@@ -22,7 +22,7 @@ import {
   withFailure,
   type Failure,
   type NewFailure,
-} from '../src/codex/failed.js';
+} from '../src/hosts/codex/failed.js';
 import { isInterlinkError } from '../src/errors.js';
 import { raceChildren, reapChildren, startLine, writeScript } from './helpers/children.js';
 import { tempDir } from './helpers/fixtures.js';
@@ -402,7 +402,7 @@ describe('failed deliveries: concurrent writers', () => {
     const initial = Array.from({ length: 40 }, (_, i) => stored(i, Date.now() + i));
     await writeFailures(file, initial);
     const script = await writeScript(root.path, 'discard.mjs', [
-      `import { FailedDeliveries } from ${JSON.stringify(join(DIST, 'codex/failed.js'))};`,
+      `import { FailedDeliveries } from ${JSON.stringify(join(DIST, 'hosts/codex/failed.js'))};`,
       ...startLine,
       `const store = new FailedDeliveries(process.argv[2]);`,
       `const found = [];`,

@@ -4,7 +4,7 @@
  * Before a hook binds the thread, nothing runs; after, the thread UUID is the session id
  * and notices go to `codex queue --thread <uuid> --message <notice>`.
  */
-import type { Failure } from '../src/codex/failed.js';
+import type { Failure } from '../src/hosts/codex/failed.js';
 import { randomUUID } from 'node:crypto';
 import { chmod, mkdir, mkdtemp, rm, unlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';

@@ -1,5 +1,5 @@
 /**
- * The `codex queue` executor (src/codex/queue.ts) against the stand-in on a PATH of its
+ * The `codex queue` executor (src/hosts/codex/queue.ts) against the stand-in on a PATH of its
  * own (helpers/fake-codex): the argument vector, no shell, three attempts with backoff,
  * timeouts that kill the whole process group and are not retried, the 12 KiB limit, a
  * missing binary and an abort. Short timeouts and backoffs keep it fast; every process
@@ -10,7 +10,7 @@ import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { captureStderr } from './helpers/assert.js';
-import { queueNotice, queueOnce, type QueueOptions } from '../src/codex/queue.js';
+import { queueNotice, queueOnce, type QueueOptions } from '../src/hosts/codex/queue.js';
 import { MAX_NOTICE_BYTES } from '../src/notices/notice.js';
 import { fakeCodex, type FakeCodex, type FakeCodexMode } from './helpers/fake-codex.js';
 import { tempDir } from './helpers/fixtures.js';

@@ -1,10 +1,10 @@
 /**
- * The retry policy after a `codex queue` attempt (src/codex/retry.ts): every kind of
+ * The retry policy after a `codex queue` attempt (src/hosts/codex/retry.ts): every kind of
  * result at every attempt, and over any sequence of results.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { afterAttempt, BACKOFF_MS, MAX_ATTEMPTS, QUEUE_TIMEOUT_MS, type AttemptResult, type NextStep } from '../src/codex/retry.js';
+import { afterAttempt, BACKOFF_MS, MAX_ATTEMPTS, QUEUE_TIMEOUT_MS, type AttemptResult, type NextStep } from '../src/hosts/codex/retry.js';
 import { MAX_NOTICE_BYTES } from '../src/notices/notice.js';
 
 const QUEUED_LINE = 'Queued message m-1 for thread t.';

@@ -1,5 +1,5 @@
 /**
- * Which Codex thread a server serves (src/codex/thread.ts): parsing a thread UUID, the
+ * Which Codex thread a server serves (src/hosts/codex/thread.ts): parsing a thread UUID, the
  * thread a tool call's `_meta` names, and the bind and per-call decisions, as tables
  * and over arbitrary input.
  */
@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { InterlinkError, type ErrorCode } from '../src/errors.js';
-import { checkCallThread, decideBind, parseThreadId, threadFromMeta, type BindDecision } from '../src/codex/thread.js';
+import { checkCallThread, decideBind, parseThreadId, threadFromMeta, type BindDecision } from '../src/hosts/codex/thread.js';
 
 const LOWER_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 

@@ -4,7 +4,7 @@
  * does not) and discard; usage errors exit 64, an unknown id 1. The running server sees
  * what the CLI did (the saved failure gone, host_queued on the message).
  */
-import type { Failure } from '../src/codex/failed.js';
+import type { Failure } from '../src/hosts/codex/failed.js';
 import { randomUUID } from 'node:crypto';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';

@@ -19,9 +19,9 @@ import {
   INBOX_BATCH_MAX_BYTES,
   NOTICE_TEXT_MAX_BYTES,
   readInboxBatch,
-  withListenerLock,
   type InboxRecord,
-} from '../src/notices/inbox.js';
+} from '../src/hosts/claude/inbox.js';
+import { withListenerLock } from '../src/hosts/claude/listener.js';
 import { rejectsWith } from './helpers/assert.js';
 import { tempDir } from './helpers/fixtures.js';
 

@@ -5,8 +5,8 @@
 import { appendFile, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { RENEWAL_NOTICE } from '../src/cli/commands/wait.js';
-import { appendInboxRecord, inboxPaths, type InboxRecord } from '../src/notices/inbox.js';
+import { RENEWAL_NOTICE } from '../src/hosts/claude/listener.js';
+import { appendInboxRecord, inboxPaths, type InboxRecord } from '../src/hosts/claude/inbox.js';
 import { tempDir } from './helpers/fixtures.js';
 import { reapListeners, startListener, waitUntil, type ListenerResult } from './helpers/listener-process.js';
 import { spawnNode, reapAll } from './helpers/process.js';

@@ -1,6 +1,6 @@
 /** Which inbox notices a listener shows (notices/stale.ts): a pure decision, tested exhaustively by case. */
 import { describe, expect, it } from 'vitest';
-import type { InboxRecord } from '../src/notices/inbox.js';
+import type { InboxRecord } from '../src/hosts/claude/inbox.js';
 import { liveNotices, mailboxKey } from '../src/notices/stale.js';
 
 const A = { identity: 'A'.repeat(43), session: 'main' };

@@ -5,10 +5,9 @@
  */
 import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { checkSafeName, mailboxPath, outboxPath, replayPath, unsafeNameReason } from '../config/paths.js';
+import { mailboxPath, outboxPath, replayPath, unsafeNameReason } from '../config/paths.js';
 import { ReplayIndex } from '../replay/claims.js';
 import { isNewIndex, seedFromMailboxes } from '../replay/seed.js';
-import { FailedDeliveries } from '../codex/failed.js';
 import { MAX_TEXT_BYTES, parseRoute, signEnvelope, type Envelope, type Status } from '../envelope/envelope.js';
 import { InterlinkError, isInterlinkError } from '../errors.js';
 import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
@@ -86,8 +85,6 @@ export class Agent {
   readonly route: string;
   private peerCache: { stamp: string; table: PeerTable; damaged: boolean } | undefined;
   private notifier: Notifier | undefined;
-  /** The session id Claude's hooks use for this session's inbox (see bindClaudeSession). */
-  private hostSession: string;
   private readonly closing = new AbortController();
   private readonly sendTurns = new Turns();
 
@@ -106,7 +103,6 @@ export class Agent {
     private readonly replayIndex: ReplayIndex,
   ) {
     this.route = `${options.identity.key}#${options.session}`;
-    this.hostSession = options.session;
   }
 
   static async start(options: AgentOptions): Promise<Agent> {
@@ -182,36 +178,18 @@ export class Agent {
     await this.inbound.settled();
   }
 
-  /** Where Claude's listener looks for this session's notices. */
-  get claudeSession(): string {
-    return this.hostSession;
-  }
-
   /**
-   * Called by the plugin's hooks with the session id Claude gives them. After /clear,
-   * --resume or a fork that id changes while this server keeps its spawn-time id (and
-   * its mailbox and route); notices follow the hooks' id. The current reservation is
-   * reset so the notice it may have left in the old inbox is sent again to the new one.
+   * Resets the notice reservation and wakes the notifier: the unread mail gets a notice
+   * again, wherever the sink now delivers (a host that moved its inbox, see hosts/claude).
    */
-  async bindClaudeSession(sessionId: string): Promise<{ session_id: string; mailbox_session: string; changed: boolean }> {
-    checkSafeName(sessionId, 'session id');
-    const changed = sessionId !== this.hostSession;
-    if (changed) {
-      this.hostSession = sessionId;
-      await this.mailbox.resetNotice();
-      this.notifier?.kick();
-    }
-    return { session_id: sessionId, mailbox_session: this.session, changed };
+  async renotify(): Promise<void> {
+    await this.mailbox.resetNotice();
+    this.notifier?.kick();
   }
 
   /** Aborted when the session closes: work started for a tool call (a `codex queue` retry) stops with it. */
   get closingSignal(): AbortSignal {
     return this.closing.signal;
-  }
-
-  /** Codex notices that were not taken, saved for recovery (failed_deliveries). */
-  failedDeliveries(): FailedDeliveries {
-    return FailedDeliveries.forSession(this.options.stateDir, this.identity.key, this.session);
   }
 
   get identity(): Identity {

@@ -3,7 +3,7 @@
  * one rule for the MCP server and the Stop-hook listener, so the two agree.
  *   1. `--session`, else INTERLINK_SESSION: the id a person pinned, checked here for both;
  *   2. else the id Claude gives each side: CLAUDE_CODE_SESSION_ID for the server, the Stop
- *      payload's `session_id` for the listener (cli/commands/wait.ts);
+ *      payload's `session_id` for the listener (hosts/claude/stop-payload.ts);
  *   3. else the server generates one, and the listener waits on `main`.
  */
 import { randomBytes } from 'node:crypto';

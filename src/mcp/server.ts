@@ -8,11 +8,11 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import type { Agent } from '../agent/agent.js';
-import type { CodexHost } from '../codex/host.js';
-import { threadFromMeta } from '../codex/thread.js';
+import type { ClaudeSession } from '../hosts/claude/session.js';
+import type { CodexHost } from '../hosts/codex/host.js';
+import { threadFromMeta } from '../hosts/codex/thread.js';
 import { InterlinkError } from '../errors.js';
 import { log } from '../log.js';
-import type { NoticeSink } from '../notices/notifier.js';
 import { toolResult } from './result.js';
 import { TOOLS, toolsFor, wrongMode } from './tools.js';
 
@@ -34,13 +34,13 @@ function jsonSchema(schema: z.ZodObject): { type: 'object'; [key: string]: unkno
   return { ...rest, type: 'object' };
 }
 
-/** The session behind the tools: a running agent (Claude), or a Codex thread binding. */
-export type ServedSession = { agent: Agent } | { codex: CodexHost };
+/** The session behind the tools: a running agent and its Claude session binding, or a Codex thread binding. */
+export type ServedSession = { agent: Agent; claude: ClaudeSession } | { codex: CodexHost };
 
 /**
  * With `channels`, the server declares Claude Code's `claude/channel` capability and
- * notices go out as channel notifications (never in Codex mode). Claude gives no receipt
- * for them: a sent notification is `notification_sent`, nothing more.
+ * notices go out as channel notifications (never in Codex mode; the sink is
+ * hosts/claude/sinks.ts).
  */
 export function createServer(session: ServedSession, version: string, options: { channels?: boolean } = {}): Server {
   const codex = 'codex' in session ? session.codex : undefined;
@@ -69,7 +69,7 @@ export function createServer(session: ServedSession, version: string, options: {
     try {
       const metaThread = codex !== undefined ? threadFromMeta(request.params._meta) : undefined;
       codex?.checkCall(metaThread);
-      const context = { agent: async () => ('agent' in session ? session.agent : session.codex.agent()), codex, metaThread };
+      const context = { agent: async () => ('agent' in session ? session.agent : session.codex.agent()), claude: 'claude' in session ? session.claude : undefined, codex, metaThread };
       return toolResult(await definition.run(context, parsed.data as never));
     } catch (err) {
       if (err instanceof InterlinkError) return failure(err.code, err.message);
@@ -78,18 +78,4 @@ export function createServer(session: ServedSession, version: string, options: {
     }
   });
   return server;
-}
-
-/** Notices as Claude channel notifications; meta keys are identifiers, as Claude requires. */
-export function channelSink(server: Server): NoticeSink {
-  return {
-    name: 'claude-channel',
-    deliver: async (notice, text) => {
-      await server.notification({
-        method: 'notifications/claude/channel',
-        params: { content: text, meta: { notification_id: notice.notification_id, count: String(notice.count) } },
-      });
-      return 'notification_sent';
-    },
-  };
 }

@@ -11,7 +11,12 @@
  * - a notice that names no mailbox (a pairing notice, or one written before notices
  *   named it) is shown as before: there is nothing to judge it by.
  */
-import type { InboxRecord } from './inbox.js';
+
+/** What the decision reads of a notice (a Claude inbox record, say): when it was written and the mailbox it points at. */
+export interface NoticePointer {
+  at: number;
+  mailbox?: { identity: string; session: string } | undefined;
+}
 
 /**
  * Per mailbox (`mailboxKey`): when its oldest unread attention message was stored, or
@@ -24,8 +29,8 @@ export function mailboxKey(mailbox: { identity: string; session: string }): stri
   return `${mailbox.identity} ${mailbox.session}`;
 }
 
-export function liveNotices(records: readonly InboxRecord[], oldestUnread: OldestUnread): InboxRecord[] {
-  const newest = new Map<string, InboxRecord>();
+export function liveNotices<T extends NoticePointer>(records: readonly T[], oldestUnread: OldestUnread): T[] {
+  const newest = new Map<string, T>();
   for (const record of records) {
     if (record.mailbox === undefined) continue;
     const key = mailboxKey(record.mailbox);

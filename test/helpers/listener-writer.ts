@@ -4,7 +4,7 @@
  *
  * argv: <state dir> <session> <count> <label>
  */
-import { appendInboxRecord } from '../../src/notices/inbox.js';
+import { appendInboxRecord } from '../../src/hosts/claude/inbox.js';
 
 const [state, session, countText, label] = process.argv.slice(2);
 if (state === undefined || session === undefined || countText === undefined || label === undefined) {

@@ -6,8 +6,8 @@
  */
 import type { Config } from '../../config/env.js';
 import { mailboxPath } from '../../config/paths.js';
-import { FailedDeliveries, failedSessions, type Failure } from '../../codex/failed.js';
-import { discardFailure, FAILED_ACTIONS, readFailure, RECOVERY_NOTE, retryFailure, type FailedAction } from '../../codex/recovery.js';
+import { FailedDeliveries, failedSessions, type Failure } from '../../hosts/codex/failed.js';
+import { discardFailure, FAILED_ACTIONS, readFailure, RECOVERY_NOTE, retryFailure, type FailedAction } from '../../hosts/codex/recovery.js';
 import { InterlinkError } from '../../errors.js';
 import { loadIdentity } from '../../identity/identity.js';
 import { Mailbox } from '../../mailbox/mailbox.js';

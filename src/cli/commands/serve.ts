@@ -12,10 +12,11 @@ import type { Config } from '../../config/env.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
 import { log } from '../../log.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { CodexHost } from '../../codex/host.js';
-import { codexQueueSink } from '../../codex/sink.js';
-import { channelSink, createServer, type ServedSession } from '../../mcp/server.js';
-import { inboxSink } from '../../notices/sinks.js';
+import { ClaudeSession } from '../../hosts/claude/session.js';
+import { channelSink, inboxSink } from '../../hosts/claude/sinks.js';
+import { CodexHost, failedDeliveriesOf } from '../../hosts/codex/host.js';
+import { codexQueueSink } from '../../hosts/codex/sink.js';
+import { createServer, type ServedSession } from '../../mcp/server.js';
 import { tightenTree } from '../../store/private.js';
 import { expectPositionals, parse } from '../args.js';
 import { presenceInfo } from '../presence-info.js';
@@ -94,7 +95,7 @@ export async function serve(argv: readonly string[], config: Config): Promise<vo
   if (codexMode) {
     const codex = new CodexHost(config.codexBin, async (thread) => {
       const agent = await startAgent(thread);
-      agent.startNotices(codexQueueSink({ thread, bin: config.codexBin, failed: agent.failedDeliveries() }));
+      agent.startNotices(codexQueueSink({ thread, bin: config.codexBin, failed: failedDeliveriesOf(agent) }));
       log.info('serving', { mode: 'codex', session: thread, identity: identity.key, relays: urls });
       return agent;
     });
@@ -106,9 +107,10 @@ export async function serve(argv: readonly string[], config: Config): Promise<vo
     const agent = await startAgent(session);
     log.info('serving', { session, source, identity: identity.key, relays: urls });
     const { channels } = config;
-    served = { agent };
+    const claude = new ClaudeSession(agent);
+    served = { agent, claude };
     server = createServer(served, packageVersion(), { channels });
-    agent.startNotices(channels ? channelSink(server) : inboxSink(state, () => agent.claudeSession));
+    agent.startNotices(channels ? channelSink(server) : inboxSink(state, () => claude.listenerSession));
   }
   const transport = new StdioServerTransport();
 

@@ -12,7 +12,7 @@ import { isRunning, readRelayPid } from '../../relay/pid-file.js';
 import { unsafeNameReason } from '../../config/paths.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
-import { FAILED_UNAVAILABLE, FailedDeliveries } from '../../codex/failed.js';
+import { FAILED_UNAVAILABLE, FailedDeliveries } from '../../hosts/codex/failed.js';
 import { pairingFileSchema } from '../../pairing/rules.js';
 import { PAIRING_UNAVAILABLE, pairingPath } from '../../pairing/store.js';
 import { damageSentence, type Damage } from '../../store/damage.js';

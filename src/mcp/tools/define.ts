@@ -8,17 +8,20 @@
 import type { ToolAnnotations } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import type { Agent } from '../../agent/agent.js';
-import type { CodexHost } from '../../codex/host.js';
+import type { ClaudeSession } from '../../hosts/claude/session.js';
+import type { CodexHost } from '../../hosts/codex/host.js';
 import type { Mode } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
 
 /** Which host a server runs for (INTERLINK_MODE, or `serve --codex`). */
 export type { Mode };
 
-/** What a tool call can reach: the session, and in Codex mode the thread binding. */
+/** What a tool call can reach: the session, and its host's binding (Claude session or Codex thread). */
 export interface ToolContext {
   /** The running session; in Codex mode a `not_bound` error until a hook binds the thread. */
   agent(): Promise<Agent>;
+  /** Present in Claude mode only. */
+  claude: ClaudeSession | undefined;
   /** Present in Codex mode only. */
   codex: CodexHost | undefined;
   /** The thread the call's `_meta` names (Codex), if any. */

@@ -4,9 +4,16 @@
  * runs them in the other mode.
  */
 import { z } from 'zod';
-import type { CodexHost } from '../../codex/host.js';
-import { FAILED_ACTIONS, runFailedAction } from '../../codex/recovery.js';
+import type { ClaudeSession } from '../../hosts/claude/session.js';
+import { failedDeliveriesOf, type CodexHost } from '../../hosts/codex/host.js';
+import { FAILED_ACTIONS, runFailedAction } from '../../hosts/codex/recovery.js';
 import { hostTool, wrongMode, type ToolContext, type ToolDefinition } from './define.js';
+
+/** The session binding of a Claude-mode server (the server routes no Claude tool elsewhere). */
+function claudeOf(context: ToolContext, tool: string): ClaudeSession {
+  if (context.claude === undefined) throw wrongMode(tool, 'claude');
+  return context.claude;
+}
 
 /** The binding of a Codex-mode server (the server routes no Codex tool elsewhere). */
 function codexOf(context: ToolContext, tool: string): CodexHost {
@@ -22,7 +29,7 @@ export const HOST_TOOLS: ToolDefinition[] = [
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     only: 'claude',
     input: z.object({ session_id: z.string().min(1).max(128).describe("the session_id Claude Code gives its hooks") }).strict(),
-    run: async (context, args) => (await context.agent()).bindClaudeSession(args.session_id),
+    run: (context, args) => claudeOf(context, 'bind_claude_session').bind(args.session_id),
   }),
   hostTool({
     name: 'bind_codex_session',
@@ -50,7 +57,7 @@ export const HOST_TOOLS: ToolDefinition[] = [
     run: async (context, args) => {
       const { bin } = codexOf(context, 'failed_deliveries');
       const agent = await context.agent();
-      return runFailedAction(agent.failedDeliveries(), args.action, args.id, {
+      return runFailedAction(failedDeliveriesOf(agent), args.action, args.id, {
         bin,
         signal: agent.closingSignal,
         onQueued: (failure) => agent.mailbox.recordNoticeOutcome(failure.notification_id, 'host_queued'),

@@ -18,9 +18,9 @@ import { randomBytes } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
-import { checkSafeName } from '../config/paths.js';
-import { errnoCode, InterlinkError } from '../errors.js';
-import { peekJson, readJson, updateJson } from '../store/json-store.js';
+import { checkSafeName } from '../../config/paths.js';
+import { errnoCode, InterlinkError } from '../../errors.js';
+import { peekJson, readJson, updateJson } from '../../store/json-store.js';
 
 export const MAX_FAILURES = 64;
 export const FAILURE_TTL_MS = 24 * 60 * 60 * 1000;

@@ -8,7 +8,7 @@
  * the model's), which lets every call be checked against the binding.
  */
 import { z } from 'zod';
-import { InterlinkError } from '../errors.js';
+import { InterlinkError } from '../../errors.js';
 
 const THREAD_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 

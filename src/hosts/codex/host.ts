@@ -4,9 +4,10 @@
  * id and `codex queue` as its notice sink. Every tool call is checked against the
  * binding when Codex says which thread it comes from.
  */
-import type { Agent } from '../agent/agent.js';
-import { InterlinkError } from '../errors.js';
-import { log } from '../log.js';
+import type { Agent } from '../../agent/agent.js';
+import { InterlinkError } from '../../errors.js';
+import { log } from '../../log.js';
+import { FailedDeliveries } from './failed.js';
 import { checkCallThread, decideBind, parseThreadId } from './thread.js';
 
 export interface BindResult {
@@ -14,6 +15,11 @@ export interface BindResult {
   session_id: string;
   /** true for the call that bound the server; false for a repeat with the same thread */
   bound_now: boolean;
+}
+
+/** The Codex notices of the session `agent` runs that were not taken, saved for recovery (failed_deliveries). */
+export function failedDeliveriesOf(agent: Pick<Agent, 'options' | 'identity' | 'session'>): FailedDeliveries {
+  return FailedDeliveries.forSession(agent.options.stateDir, agent.identity.key, agent.session);
 }
 
 export class CodexHost {

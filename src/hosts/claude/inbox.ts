@@ -15,19 +15,20 @@
  *   returned, so a record appended while a batch was being read is never skipped.
  * - A damaged or implausible cursor reads as 0: re-showing notices beats losing them.
  * - The cursor belongs to the listener: call `readInboxBatch` and `commitCursor` while
- *   holding `withListenerLock` (`<session>.lock`), which at most one listener holds.
+ *   holding the listener lock (`<session>.lock`, `withListenerLock` in listener.ts),
+ *   which at most one listener holds.
  */
 import { constants } from 'node:fs';
 import { open, readFile, type FileHandle } from 'node:fs/promises';
-import { makePrivateDir, NO_FOLLOW, PRIVATE_FILE } from '../store/private.js';
+import { makePrivateDir, NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { join } from 'node:path';
 import { z } from 'zod';
-import { checkSafeName, unsafeNameReason } from '../config/paths.js';
-import { asStorageError, errnoCode, InterlinkError, isInterlinkError } from '../errors.js';
-import { log } from '../log.js';
-import { fsyncDirectory, writeFileAtomic } from '../store/atomic.js';
-import { describeSchemaError, moveAside } from '../store/json-store.js';
-import { withFileLock } from '../store/lock.js';
+import { checkSafeName, unsafeNameReason } from '../../config/paths.js';
+import { asStorageError, errnoCode, InterlinkError } from '../../errors.js';
+import { log } from '../../log.js';
+import { fsyncDirectory, writeFileAtomic } from '../../store/atomic.js';
+import { describeSchemaError, moveAside } from '../../store/json-store.js';
+import { withFileLock } from '../../store/lock.js';
 
 export const NOTICE_TEXT_MAX_BYTES = 12 * 1024;
 export const INBOX_BATCH_MAX_RECORDS = 64;
@@ -82,34 +83,6 @@ export function inboxPaths(stateDir: string, session: string): InboxPaths {
     lock: join(dir, `${session}.lock`),
     ioLock: join(dir, `${session}.io-lock`),
   };
-}
-
-/** `withFileLock` takes the file a lock guards and adds `.lock` itself. */
-function lockTarget(lockFile: string): string {
-  return lockFile.slice(0, -'.lock'.length);
-}
-
-/**
- * Runs `fn` holding the session's listener lock, without waiting for it: when a live
- * process holds it, resolves `{held: false}` at once. A dead holder's lock is broken.
- */
-export async function withListenerLock<T>(stateDir: string, session: string, fn: () => Promise<T>): Promise<{ held: true; value: T } | { held: false }> {
-  const paths = inboxPaths(stateDir, session);
-  let entered = false;
-  try {
-    const value = await withFileLock(
-      lockTarget(paths.lock),
-      () => {
-        entered = true;
-        return fn();
-      },
-      { timeoutMs: 0 },
-    );
-    return { held: true, value };
-  } catch (err) {
-    if (!entered && isInterlinkError(err, 'busy')) return { held: false };
-    throw err;
-  }
 }
 
 function encodeRecord(session: string, record: InboxRecord): Buffer {

@@ -5,8 +5,8 @@
  * `delivery_failed`. Saving or clearing a failure may fail; that is logged and never
  * changes the outcome or stops the next notice.
  */
-import { log } from '../log.js';
-import type { NoticeSink } from '../notices/notifier.js';
+import { log } from '../../log.js';
+import type { NoticeSink } from '../../notices/notifier.js';
 import type { FailedDeliveries } from './failed.js';
 import { queueNotice, type QueueOptions } from './queue.js';
 

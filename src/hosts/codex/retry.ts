@@ -8,7 +8,7 @@
  * - the notice is too large, or `codex` cannot be started: trying again cannot help.
  * Whatever did not end in `host_queued` is saved for a person to retry (failed_deliveries).
  */
-import type { NoticeOutcome } from '../mailbox/format.js';
+import type { NoticeOutcome } from '../../mailbox/format.js';
 
 export const MAX_ATTEMPTS = 3;
 export const BACKOFF_MS = 2_000;

@@ -6,8 +6,8 @@
  */
 import { spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { log } from '../log.js';
-import { MAX_NOTICE_BYTES } from '../notices/notice.js';
+import { log } from '../../log.js';
+import { MAX_NOTICE_BYTES } from '../../notices/notice.js';
 import { afterAttempt, QUEUE_TIMEOUT_MS, type AttemptResult, type NextStep } from './retry.js';
 
 export interface QueueOptions {

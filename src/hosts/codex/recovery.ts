@@ -4,7 +4,7 @@
  * executor under the same policy (retry.ts) as the notifier; discarding removes the
  * saved failure, never mail.
  */
-import { InterlinkError } from '../errors.js';
+import { InterlinkError } from '../../errors.js';
 import type { FailedDeliveries, Failure } from './failed.js';
 import { queueNotice, type QueueOptions, type QueueReport } from './queue.js';
 
