@@ -122,6 +122,28 @@ describe('inbound loop', () => {
     expect(await stored()).toEqual(['hi']);
   });
 
+  it('looks again at a message held for a damaged peers.json at least every 2 s, however long the damage lasts', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    let judged = 0;
+    const { loop } = start({
+      trust: async () => {
+        judged++;
+        return { table: peers, damaged: true };
+      },
+    });
+    relay.deliver(route, message(stranger, me, { text: 'knock' }));
+    await loop.settled();
+    for (const delay of [250, 500, 1_000, 2_000, 2_000, 2_000, 2_000]) {
+      const attempts = judged;
+      vi.advanceTimersByTime(delay - 1);
+      expect(judged).toBe(attempts);
+      vi.advanceTimersByTime(1);
+      expect(judged).toBe(attempts + 1);
+      await loop.settled();
+    }
+    expect(relay.acked).toEqual([]);
+  });
+
   it('holds a message from up to 10 minutes ahead without acknowledging it, and stores it when it is due', async () => {
     vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'Date'] });
     let judged = 0;

@@ -45,6 +45,15 @@ class PerSecond {
   }
 }
 const MAX_RETRY_MS = 30_000;
+/**
+ * A message held while peers.json is damaged is judged again at least this often: the
+ * hold ends when a person restores the file, and the mail should follow within seconds,
+ * not after a backoff grown during the outage. Each look costs one stat of peers.json.
+ */
+const HELD_RETRY_MS = 2_000;
+
+/** Thrown by `judge` for a message that may come from a peer whose entry was lost. */
+class HeldForDamagedPeers extends Error {}
 
 export interface InboundDeps {
   me: Identity;
@@ -187,7 +196,7 @@ export class Inbound {
       seen: () => inMailbox,
     });
     if (!verdict.ok && verdict.code === 'not_allowlisted' && damaged) {
-      throw new Error('peers.json was damaged and moved aside; holding messages from unknown keys until a person restores it');
+      throw new HeldForDamagedPeers('peers.json was damaged and moved aside; holding messages from unknown keys until a person restores it');
     }
     return verdict;
   }
@@ -201,7 +210,7 @@ export class Inbound {
   }
 
   private retryLater(relay: RelayClient, delivery: Delivery, attempt: number, turns: Turns, err: unknown): void {
-    const delay = Math.min(MAX_RETRY_MS, 250 * 2 ** attempt);
+    const delay = Math.min(err instanceof HeldForDamagedPeers ? HELD_RETRY_MS : MAX_RETRY_MS, 250 * 2 ** attempt);
     log.warn('inbound_storage_failed', { relay: relay.url, route: delivery.route, id: delivery.id, retry_ms: delay, error: (err as Error).message });
     this.again(relay, delivery, attempt + 1, turns, delay);
   }
