@@ -1,0 +1,84 @@
+/**
+ * What a session shows of its messages: the inbox view of a stored record, one message's
+ * state wherever it is, and the conversation with one peer in both directions. Reads
+ * only, except `history` with `consume`, which acknowledges exactly what it returns.
+ */
+import type { Envelope, Status } from '../envelope/envelope.js';
+import { InterlinkError } from '../errors.js';
+import type { StoredRecord } from '../mailbox/format.js';
+import type { Mailbox } from '../mailbox/mailbox.js';
+import { currentState } from '../mailbox/state.js';
+import { outboundState, type Outbox } from '../outbox/outbox.js';
+
+export interface InboxMessage {
+  sender: string;
+  peer?: string;
+  msg_id: string;
+  text: string;
+  ts: number;
+  task_id?: string;
+  status?: Status;
+  in_reply_to?: string;
+  reply_to?: string;
+  receipt: { sender: string; msg_id: string };
+}
+
+/** The task fields that are present, and only those. */
+export function taskFields(fields: Partial<Pick<Envelope, 'task_id' | 'status' | 'in_reply_to'>>) {
+  return {
+    ...(fields.task_id !== undefined && { task_id: fields.task_id }),
+    ...(fields.status !== undefined && { status: fields.status }),
+    ...(fields.in_reply_to !== undefined && { in_reply_to: fields.in_reply_to }),
+  };
+}
+
+export function inboxMessage(record: StoredRecord): InboxMessage {
+  const e = record.envelope;
+  return {
+    sender: e.from,
+    ...(record.peer !== undefined && { peer: record.peer }),
+    msg_id: e.msg_id,
+    text: e.text,
+    ts: e.ts,
+    ...taskFields(e),
+    ...(e.reply_to !== undefined && { reply_to: e.reply_to }),
+    receipt: { sender: e.from, msg_id: e.msg_id },
+  };
+}
+
+/** One message's state and history, from this session's outbox or mailbox. */
+export async function messageStatus(outbox: Outbox, mailbox: Mailbox, msgId: string): Promise<{ msg_id: string; direction: 'outbound' | 'inbound'; state: string; history: { state: string; at: number }[] }> {
+  const outbound = await outbox.get(msgId);
+  if (outbound) return { msg_id: msgId, direction: 'outbound', state: outboundState(outbound), history: outbound.states };
+  const inbound = await mailbox.findByMsgId(msgId);
+  if (inbound) return { msg_id: msgId, direction: 'inbound', state: currentState(inbound), history: inbound.states };
+  throw new InterlinkError('unknown_message', `no message ${msgId} in this session's outbox or mailbox`);
+}
+
+/** Both directions with the peer `key`, oldest first; `consume` acknowledges exactly the inbound ones returned. */
+export async function conversation(outbox: Outbox, mailbox: Mailbox, key: string, limit: number, consume: boolean) {
+  const inbound = await mailbox.history(key, { limit });
+  const outbound = (await outbox.all()).filter((r) => r.envelope.to === key).slice(-limit);
+  const merged = [
+    ...inbound.map((r) => ({ direction: 'inbound' as const, envelope: r.envelope, state: currentState(r) })),
+    ...outbound.map((r) => ({ direction: 'outbound' as const, envelope: r.envelope, state: outboundState(r) })),
+  ]
+    .sort((a, b) => a.envelope.ts - b.envelope.ts)
+    .slice(-limit);
+  if (consume) {
+    const receipts = merged.filter((m) => m.direction === 'inbound' && m.state !== 'receiver_acknowledged').map((m) => ({ sender: m.envelope.from, msg_id: m.envelope.msg_id }));
+    if (receipts.length > 0) await mailbox.acknowledge(receipts);
+    for (const m of merged) if (m.direction === 'inbound') m.state = 'receiver_acknowledged';
+  }
+  return {
+    messages: merged.map((m) => ({
+      direction: m.direction,
+      msg_id: m.envelope.msg_id,
+      text: m.envelope.text,
+      ts: m.envelope.ts,
+      state: m.state,
+      ...taskFields(m.envelope),
+      ...(m.direction === 'inbound' && { receipt: { sender: m.envelope.from, msg_id: m.envelope.msg_id } }),
+    })),
+  };
+}
