@@ -12,7 +12,8 @@ import { log } from '../log.js';
 import { crashPoint } from './crash-point.js';
 import type { Recovery } from './json-store.js';
 import { closeSync } from 'node:fs';
-import { appendLines, compact, cutBack, journalLine, loadJournaled, openJournal, readTail, shouldCompact, type JournalFormat, type Loaded } from './journal.js';
+import { journalLine } from './journal-lines.js';
+import { appendLines, compact, cutBack, loadJournaled, openJournal, readTail, shouldCompact, type JournalFormat, type Loaded } from './journal.js';
 import { withFileLock } from './lock.js';
 import { InterlinkError } from '../errors.js';
 

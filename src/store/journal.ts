@@ -18,13 +18,12 @@
  * damage, not a crash: the journal is kept aside, the valid prefix is kept, and the store
  * is compacted at once.
  *
- * Each line is `<checksum> <JSON>\n`, the checksum being the first 8 bytes of SHA-256 of
- * the JSON, in hex: a flipped byte that leaves valid JSON (a different sender, a different
- * text) is caught, never applied. Journals written before checksums (no `line_check` in
- * the header) are still read, and the next writer compacts them into the checked form.
+ * Each line carries a checksum (journal-lines.ts): a flipped byte that leaves valid JSON
+ * (a different sender, a different text) is caught, never applied. Journals written
+ * before checksums (no `line_check` in the header) are still read, and the next writer
+ * compacts them into the checked form.
  */
 import fs, { closeSync, constants, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, statSync } from 'node:fs';
-import { createHash } from 'node:crypto';
 import { open, stat, type FileHandle } from 'node:fs/promises';
 import { z } from 'zod';
 import { errnoCode, InterlinkError } from '../errors.js';
@@ -32,6 +31,7 @@ import { writeFileAtomic, writeFully } from './atomic.js';
 import { crashPoint } from './crash-point.js';
 import { NO_FOLLOW, readPrivateFile } from './private.js';
 import { describeSchemaError, moveAside, type Recovery } from './json-store.js';
+import { headerLine, headerSchema, journalFormatName, journalHeaderSchema, LINE_CHECK, NEWLINE, parseLines, type ParsedLines } from './journal-lines.js';
 
 /**
  * What a journaled store is: its name (written into both files), how to validate an op
@@ -54,44 +54,12 @@ export interface JournalFormat<State, Op, Result, Data> {
   changes(result: Result): boolean;
 }
 
-/** The name of the per-line checksum, written in the journal header. */
-const LINE_CHECK = 'sha256-64';
-const CHECK_CHARS = 16;
-
-const headerSchema = z.object({ format: z.string(), version: z.number().int(), generation: z.number().int().min(0) });
-const journalHeaderSchema = headerSchema.extend({ line_check: z.literal(LINE_CHECK).optional() });
 const snapshotEnvelopeSchema = headerSchema.extend({ data: z.unknown() });
 
 export const COMPACT_MIN_BYTES = 1024 * 1024;
-const NEWLINE = 0x0a;
 
 export function journalPathOf(snapshotPath: string): string {
   return snapshotPath.replace(/\.json$/, '') + '.journal';
-}
-
-function journalFormatName(format: { name: string }): string {
-  return `${format.name}-journal`;
-}
-
-function headerLine(format: { name: string; version: number }, generation: number): string {
-  return JSON.stringify({ format: journalFormatName(format), version: format.version, generation, line_check: LINE_CHECK }) + '\n';
-}
-
-function lineCheck(json: string): string {
-  return createHash('sha256').update(json, 'utf8').digest('hex').slice(0, CHECK_CHARS);
-}
-
-/** One op as a journal line, with its checksum. */
-export function journalLine(op: unknown): string {
-  const json = JSON.stringify(op);
-  return `${lineCheck(json)} ${json}\n`;
-}
-
-/** The JSON of a checked line, or a reason it is damaged. */
-function checkedJson(line: string): { json: string } | { damage: string } {
-  const json = line.slice(CHECK_CHARS + 1);
-  if (line.charAt(CHECK_CHARS) !== ' ' || line.slice(0, CHECK_CHARS) !== lineCheck(json)) return { damage: 'fails its checksum' };
-  return { json };
 }
 
 /** Where this process's view of the files stands. */
@@ -104,43 +72,6 @@ export interface Cursor {
   snapshotBytes: number;
   /** whether the journal's lines carry checksums (every journal this version writes). */
   checked: boolean;
-}
-
-interface ParsedLines<Op> {
-  ops: Op[];
-  /** bytes consumed by complete, valid lines. */
-  consumed: number;
-  /** a complete line that is not a valid op. */
-  damage?: string;
-  /** bytes after the last newline: a write in progress or a torn append. */
-  partial: number;
-}
-
-function parseLines<Op>(buffer: Buffer, opSchema: z.ZodType<Op>, checked: boolean): ParsedLines<Op> {
-  const ops: Op[] = [];
-  let start = 0;
-  for (;;) {
-    const end = buffer.indexOf(NEWLINE, start);
-    if (end < 0) return { ops, consumed: start, partial: buffer.length - start };
-    let text = buffer.toString('utf8', start, end);
-    // A line that starts with `{` carries no checksum: written by a version from before
-    // checksums still running beside this one (an upgrade), it is read as it always was.
-    if (checked && !text.startsWith('{')) {
-      const line = checkedJson(text);
-      if ('damage' in line) return { ops, consumed: start, partial: 0, damage: `journal line at byte ${start} ${line.damage}` };
-      text = line.json;
-    }
-    let data: unknown;
-    try {
-      data = JSON.parse(text);
-    } catch {
-      return { ops, consumed: start, partial: 0, damage: `journal line at byte ${start} is not JSON` };
-    }
-    const parsed = opSchema.safeParse(data);
-    if (!parsed.success) return { ops, consumed: start, partial: 0, damage: `journal line at byte ${start}: ${describeSchemaError(parsed.error)}` };
-    ops.push(parsed.data);
-    start = end + 1;
-  }
 }
 
 type AnyFormat<State, Op> = JournalFormat<State, Op, unknown, unknown>;
