@@ -5,10 +5,12 @@
  */
 import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { checkSafeName, mailboxPath, outboxPath, replayPath, unsafeNameReason } from '../config/paths.js';
+import { mailboxPath, outboxPath, pairingPath, rejectedPath, replayPath } from '../config/layout.js';
+import { checkSafeName, unsafeNameReason } from '../config/paths.js';
 import { ReplayIndex } from '../replay/claims.js';
 import { FailedDeliveries } from '../codex/failed.js';
-import { MAX_TEXT_BYTES, parseRoute, signEnvelope, type Envelope, type Status } from '../envelope/envelope.js';
+import { MAX_TEXT_BYTES, signEnvelope, type Envelope, type Status } from '../envelope/envelope.js';
+import { formatRoute, parseRoute } from '../envelope/route.js';
 import { InterlinkError, isInterlinkError } from '../errors.js';
 import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
 import { log } from '../log.js';
@@ -22,9 +24,9 @@ import { RelayClient } from '../relay/client.js';
 import { MAX_PAYLOAD_BYTES } from '../relay/frames.js';
 import { Notifier, type NoticeSink } from '../notices/notifier.js';
 import { Pairing } from '../pairing/pairing.js';
-import { PairingStore, pairingPath } from '../pairing/store.js';
+import { PairingStore } from '../pairing/store.js';
 import { Inbound } from './inbound.js';
-import { recordRejection, rejectedPath } from './rejected.js';
+import { recordRejection } from './rejected.js';
 import { Outbound } from './outbound.js';
 import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
 import { chooseSession, PAIRING_SESSION } from './routing.js';
@@ -104,7 +106,7 @@ export class Agent {
     private readonly sendClock: SendClock,
     private readonly replayIndex: ReplayIndex,
   ) {
-    this.route = `${options.identity.key}#${options.session}`;
+    this.route = formatRoute({ key: options.identity.key, session: options.session });
     this.hostSession = options.session;
   }
 
@@ -113,7 +115,7 @@ export class Agent {
     const mailbox = await Mailbox.open(mailboxPath(stateDir, identity.key, session));
     const outbox = await Outbox.open(outboxPath(stateDir, identity.key, session));
     const replay = await ReplayIndex.open(replayPath(stateDir, identity.key));
-    const route = `${identity.key}#${session}`;
+    const route = formatRoute({ key: identity.key, session });
     const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route], ...(options.logOutages !== undefined && { logOutages: options.logOutages }) }));
     const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
     const pairing = new Pairing({
@@ -317,7 +319,7 @@ export class Agent {
         throw new InterlinkError('too_large', `the signed message is larger than a relay accepts (${MAX_PAYLOAD_BYTES} bytes)`);
       }
       // Submitted within the turn, so the outbox holds messages in the order they were signed.
-      adding = this.outbox.add(envelope, `${target.key}#${session}`, idempotency).catch((err: unknown) => {
+      adding = this.outbox.add(envelope, formatRoute({ key: target.key, session }), idempotency).catch((err: unknown) => {
         // A failed commit is cut back and never sent; one that could not be cut back may be.
         if (!isInterlinkError(err, 'storage_uncertain')) throw err;
         throw new InterlinkError('storage_uncertain', `${err.message}; message_status ${envelope.msg_id} tells whether it was kept`, { msg_id: envelope.msg_id });

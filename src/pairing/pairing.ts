@@ -12,11 +12,12 @@
  * messages leave through their own durable queue, re-signed with a fresh timestamp at
  * every offer and keeping their msg_id, until a relay accepts them.
  */
-import { randomUUID } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
+import { basename, dirname } from 'node:path';
+import { sessionFileIn } from '../config/layout.js';
 import { unsafeNameReason } from '../config/paths.js';
-import type { Envelope } from '../envelope/envelope.js';
+import { newMsgId, type Envelope } from '../envelope/envelope.js';
+import { formatRoute } from '../envelope/route.js';
 import { errnoCode, InterlinkError } from '../errors.js';
 import type { OutstandingRequest } from '../gate/decide.js';
 import { normalizeFingerprint, type Identity } from '../identity/identity.js';
@@ -59,7 +60,7 @@ export class Pairing {
   private readonly inbound: PairingInbound;
 
   constructor(private readonly options: PairingOptions) {
-    const route = `${options.identity.key}#${options.session}`;
+    const route = formatRoute({ key: options.identity.key, session: options.session });
     this.control = new ControlOutbox({ identity: options.identity, route, store: options.store, relays: options.relays });
     this.inbound = new PairingInbound({ ...options, now: () => this.now });
   }
@@ -104,7 +105,7 @@ export class Pairing {
     checkPetname(petname);
     const other = table.keyOf(petname);
     if (other !== undefined) throw new InterlinkError('peer_conflict', `petname ${petname} already names another key; pass another petname`);
-    const requestId = randomUUID().replaceAll('-', '');
+    const requestId = newMsgId();
     const { outgoing, repeated } = await this.options.store.update((data) =>
       planRequest(data, {
         request_id: requestId,
@@ -188,7 +189,7 @@ export class Pairing {
     const petname = current ?? options.petname ?? defaultPetname(fingerprint);
     if (current === undefined) await addPeer(this.options.peersPath, petname, request.from);
     const job: ControlJob = {
-      msg_id: randomUUID().replaceAll('-', ''),
+      msg_id: newMsgId(),
       kind: 'pair_accept',
       to: request.from,
       session: request.session,
@@ -326,10 +327,10 @@ export class Pairing {
       .map((name) => name.slice(0, -'.json'.length))
       .filter((session) => session !== this.options.session && unsafeNameReason(session) === undefined)
       .sort();
-    const valid = await Promise.all(sessions.map(async (session) => ((await peekJson(join(dir, `${session}.json`), pairingFileSchema)).kind === 'ok' ? session : undefined)));
+    const valid = await Promise.all(sessions.map(async (session) => ((await peekJson(sessionFileIn(dir, session), pairingFileSchema)).kind === 'ok' ? session : undefined)));
     return valid
       .filter((session): session is string => session !== undefined)
-      .map((session) => new Pairing({ ...this.options, session, store: new PairingStore(join(dir, `${session}.json`)) }));
+      .map((session) => new Pairing({ ...this.options, session, store: new PairingStore(sessionFileIn(dir, session)) }));
   }
 
   /**

@@ -22,13 +22,14 @@ import { basename } from 'node:path';
 import { z } from 'zod';
 import { pinnedSession } from '../../agent/session.js';
 import type { Config } from '../../config/env.js';
-import { mailboxPath, unsafeNameReason } from '../../config/paths.js';
+import { inboxPaths, mailboxPath } from '../../config/layout.js';
+import { unsafeNameReason } from '../../config/paths.js';
 import { InterlinkError } from '../../errors.js';
 import { log } from '../../log.js';
 import { crashPoint } from '../../store/crash-point.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
 import { processIsRunning } from '../../store/liveness.js';
-import { commitCursor, inboxPaths, readInboxBatch, withListenerLock, type InboxRecord } from '../../notices/inbox.js';
+import { commitCursor, readInboxBatch, withListenerLock, type InboxRecord } from '../../notices/inbox.js';
 import { liveNotices, mailboxKey } from '../../notices/stale.js';
 import { expectPositionals, parse } from '../args.js';
 
