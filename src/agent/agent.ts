@@ -10,6 +10,7 @@ import { checkSafeName, unsafeNameReason } from '../config/paths.js';
 import { ReplayIndex } from '../replay/claims.js';
 import { FailedDeliveries } from '../codex/failed.js';
 import { MAX_TEXT_BYTES, signEnvelope, type Envelope, type Status } from '../envelope/envelope.js';
+import { receiptOf, type Receipt } from '../envelope/receipt.js';
 import { formatRoute, parseRoute } from '../envelope/route.js';
 import { InterlinkError, isInterlinkError } from '../errors.js';
 import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
@@ -80,7 +81,7 @@ export interface InboxMessage {
   status?: Status;
   in_reply_to?: string;
   reply_to?: string;
-  receipt: { sender: string; msg_id: string };
+  receipt: Receipt;
 }
 
 export class Agent {
@@ -436,7 +437,7 @@ export class Agent {
         ts: m.envelope.ts,
         state: m.state,
         ...optional(m.envelope),
-        ...(m.direction === 'inbound' && { receipt: { sender: m.envelope.from, msg_id: m.envelope.msg_id } }),
+        ...(m.direction === 'inbound' && { receipt: receiptOf(m.envelope) }),
       })),
     };
   }
@@ -514,7 +515,7 @@ function inboxMessage(record: StoredRecord): InboxMessage {
     ts: e.ts,
     ...optional(e),
     ...(e.reply_to !== undefined && { reply_to: e.reply_to }),
-    receipt: { sender: e.from, msg_id: e.msg_id },
+    receipt: receiptOf(e),
   };
 }
 

@@ -50,7 +50,7 @@ export const TERMINAL_STATUSES: ReadonlySet<Status> = new Set(['result', 'failed
 const MSG_ID = /^[0-9a-f]{32}$/;
 
 const publicKeyText = z.string().refine((s) => isBase64urlOfLength(s, PUBLIC_KEY_BYTES), 'must be a 32-byte base64url public key');
-const msgIdText = z.string().regex(MSG_ID, 'must be 32 lowercase hex digits');
+export const msgIdText = z.string().regex(MSG_ID, 'must be 32 lowercase hex digits');
 const nonEmptyOptional = (inner: z.ZodString) => inner.min(1, 'must be absent rather than empty').optional();
 
 const sessionText = z.string().refine((s) => unsafeNameReason(s) === undefined, 'must be a session id (1 to 128 bytes, no "..", "/", "\\", control characters or surrounding white space)');
