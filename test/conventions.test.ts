@@ -10,6 +10,13 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { MAX_NAME_BYTES } from '../src/config/paths.js';
+import { MAX_TASK_ID_BYTES } from '../src/envelope/envelope.js';
+import { formatRoute, parseRoute } from '../src/envelope/route.js';
+import { MESSAGE_TOOLS } from '../src/mcp/tools/messages.js';
+import { PEER_TOOLS } from '../src/mcp/tools/peers.js';
+import { MAX_FIELD_BYTES } from '../src/presence/announcement.js';
+import { newIdentity } from './helpers/fixtures.js';
 
 const SRC = fileURLToPath(new URL('../src', import.meta.url));
 
@@ -67,4 +74,40 @@ describe('one place per convention', () => {
       expect(found.filter((at) => !at.startsWith(`${home}:`))).toEqual([]);
     });
   }
+});
+
+describe('routes', () => {
+  it('parse back to what built them, and only with a full key and a session the name rule allows', () => {
+    const key = newIdentity().key;
+    expect(parseRoute(formatRoute({ key, session: 'b1' }))).toEqual({ key, session: 'b1' });
+    expect(parseRoute(formatRoute({ key, session: 'a#b' }))).toEqual({ key, session: 'a#b' });
+    for (const bad of [key, `${key}#`, `${key}#../x`, `${key.slice(1)}#b1`, '#b1']) expect(parseRoute(bad)).toBeUndefined();
+  });
+});
+
+describe('tool schemas count UTF-8 bytes, as the envelope and announcements do', () => {
+  const input = (tools: typeof MESSAGE_TOOLS, name: string) => tools.find((t) => t.name === name)!.input;
+  const fits = (bytes: number) => 'x'.repeat(bytes);
+  // Two bytes per character: half as many characters as the byte bound allows, plus one.
+  const overByBytes = (bytes: number) => 'é'.repeat(bytes / 2 + 1);
+
+  it('task_id: at most MAX_TASK_ID_BYTES bytes', () => {
+    const send = input(MESSAGE_TOOLS, 'send_message');
+    expect(send.safeParse({ to: 'bob', text: 'hi', task_id: fits(MAX_TASK_ID_BYTES) }).success).toBe(true);
+    expect(overByBytes(MAX_TASK_ID_BYTES).length).toBeLessThan(MAX_TASK_ID_BYTES);
+    expect(send.safeParse({ to: 'bob', text: 'hi', task_id: overByBytes(MAX_TASK_ID_BYTES) }).success).toBe(false);
+  });
+
+  it('summary: at most the announcement field bound in bytes, and may be empty', () => {
+    const summary = input(PEER_TOOLS, 'set_summary');
+    expect(summary.safeParse({ summary: '' }).success).toBe(true);
+    expect(summary.safeParse({ summary: fits(MAX_FIELD_BYTES) }).success).toBe(true);
+    expect(summary.safeParse({ summary: overByBytes(MAX_FIELD_BYTES) }).success).toBe(false);
+  });
+
+  it('petnames: at most MAX_NAME_BYTES bytes, the name rule', () => {
+    const add = input(PEER_TOOLS, 'add_peer');
+    expect(add.safeParse({ petname: fits(MAX_NAME_BYTES), key: 'k' }).success).toBe(true);
+    expect(add.safeParse({ petname: overByBytes(MAX_NAME_BYTES), key: 'k' }).success).toBe(false);
+  });
 });
