@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { FailedDeliveries } from '../src/hosts/codex/failed.js';
-import { mailboxPath } from '../src/config/paths.js';
+import { mailboxPath } from '../src/config/layout.js';
 import { relayAnswers } from '../src/agent/local-relay.js';
 import { Mailbox } from '../src/mailbox/mailbox.js';
 import { Outbox } from '../src/outbox/outbox.js';

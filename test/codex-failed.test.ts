@@ -15,7 +15,6 @@ import { z } from 'zod';
 import {
   FAILURE_TTL_MS,
   FailedDeliveries,
-  failedPath,
   failedSessions,
   live,
   MAX_FAILURES,
@@ -23,6 +22,7 @@ import {
   type Failure,
   type NewFailure,
 } from '../src/hosts/codex/failed.js';
+import { failedPath } from '../src/config/layout.js';
 import { isInterlinkError } from '../src/errors.js';
 import { raceChildren, reapChildren, startLine, writeScript } from './helpers/children.js';
 import { tempDir } from './helpers/fixtures.js';

@@ -4,7 +4,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { verifyEnvelope } from '../src/envelope/envelope.js';
 import { ControlOutbox } from '../src/pairing/control.js';
 import type { ControlJob } from '../src/pairing/rules.js';
-import { PairingStore, pairingPath } from '../src/pairing/store.js';
+import { pairingPath } from '../src/config/layout.js';
+import { PairingStore } from '../src/pairing/store.js';
 import { FakeRelayClient } from './helpers/fake-relay-client.js';
 import { newIdentity, tempDir } from './helpers/fixtures.js';
 

@@ -6,7 +6,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { outboxPath } from '../src/config/paths.js';
+import { outboxPath } from '../src/config/layout.js';
 import { signEnvelope } from '../src/envelope/envelope.js';
 import { loadOrCreateIdentity } from '../src/identity/identity.js';
 import { Outbox } from '../src/outbox/outbox.js';

@@ -6,7 +6,7 @@
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Inbound, type InboundDeps } from '../src/agent/inbound.js';
-import { replayPath } from '../src/config/paths.js';
+import { replayPath } from '../src/config/layout.js';
 import { ReplayIndex } from '../src/replay/claims.js';
 import { Mailbox } from '../src/mailbox/mailbox.js';
 import { PeerTable } from '../src/peers/peers.js';

@@ -7,7 +7,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { Inbound, type InboundDeps } from '../src/agent/inbound.js';
 import type { Rejection } from '../src/agent/rejected.js';
-import { mailboxPath, replayPath } from '../src/config/paths.js';
+import { mailboxPath, replayPath } from '../src/config/layout.js';
 import { MAX_FUTURE_MS, MAX_HOLD_MS } from '../src/gate/decide.js';
 import { Mailbox } from '../src/mailbox/mailbox.js';
 import { PeerTable } from '../src/peers/peers.js';

@@ -14,14 +14,14 @@ import { InterlinkError } from '../src/errors.js';
 import {
   appendInboxRecord,
   commitCursor,
-  inboxPaths,
   inboxRecordSchema,
   INBOX_BATCH_MAX_BYTES,
-  NOTICE_TEXT_MAX_BYTES,
   readInboxBatch,
   type InboxRecord,
 } from '../src/hosts/claude/inbox.js';
 import { withListenerLock } from '../src/hosts/claude/listener.js';
+import { inboxPaths } from '../src/config/layout.js';
+import { MAX_NOTICE_BYTES } from '../src/notices/notice.js';
 import { rejectsWith } from './helpers/assert.js';
 import { tempDir } from './helpers/fixtures.js';
 
@@ -64,8 +64,8 @@ describe('inbox paths and records', () => {
   });
 
   it('accepts notices up to 12 KiB of text and refuses larger ones with too_large', async () => {
-    expect(inboxRecordSchema.safeParse(notice('é'.repeat(NOTICE_TEXT_MAX_BYTES / 2))).success).toBe(true);
-    await rejectsWith(appendInboxRecord(state, 's1', notice('x'.repeat(NOTICE_TEXT_MAX_BYTES + 1))), 'too_large');
+    expect(inboxRecordSchema.safeParse(notice('é'.repeat(MAX_NOTICE_BYTES / 2))).success).toBe(true);
+    await rejectsWith(appendInboxRecord(state, 's1', notice('x'.repeat(MAX_NOTICE_BYTES + 1))), 'too_large');
   });
 
   it('refuses a record for another session, and malformed records', async () => {
@@ -111,7 +111,7 @@ describe('readInboxBatch', () => {
   });
 
   it('stops once the lines read reach 256 KiB', async () => {
-    const text = 'x'.repeat(NOTICE_TEXT_MAX_BYTES);
+    const text = 'x'.repeat(MAX_NOTICE_BYTES);
     for (let i = 0; i < 30; i++) await appendInboxRecord(state, 's1', notice(text));
     const lineBytes = (await fileSize()) / 30;
     const expected = Math.ceil(INBOX_BATCH_MAX_BYTES / lineBytes);

@@ -236,7 +236,7 @@ describe('mailbox', () => {
   });
 
   it('rejects a path-like session id before touching the disk', async () => {
-    const { mailboxPath } = await import('../src/config/paths.js');
+    const { mailboxPath } = await import('../src/config/layout.js');
     for (const bad of ['../x', 'a/b', 'a\\b', 'x\0y', '', 'a'.repeat(129)]) {
       let error: unknown;
       try {

@@ -1,7 +1,7 @@
 /** The outbound loop (src/agent/outbound.ts) on a real outbox, against fake relay clients. */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Outbound } from '../src/agent/outbound.js';
-import { outboxPath } from '../src/config/paths.js';
+import { outboxPath } from '../src/config/layout.js';
 import { Outbox, outboundState, type OutboxRecord } from '../src/outbox/outbox.js';
 import { FakeRelayClient } from './helpers/fake-relay-client.js';
 import { eventually } from './helpers/mcp.js';

@@ -12,7 +12,7 @@ import { newMsgId, verifyEnvelope } from '../src/envelope/envelope.js';
 import { loadOrCreateIdentity } from '../src/identity/identity.js';
 import { verificationCode } from '../src/pairing/code.js';
 import { MAX_CONTROL, MAX_OUTGOING, type PairingData } from '../src/pairing/rules.js';
-import { pairingPath } from '../src/pairing/store.js';
+import { pairingPath } from '../src/config/layout.js';
 import { newIdentity } from './helpers/fixtures.js';
 import { eventually, startPeer, type Peer } from './helpers/mcp.js';
 import { Hand, logged, person, readPairing, readPeers, reapCli, requestPair, snapshot, type Listed, type Requested } from './helpers/pairing.js';

@@ -21,7 +21,8 @@ import {
   type Incoming,
   type PairingData,
 } from '../src/pairing/rules.js';
-import { PairingStore, pairingPath } from '../src/pairing/store.js';
+import { pairingPath } from '../src/config/layout.js';
+import { PairingStore } from '../src/pairing/store.js';
 import { captureStderr, rejectsWith, throwsWith } from './helpers/assert.js';
 import { raceChildren, reapChildren, startLine, writeScript } from './helpers/children.js';
 import { newIdentity, tempDir } from './helpers/fixtures.js';

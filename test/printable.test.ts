@@ -5,7 +5,7 @@
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { forTerminal } from '../src/cli/printable.js';
-import { mailboxPath } from '../src/config/paths.js';
+import { mailboxPath } from '../src/config/layout.js';
 import { loadOrCreateIdentity } from '../src/identity/identity.js';
 import { Mailbox } from '../src/mailbox/mailbox.js';
 import { addPeer } from '../src/peers/peers.js';

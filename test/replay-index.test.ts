@@ -7,7 +7,7 @@
 import fc from 'fast-check';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { replayPath } from '../src/config/paths.js';
+import { replayPath } from '../src/config/layout.js';
 import { ReplayIndex } from '../src/replay/claims.js';
 import { CLAIM_KEEP_MS, ClaimsState, MAX_CLAIMS, type ClaimOp, type ClaimOutcome } from '../src/replay/rules.js';
 import { MAX_HOLD_MS, MAX_PAST_MS } from '../src/gate/decide.js';

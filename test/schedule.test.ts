@@ -1,7 +1,8 @@
 /** The notice schedule, exhaustively with a fake clock. */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { decideNotice, holdFor, type Reservation } from '../src/notices/schedule.js';
+import type { Reservation } from '../src/mailbox/format.js';
+import { decideNotice, holdFor } from '../src/notices/schedule.js';
 
 describe('notice schedule', () => {
   it('holds 30 s, then 60, 120, 240 and at most 300 s', () => {

@@ -6,7 +6,8 @@
  * data or throws an InterlinkError.
  */
 import { dirname } from 'node:path';
-import { mailboxPath, outboxPath, replayPath } from '../config/paths.js';
+import { mailboxPath, outboxPath, pairingPath, rejectedPath, replayPath } from '../config/layout.js';
+import { formatRoute } from '../envelope/route.js';
 import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
 import { log } from '../log.js';
 import type { StoredRecord } from '../mailbox/format.js';
@@ -15,7 +16,7 @@ import { Notifier, type NoticeSink } from '../notices/notifier.js';
 import { SendClock } from '../outbox/clock.js';
 import { Outbox } from '../outbox/outbox.js';
 import { Pairing } from '../pairing/pairing.js';
-import { PairingStore, pairingPath } from '../pairing/store.js';
+import { PairingStore } from '../pairing/store.js';
 import type { PeerTable } from '../peers/peers.js';
 import { RelayClient } from '../relay/client.js';
 import { ReplayIndex } from '../replay/claims.js';
@@ -25,7 +26,7 @@ import { Outbound } from './outbound.js';
 import { PeerWatch } from './peer-watch.js';
 import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
 import { conversation, inboxMessage, messageStatus, type InboxMessage } from './reading.js';
-import { recordRejection, rejectedPath } from './rejected.js';
+import { recordRejection } from './rejected.js';
 import { Sender, type SendArgs, type SendReceipt } from './sending.js';
 
 export type { InboxMessage } from './reading.js';
@@ -65,7 +66,7 @@ export class Agent {
     clock: SendClock,
     private readonly replayIndex: ReplayIndex,
   ) {
-    this.route = `${options.identity.key}#${options.session}`;
+    this.route = formatRoute({ key: options.identity.key, session: options.session });
     this.sender = new Sender({ identity: options.identity, session: options.session, route: this.route, outbox, outbound, relays, presence, peers: peerWatch, sticky, clock });
   }
 
@@ -77,7 +78,7 @@ export class Agent {
     const seedIndex = isNewIndex(replayFile);
     const replay = await ReplayIndex.open(replayFile);
     if (seedIndex) await seedFromMailboxes(replay, dirname(mailboxPath(stateDir, identity.key, session)));
-    const route = `${identity.key}#${session}`;
+    const route = formatRoute({ key: identity.key, session });
     const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route], ...(options.logOutages !== undefined && { logOutages: options.logOutages }) }));
     const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
     const pairing = new Pairing({

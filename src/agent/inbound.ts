@@ -14,6 +14,7 @@
  * from a peer whose entry was lost).
  */
 import { parseEnvelope, replyToSession, type Envelope } from '../envelope/envelope.js';
+import { receiptKey, receiptOf } from '../envelope/receipt.js';
 import { decide, type OutstandingRequest, type RejectCode, type Verdict } from '../gate/decide.js';
 import type { Identity } from '../identity/identity.js';
 import { log } from '../log.js';
@@ -185,7 +186,7 @@ export class Inbound {
 
   private async judge(envelope: Envelope): Promise<Verdict> {
     const { table, damaged } = await this.deps.trust();
-    const key = `${envelope.from} ${envelope.msg_id}`;
+    const key = receiptKey(receiptOf(envelope));
     const inMailbox = this.seen.has(key) || (await this.deps.mailbox.has(envelope.from, envelope.msg_id));
     const verdict = decide(envelope, {
       me: this.deps.me.key,
@@ -202,8 +203,7 @@ export class Inbound {
   }
 
   private remember(envelope: Envelope): void {
-    const key = `${envelope.from} ${envelope.msg_id}`;
-    this.seen.add(key);
+    this.seen.add(receiptKey(receiptOf(envelope)));
     if (this.seen.size > SEEN_LIMIT) this.seen.delete(this.seen.values().next().value!);
     const session = replyToSession(envelope);
     if (session !== undefined) this.deps.sticky.set(envelope.from, session);

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { constants, openSync } from 'node:fs';
 import type { Config } from '../config/env.js';
 import { makePrivateDirSync, NO_FOLLOW, PRIVATE_FILE } from '../store/private.js';
-import { join } from 'node:path';
+import { localRelayDir, localRelayLogPath } from '../config/layout.js';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { log } from '../log.js';
@@ -42,15 +42,10 @@ export async function relayAnswers(url: string, timeoutMs = 1_000): Promise<bool
   return (await probeRelay(url, timeoutMs)).answers;
 }
 
-/** The zero-config relay's store, log and pid file. */
-export function localRelayDir(stateDir: string): string {
-  return join(stateDir, 'relay');
-}
-
 function startDetachedRelay(stateDir: string, addr: string): void {
   const dir = localRelayDir(stateDir);
   makePrivateDirSync(dir);
-  const logFd = openSync(join(dir, 'relay.log'), constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | NO_FOLLOW, PRIVATE_FILE);
+  const logFd = openSync(localRelayLogPath(stateDir), constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | NO_FOLLOW, PRIVATE_FILE);
   const main = fileURLToPath(new URL('../cli/main.js', import.meta.url));
   const child = spawn(process.execPath, [main, 'relay', '--addr', addr, '--db', dir], {
     detached: true,
@@ -72,6 +67,6 @@ export async function relayUrls(config: Pick<Config, 'relays' | 'localRelay' | '
     if (await relayAnswers(url, 500)) return [url];
     await new Promise((r) => setTimeout(r, 50));
   }
-  log.warn('local_relay_not_answering', { url, hint: `see ${join(localRelayDir(stateDir), 'relay.log')}` });
+  log.warn('local_relay_not_answering', { url, hint: `see ${localRelayLogPath(stateDir)}` });
   return [url];
 }

@@ -3,6 +3,7 @@
  * after each connect or summary change), a signed goodbye on clean exit, and the merged,
  * verified roster of everyone the relays know.
  */
+import { formatRoute } from '../envelope/route.js';
 import type { SigningKey } from '../identity/ed25519.js';
 import { log } from '../log.js';
 import { signAnnouncement, signGoodbye, verifiedAnnouncement, type Announcement } from '../presence/announcement.js';
@@ -64,7 +65,7 @@ export class Presence {
       if (a === undefined) continue;
       const state = presenceState(entry.age_ms);
       if (state === undefined) continue;
-      const id = `${a.key}#${a.session}`;
+      const id = formatRoute(a);
       const seen = best.get(id);
       if (seen === undefined || entry.age_ms < seen.age_ms) best.set(id, view(a, entry.age_ms, state));
     }

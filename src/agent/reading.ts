@@ -4,6 +4,7 @@
  * only, except `history` with `consume`, which acknowledges exactly what it returns.
  */
 import type { Envelope, Status } from '../envelope/envelope.js';
+import { receiptOf, type Receipt } from '../envelope/receipt.js';
 import { InterlinkError } from '../errors.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import type { Mailbox } from '../mailbox/mailbox.js';
@@ -20,7 +21,7 @@ export interface InboxMessage {
   status?: Status;
   in_reply_to?: string;
   reply_to?: string;
-  receipt: { sender: string; msg_id: string };
+  receipt: Receipt;
 }
 
 /** The task fields that are present, and only those. */
@@ -42,7 +43,7 @@ export function inboxMessage(record: StoredRecord): InboxMessage {
     ts: e.ts,
     ...taskFields(e),
     ...(e.reply_to !== undefined && { reply_to: e.reply_to }),
-    receipt: { sender: e.from, msg_id: e.msg_id },
+    receipt: receiptOf(e),
   };
 }
 
@@ -78,7 +79,7 @@ export async function conversation(outbox: Outbox, mailbox: Mailbox, key: string
       ts: m.envelope.ts,
       state: m.state,
       ...taskFields(m.envelope),
-      ...(m.direction === 'inbound' && { receipt: { sender: m.envelope.from, msg_id: m.envelope.msg_id } }),
+      ...(m.direction === 'inbound' && { receipt: receiptOf(m.envelope) }),
     })),
   };
 }

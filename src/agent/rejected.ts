@@ -6,9 +6,7 @@
  * are not listed (the gate doing its job on a copy), a copy offered to another session is. `status` counts them and
  * `interlink-mcp inbox --rejected` shows them.
  */
-import { join } from 'node:path';
 import { z } from 'zod';
-import { checkSafeName } from '../config/paths.js';
 import { peekJson, updateJson } from '../store/json-store.js';
 
 export const MAX_REJECTED = 256;
@@ -28,10 +26,6 @@ const fileSchema = z.object({ v: z.literal(1), rejected: z.array(entrySchema) })
 type RejectedFile = z.infer<typeof fileSchema>;
 const empty = (): RejectedFile => ({ v: 1, rejected: [] });
 const storeOptions = { unavailable: 'the list of refused messages is not shown' };
-
-export function rejectedPath(stateDir: string, identity: string, session: string): string {
-  return join(stateDir, 'rejected', identity, `${checkSafeName(session, 'session id')}.json`);
-}
 
 /** Adds one refusal (once per sender and msg_id), keeping the newest MAX_REJECTED (pure). */
 export function withRejection(list: readonly Rejection[], entry: Rejection): Rejection[] | undefined {

@@ -4,7 +4,8 @@
  * unsent messages (DESIGN.md "The agent: one session").
  */
 import { unsafeNameReason } from '../config/paths.js';
-import { MAX_TEXT_BYTES, parseRoute, signEnvelope, type Status } from '../envelope/envelope.js';
+import { MAX_TEXT_BYTES, signEnvelope, type Status } from '../envelope/envelope.js';
+import { formatRoute, parseRoute } from '../envelope/route.js';
 import { InterlinkError, isInterlinkError } from '../errors.js';
 import type { Identity } from '../identity/identity.js';
 import type { SendClock } from '../outbox/clock.js';
@@ -106,7 +107,7 @@ export class Sender {
         throw new InterlinkError('too_large', `the signed message is larger than a relay accepts (${MAX_PAYLOAD_BYTES} bytes)`);
       }
       // Submitted within the turn, so the outbox holds messages in the order they were signed.
-      adding = outbox.add(envelope, `${target.key}#${session}`, idempotency).catch((err: unknown) => {
+      adding = outbox.add(envelope, formatRoute({ key: target.key, session }), idempotency).catch((err: unknown) => {
         // A failed commit is cut back and never sent; one that could not be cut back may be.
         if (!isInterlinkError(err, 'storage_uncertain')) throw err;
         throw new InterlinkError('storage_uncertain', `${err.message}; message_status ${envelope.msg_id} tells whether it was kept`, { msg_id: envelope.msg_id });

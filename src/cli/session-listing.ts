@@ -6,14 +6,14 @@
  * three days; the others are counted, and `status --all` lists them too.
  */
 import { stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { sessionPath, type SessionStore } from '../config/layout.js';
 import { errnoCode } from '../errors.js';
+import { journalPathOf } from '../store/journal.js';
 
 export const QUIET_AFTER_MS = 3 * 24 * 60 * 60 * 1000;
 
 /** The folders under the state root that hold per-session files of an identity. */
-const SESSION_DIRS = ['mailbox', 'outbox', 'failed', 'pairing'] as const;
-const SUFFIXES = ['.json', '.journal'] as const;
+const ACTIVE_STORES: readonly SessionStore[] = ['mailbox', 'outbox', 'failed', 'pairing'];
 
 /**
  * When any of the session's files last changed (epoch ms), or undefined if none exists.
@@ -21,10 +21,11 @@ const SUFFIXES = ['.json', '.journal'] as const;
  */
 export async function lastActivity(state: string, identity: string, session: string): Promise<number | undefined> {
   let latest: number | undefined;
-  for (const dir of SESSION_DIRS) {
-    for (const suffix of SUFFIXES) {
+  for (const store of ACTIVE_STORES) {
+    const snapshot = sessionPath(state, store, identity, session);
+    for (const file of [snapshot, journalPathOf(snapshot)]) {
       try {
-        const { mtimeMs } = await stat(join(state, dir, identity, `${session}${suffix}`));
+        const { mtimeMs } = await stat(file);
         latest = Math.max(latest ?? 0, Math.floor(mtimeMs));
       } catch (err) {
         if (errnoCode(err) !== 'ENOENT') throw err;

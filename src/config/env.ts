@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { InterlinkError } from '../errors.js';
 import { LOG_SETTINGS, type LogSetting } from '../log.js';
+import { defaultKeyPath, defaultPeersPath } from './layout.js';
 import { MAX_NAME_BYTES, unsafeNameReason } from './paths.js';
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -116,8 +117,8 @@ export function loadConfig(env: Env): Config {
   const configDir = v.INTERLINK_CONFIG_DIR ?? join(nonEmpty(env.XDG_CONFIG_HOME) ?? join(homedir(), '.config'), 'interlink');
   return {
     configDir,
-    keyPath: v.INTERLINK_KEY ?? join(configDir, 'id.key'),
-    peersPath: v.INTERLINK_PEERS ?? join(configDir, 'peers.json'),
+    keyPath: v.INTERLINK_KEY ?? defaultKeyPath(configDir),
+    peersPath: v.INTERLINK_PEERS ?? defaultPeersPath(configDir),
     stateDir: v.INTERLINK_STATE_DIR ?? join(nonEmpty(env.XDG_STATE_HOME) ?? join(homedir(), '.local', 'state'), 'interlink'),
     relays: v.INTERLINK_URL,
     localRelay: v.INTERLINK_LOCAL_RELAY ?? DEFAULT_LOCAL_RELAY,

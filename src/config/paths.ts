@@ -1,8 +1,7 @@
 /**
- * Where things live under the state root, and the rule that keeps names chosen by users
- * or peers from escaping their directory. The roots themselves come from config/env.ts.
+ * The rule that keeps names chosen by users or peers (session ids, petnames) from
+ * escaping their directory. Where files live is layout.ts.
  */
-import { join } from 'node:path';
 import { InterlinkError } from '../errors.js';
 
 export const MAX_NAME_BYTES = 128;
@@ -39,17 +38,4 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
  */
 export function isWellFormedUnicode(text: string): boolean {
   return !LONE_SURROGATE.test(text);
-}
-
-export function mailboxPath(state: string, identity: string, session: string): string {
-  return join(state, 'mailbox', identity, `${checkSafeName(session, 'session id')}.json`);
-}
-
-export function outboxPath(state: string, identity: string, session: string): string {
-  return join(state, 'outbox', identity, `${checkSafeName(session, 'session id')}.json`);
-}
-
-/** The per-identity replay index, shared by every session of the identity (replay/claims.ts). */
-export function replayPath(state: string, identity: string): string {
-  return join(state, 'replay', `${identity}.json`);
 }

@@ -31,6 +31,7 @@ import { decodeBase64url, encodeBase64url, isBase64urlOfLength } from '../identi
 import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES, signBytes, verifyBytes, type SigningKey } from '../identity/ed25519.js';
 import { isWellFormedUnicode, unsafeNameReason } from '../config/paths.js';
 import { lengthPrefixed, u64le } from './bytes.js';
+import { parseRoute, routeText } from './route.js';
 
 export const SIGNING_DOMAINS = { 2: 'interlink-v2\0', 3: 'interlink-v3\0' } as const;
 export type EnvelopeVersion = keyof typeof SIGNING_DOMAINS;
@@ -49,7 +50,7 @@ export const TERMINAL_STATUSES: ReadonlySet<Status> = new Set(['result', 'failed
 const MSG_ID = /^[0-9a-f]{32}$/;
 
 const publicKeyText = z.string().refine((s) => isBase64urlOfLength(s, PUBLIC_KEY_BYTES), 'must be a 32-byte base64url public key');
-const msgIdText = z.string().regex(MSG_ID, 'must be 32 lowercase hex digits');
+export const msgIdText = z.string().regex(MSG_ID, 'must be 32 lowercase hex digits');
 const nonEmptyOptional = (inner: z.ZodString) => inner.min(1, 'must be absent rather than empty').optional();
 
 const sessionText = z.string().refine((s) => unsafeNameReason(s) === undefined, 'must be a session id (1 to 128 bytes, no "..", "/", "\\", control characters or surrounding white space)');
@@ -77,10 +78,7 @@ export const envelopeFields = z.object({
   ),
   status: z.enum(STATUSES).optional(),
   in_reply_to: msgIdText.optional(),
-  reply_to: z
-    .string()
-    .refine((s) => parseRoute(s) !== undefined, 'must be "<public key>#<session id>"')
-    .optional(),
+  reply_to: routeText.optional(),
   sig: z.string().refine((s) => isBase64urlOfLength(s, SIGNATURE_BYTES), 'must be a 64-byte base64url signature'),
 });
 
@@ -102,16 +100,6 @@ export const envelopeSchema = envelopeFields.superRefine(versionRules);
 
 export type Envelope = z.infer<typeof envelopeSchema>;
 export type UnsignedEnvelope = Omit<Envelope, 'sig'>;
-
-/** A relay route `<public key>#<session id>`. */
-export function parseRoute(route: string): { key: string; session: string } | undefined {
-  const hash = route.indexOf('#');
-  if (hash < 0) return undefined;
-  const key = route.slice(0, hash);
-  const session = route.slice(hash + 1);
-  if (!isBase64urlOfLength(key, PUBLIC_KEY_BYTES) || unsafeNameReason(session) !== undefined) return undefined;
-  return { key, session };
-}
 
 export function newMsgId(): string {
   return randomBytes(16).toString('hex');

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { envelopeSchema } from '../envelope/envelope.js';
+import { receiptSchema } from '../envelope/receipt.js';
 
 export const RECORD_STATES = [
   'receiver_stored',
@@ -19,8 +20,6 @@ export type RecordState = (typeof RECORD_STATES)[number];
 const stateEntrySchema = z.object({ state: z.enum(RECORD_STATES), at: z.number().int() });
 export type StateEntry = z.infer<typeof stateEntrySchema>;
 
-const receiptSchema = z.object({ sender: z.string(), msg_id: z.string() });
-export type Receipt = z.infer<typeof receiptSchema>;
 
 export const recordSchema = z.object({
   seq: z.number().int().min(0),
@@ -36,7 +35,7 @@ export type StoredRecord = z.infer<typeof recordSchema>;
 const tombstoneSchema = z.object({ sender: z.string(), msg_id: z.string(), until: z.number().int() });
 export type Tombstone = z.infer<typeof tombstoneSchema>;
 
-/** The current notice reservation (seed 003): at most one per session. */
+/** The current notice reservation (seed 003): at most one per session; `covered` holds receipt keys. */
 const reservationSchema = z.object({
   id: z.string(),
   at: z.number().int(),

@@ -10,7 +10,8 @@ import type { Envelope } from '../envelope/envelope.js';
 import { JournalStore } from '../store/journal-store.js';
 import type { JournalFormat } from '../store/journal.js';
 import type { Recovery } from '../store/json-store.js';
-import { mailboxDataSchema, opSchema, type MailboxData, type NoticeOutcome, type Op, type Receipt, type Reservation, type StoredRecord } from './format.js';
+import type { Receipt } from '../envelope/receipt.js';
+import { mailboxDataSchema, opSchema, type MailboxData, type NoticeOutcome, type Op, type Reservation, type StoredRecord } from './format.js';
 import { DEFAULT_FETCH_LIMIT, DEFAULT_LIMITS, clampFetchLimit, isProgress, type Limits } from './rules.js';
 import { MailboxState, isAcknowledged, isUnread, type AckCounts, type NoticeChange, type StoreOutcome } from './state.js';
 
@@ -82,17 +83,13 @@ export class Mailbox {
   }
 
   /** What a notifier decides from: the reservation and the messages that deserve a notice. */
-  async noticeState(): Promise<{ reservation: Reservation | undefined; attention: string[] }> {
+  async noticeState(): Promise<{ reservation: Reservation | undefined; attention: Receipt[] }> {
     return this.journal.read((state) => ({ reservation: state.notice && structuredClone(state.notice), attention: state.attention() }));
   }
 
   /** Makes the session's notice reservation; durable before the notice is handed to the host. */
-  async reserveNotice(id: string, attempt: number, covered: readonly string[]): Promise<void> {
-    const receipts = covered.map((key) => {
-      const [sender = '', msg_id = ''] = key.split(' ');
-      return { sender, msg_id };
-    });
-    await this.journal.submit({ op: 'notice_reserve', at: this.now(), id, attempt, covered: receipts });
+  async reserveNotice(id: string, attempt: number, covered: readonly Receipt[]): Promise<void> {
+    await this.journal.submit({ op: 'notice_reserve', at: this.now(), id, attempt, covered: covered.map((r) => ({ sender: r.sender, msg_id: r.msg_id })) });
   }
 
   /** Records what became of a notice (inbox_queued, notification_sent, …) on the messages it covered. */

@@ -3,6 +3,7 @@
  * No I/O. Applying the same operations in the same order always gives the same state,
  * which is what lets the journal be replayed after a crash.
  */
+import { receiptKey, receiptOf, type Receipt } from '../envelope/receipt.js';
 import type { AckOp, MailboxData, NoticeOutcomeOp, NoticeReserveOp, Op, RecordState, Reservation, StoreOp, StoredRecord, Tombstone } from './format.js';
 import { type Limits, RETENTION_MS, admit, inDeliveryOrder, isProgress, senderOrder, supersede, supersessionKey } from './rules.js';
 import { MAX_PAST_MS } from '../gate/decide.js';
@@ -18,10 +19,6 @@ export interface AckCounts {
   acknowledged: number;
   already_acknowledged: number;
   unknown: number;
-}
-
-export function receiptKey(sender: string, msgId: string): string {
-  return `${sender} ${msgId}`;
 }
 
 export function isAcknowledged(record: StoredRecord): boolean {
@@ -65,7 +62,7 @@ export class MailboxState {
     const state = new MailboxState(limits);
     state.nextSeq = data.next_seq;
     for (const record of data.records) state.insert(record);
-    for (const t of data.tombstones) state.tombstones.set(receiptKey(t.sender, t.msg_id), t);
+    for (const t of data.tombstones) state.tombstones.set(receiptKey(t), t);
     state.reservation = data.notice ?? undefined;
     return state;
   }
@@ -79,12 +76,12 @@ export class MailboxState {
   }
 
   has(sender: string, msgId: string): boolean {
-    const key = receiptKey(sender, msgId);
+    const key = receiptKey({ sender, msg_id: msgId });
     return this.records.has(key) || this.tombstones.has(key);
   }
 
   get(sender: string, msgId: string): StoredRecord | undefined {
-    return this.records.get(receiptKey(sender, msgId));
+    return this.records.get(receiptKey({ sender, msg_id: msgId }));
   }
 
   /** Everything this mailbox admitted and still remembers (records and tombstones), with its signed time. */
@@ -123,15 +120,15 @@ export class MailboxState {
     return this.reservation;
   }
 
-  /** Receipt keys of unread messages that deserve a notice (everything but progress). */
-  attention(): string[] {
-    const keys: string[] = [];
-    for (const [key, record] of this.records) if (isUnread(record) && !isProgress(record.envelope)) keys.push(key);
-    return keys;
+  /** Receipts of unread messages that deserve a notice (everything but progress), in arrival order. */
+  attention(): Receipt[] {
+    const receipts: Receipt[] = [];
+    for (const record of this.records.values()) if (isUnread(record) && !isProgress(record.envelope)) receipts.push(receiptOf(record.envelope));
+    return receipts;
   }
 
   private reserveNotice(op: NoticeReserveOp): NoticeChange {
-    this.reservation = { id: op.id, at: op.at, attempt: op.attempt, covered: op.covered.map((r) => receiptKey(r.sender, r.msg_id)) };
+    this.reservation = { id: op.id, at: op.at, attempt: op.attempt, covered: op.covered.map(receiptKey) };
     return { notice: true };
   }
 
@@ -182,7 +179,7 @@ export class MailboxState {
   acknowledge(op: AckOp): AckCounts {
     const counts: AckCounts = { acknowledged: 0, already_acknowledged: 0, unknown: 0 };
     for (const receipt of op.receipts) {
-      const key = receiptKey(receipt.sender, receipt.msg_id);
+      const key = receiptKey(receipt);
       const record = this.records.get(key);
       if (record === undefined) {
         if (this.tombstones.has(key)) counts.already_acknowledged++;
@@ -222,7 +219,7 @@ export class MailboxState {
   }
 
   private insert(record: StoredRecord): void {
-    const key = receiptKey(record.envelope.from, record.envelope.msg_id);
+    const key = receiptKey(receiptOf(record.envelope));
     this.records.set(key, record);
     this.bytes += record.size;
     if (isUnread(record)) this.unread++;
@@ -248,7 +245,7 @@ export class MailboxState {
     // needs to outlive the envelope's timestamp by exactly that window.
     const until = record.envelope.ts + MAX_PAST_MS;
     if (until < now) return;
-    this.tombstones.set(key, { sender: record.envelope.from, msg_id: record.envelope.msg_id, until });
+    this.tombstones.set(key, { ...receiptOf(record.envelope), until });
     this.pruneNotBefore = Math.min(this.pruneNotBefore, until);
   }
 

@@ -95,7 +95,7 @@ export class Notifier {
     if (decision.action !== 'reserve') return;
     const id = `n-${randomBytes(8).toString('hex')}`;
     await mailbox.reserveNotice(id, decision.attempt, decision.covered);
-    const senderKeys = [...new Set(decision.covered.map((key) => key.split(' ')[0] ?? ''))];
+    const senderKeys = [...new Set(decision.covered.map((receipt) => receipt.sender))];
     const senders = await Promise.all(senderKeys.map((key) => this.options.senderName(key)));
     const notice: Notice = { notification_id: id, session, count: decision.covered.length, senders, at: now, mailbox: { identity: this.options.identity, session } };
     let outcome: NoticeOutcome;

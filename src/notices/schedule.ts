@@ -9,6 +9,7 @@
  * everything it covered is acknowledged or superseded; the next one starts the
  * schedule again.
  */
+import type { Reservation } from '../mailbox/format.js';
 
 /** How long reservation number `attempt` (0 = the first) holds before the next may be made. */
 export function holdFor(attempt: number): number {
@@ -16,17 +17,11 @@ export function holdFor(attempt: number): number {
   return attempt < steps.length ? steps[attempt]! : 300_000;
 }
 
-export interface Reservation {
-  id: string;
-  at: number;
-  attempt: number;
-  /** receipt keys (`<sender> <msg_id>`) the reservation's notice pointed at. */
-  covered: readonly string[];
-}
+/** `covered`: the receipts of the attention-worthy messages the new reservation points at. */
+export type NoticeDecision<R> = { action: 'wait'; until?: number } | { action: 'reserve'; attempt: number; covered: R[] };
 
-export type NoticeDecision = { action: 'wait'; until?: number } | { action: 'reserve'; attempt: number; covered: string[] };
-
-export function decideNotice(input: { now: number; attention: readonly string[]; reservation: Reservation | undefined }): NoticeDecision {
+/** Of the current reservation only its time and attempt count; what it covered does not. */
+export function decideNotice<R>(input: { now: number; attention: readonly R[]; reservation: Pick<Reservation, 'at' | 'attempt'> | undefined }): NoticeDecision<R> {
   const { now, attention, reservation } = input;
   if (attention.length === 0) return { action: 'wait' };
   if (reservation !== undefined) {

@@ -8,6 +8,7 @@
  * leaves the queue.
  */
 import { signEnvelope } from '../envelope/envelope.js';
+import { formatRoute } from '../envelope/route.js';
 import type { Identity } from '../identity/identity.js';
 import { log } from '../log.js';
 import type { RelayClient } from '../relay/client.js';
@@ -81,7 +82,7 @@ export class ControlOutbox {
         reply_to: this.options.route,
         ...(job.in_reply_to !== undefined && { in_reply_to: job.in_reply_to }),
       });
-      const outcome = await relay.send(`${job.to}#${job.session}`, envelope);
+      const outcome = await relay.send(formatRoute({ key: job.to, session: job.session }), envelope);
       if (outcome.accepted) await this.options.store.update((d) => controlDone(d, job.msg_id));
       else if (outcome.code !== 'disconnected') log.warn('relay_refused_send', { relay: relay.url, msg_id: job.msg_id, code: outcome.code, message: outcome.message });
     } finally {

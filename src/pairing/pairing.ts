@@ -12,8 +12,8 @@
  * messages leave through their own durable queue, re-signed with a fresh timestamp at
  * every offer and keeping their msg_id, until a relay accepts them.
  */
-import { randomUUID } from 'node:crypto';
-import type { Envelope } from '../envelope/envelope.js';
+import { newMsgId, type Envelope } from '../envelope/envelope.js';
+import { formatRoute } from '../envelope/route.js';
 import { InterlinkError } from '../errors.js';
 import type { OutstandingRequest } from '../gate/decide.js';
 import { normalizeFingerprint, type Identity } from '../identity/identity.js';
@@ -57,7 +57,7 @@ export class Pairing {
   private readonly inbound: PairingInbound;
 
   constructor(private readonly options: PairingOptions) {
-    const route = `${options.identity.key}#${options.session}`;
+    const route = formatRoute({ key: options.identity.key, session: options.session });
     this.control = new ControlOutbox({ identity: options.identity, route, store: options.store, relays: options.relays });
     this.inbound = new PairingInbound({ ...options, now: () => this.now });
   }
@@ -102,7 +102,7 @@ export class Pairing {
     checkPetname(petname);
     const other = table.keyOf(petname);
     if (other !== undefined) throw new InterlinkError('peer_conflict', `petname ${petname} already names another key; pass another petname`);
-    const requestId = randomUUID().replaceAll('-', '');
+    const requestId = newMsgId();
     const { outgoing, repeated } = await this.options.store.update((data) =>
       planRequest(data, {
         request_id: requestId,
@@ -161,7 +161,7 @@ export class Pairing {
     const petname = current ?? options.petname ?? defaultPetname(fingerprint);
     if (current === undefined) await addPeer(this.options.peersPath, petname, request.from);
     const job: ControlJob = {
-      msg_id: randomUUID().replaceAll('-', ''),
+      msg_id: newMsgId(),
       kind: 'pair_accept',
       to: request.from,
       session: request.session,

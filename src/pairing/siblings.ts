@@ -8,15 +8,15 @@
  * let alone moved aside.
  */
 import { readdir } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
-import { unsafeNameReason } from '../config/paths.js';
+import { dirname } from 'node:path';
+import { sessionFileIn, sessionOfFile } from '../config/layout.js';
 import { errnoCode } from '../errors.js';
 import { peekJson } from '../store/json-store.js';
 import { pairingFileSchema } from './rules.js';
 
 /** The sibling sessions of `session`, whose store is at `storePath`, sorted; none when the store is not laid out per session. */
 export async function siblingSessions(storePath: string, session: string): Promise<string[]> {
-  if (basename(storePath) !== `${session}.json`) return [];
+  if (storePath !== sessionFileIn(dirname(storePath), session)) return [];
   const dir = dirname(storePath);
   let names: string[];
   try {
@@ -25,16 +25,12 @@ export async function siblingSessions(storePath: string, session: string): Promi
     if (errnoCode(err) === 'ENOENT') return [];
     throw err;
   }
-  const sessions = names
-    .filter((name) => name.endsWith('.json'))
-    .map((name) => name.slice(0, -'.json'.length))
-    .filter((other) => other !== session && unsafeNameReason(other) === undefined)
-    .sort();
+  const sessions = [...new Set(names.flatMap((name) => sessionOfFile(name) ?? []))].filter((other) => other !== session).sort();
   const valid = await Promise.all(sessions.map(async (other) => ((await peekJson(siblingStorePath(storePath, other), pairingFileSchema)).kind === 'ok' ? other : undefined)));
   return valid.filter((other): other is string => other !== undefined);
 }
 
 /** The store of sibling `session`, next to `storePath`. */
 export function siblingStorePath(storePath: string, session: string): string {
-  return join(dirname(storePath), `${session}.json`);
+  return sessionFileIn(dirname(storePath), session);
 }

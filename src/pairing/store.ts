@@ -4,14 +4,8 @@
  * a pure transition under the file's sidecar lock and is durable (atomic replacement,
  * synced) before it returns; a damaged file is moved aside and reported.
  */
-import { join } from 'node:path';
-import { checkSafeName } from '../config/paths.js';
 import { readJson, updateJson } from '../store/json-store.js';
 import { emptyPairing, pairingFileSchema, type Change, type PairingData } from './rules.js';
-
-export function pairingPath(stateDir: string, identity: string, session: string): string {
-  return join(stateDir, 'pairing', identity, `${checkSafeName(session, 'session id')}.json`);
-}
 
 /** What stops working while a pairing store is damaged (said with every report of it). */
 export const PAIRING_UNAVAILABLE = 'the pairing requests it held are not shown and cannot be accepted, and its unsent pairing messages are not sent';

@@ -16,7 +16,8 @@ import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES, signBytes, verifyBytes, type Signing
 
 export const ANNOUNCE_DOMAIN = 'interlink-announce-v1\0';
 export const GOODBYE_DOMAIN = 'interlink-goodbye-v1\0';
-const MAX_FIELD_BYTES = 1024;
+/** Each of name, cwd, git_root and summary. */
+export const MAX_FIELD_BYTES = 1024;
 
 const keyText = z.string().refine((s) => isBase64urlOfLength(s, PUBLIC_KEY_BYTES), 'must be a 32-byte base64url public key');
 const sigText = z.string().refine((s) => isBase64urlOfLength(s, SIGNATURE_BYTES), 'must be a 64-byte base64url signature');

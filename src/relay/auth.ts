@@ -7,7 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { lengthPrefixed } from '../envelope/bytes.js';
-import { parseRoute } from '../envelope/envelope.js';
+import { parseRoute } from '../envelope/route.js';
 import { decodeBase64url, encodeBase64url } from '../identity/base64url.js';
 import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES, signBytes, verifyBytes, type SigningKey } from '../identity/ed25519.js';
 

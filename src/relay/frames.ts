@@ -4,7 +4,7 @@
  * single definition of both directions; both ends validate every frame they receive.
  */
 import { z } from 'zod';
-import { parseRoute } from '../envelope/envelope.js';
+import { routeText as route } from '../envelope/route.js';
 import { isBase64urlOfLength } from '../identity/base64url.js';
 import { SIGNATURE_BYTES } from '../identity/ed25519.js';
 import { NONCE_BYTES } from './auth.js';
@@ -16,7 +16,6 @@ export const MAX_PAYLOAD_BYTES = 512 * 1024;
 export const MAX_FRAME_BYTES = 2 * 1024 * 1024;
 
 const v = z.literal(PROTOCOL_VERSION);
-const route = z.string().refine((s) => parseRoute(s) !== undefined, 'must be "<public key>#<session id>"');
 const ref = z.string().min(1).max(64);
 const sig = z.string().refine((s) => isBase64urlOfLength(s, SIGNATURE_BYTES), 'must be a 64-byte base64url signature');
 /** Relay-assigned message id within a route: increasing, never reused. */

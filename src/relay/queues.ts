@@ -10,7 +10,7 @@
  * dropped to make room. Only an acknowledgement removes one.
  */
 import { z } from 'zod';
-import { parseRoute } from '../envelope/envelope.js';
+import { routeText as route } from '../envelope/route.js';
 import type { JournalFormat } from '../store/journal.js';
 
 export interface QueueLimits {
@@ -24,7 +24,6 @@ export interface QueueLimits {
 
 export const DEFAULT_QUEUE_LIMITS: Readonly<QueueLimits> = { routeMessages: 10_000, messages: 100_000, bytes: 512 * 1024 * 1024 };
 
-const route = z.string().refine((s) => parseRoute(s) !== undefined, 'must be "<public key>#<session id>"');
 const at = z.number().int();
 const id = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 /** The JSON text of the `send` frame's payload object, delivered exactly as stored. */

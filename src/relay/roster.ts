@@ -9,6 +9,7 @@
  * cannot bring the session back. Entries not heard from for three days expire; past
  * 4,096 the stalest is evicted.
  */
+import { formatRoute } from '../envelope/route.js';
 import { verifiedAnnouncement, verifiedGoodbye, type Announcement } from '../presence/announcement.js';
 
 export const ROSTER_RETAIN_MS = 3 * 24 * 60 * 60 * 1000;
@@ -68,10 +69,6 @@ class ReceiveOrder<T> {
   }
 }
 
-function rosterKey(key: string, session: string): string {
-  return `${key}#${session}`;
-}
-
 export class Roster {
   private readonly entries: ReceiveOrder<Announcement>;
   /** ts of the last goodbye per route. */
@@ -90,7 +87,7 @@ export class Roster {
     const announcement = verifiedAnnouncement(data);
     if (announcement === undefined) return 'invalid';
     const now = this.expire();
-    const key = rosterKey(announcement.key, announcement.session);
+    const key = formatRoute(announcement);
     const current = this.entries.get(key);
     const goodbye = this.goodbyes.get(key);
     if ((current !== undefined && current.ts > announcement.ts) || (goodbye !== undefined && goodbye >= announcement.ts)) return 'older';
@@ -103,7 +100,7 @@ export class Roster {
     const goodbye = verifiedGoodbye(data);
     if (goodbye === undefined) return 'invalid';
     const now = this.expire();
-    const key = rosterKey(goodbye.key, goodbye.session);
+    const key = formatRoute(goodbye);
     const previous = this.goodbyes.get(key);
     if (previous === undefined || goodbye.ts > previous) this.goodbyes.set(key, goodbye.ts, now);
     const current = this.entries.get(key);

@@ -11,6 +11,8 @@
  * forgets an entry early.
  */
 import { z } from 'zod';
+import { msgIdText as msgId } from '../envelope/envelope.js';
+import { receiptKey } from '../envelope/receipt.js';
 import { MAX_HOLD_MS, MAX_PAST_MS } from '../gate/decide.js';
 
 /** Entries one identity's index may hold at once (about 150 bytes each on disk). */
@@ -18,7 +20,6 @@ export const MAX_CLAIMS = 100_000;
 /** How long past its `ts` an entry is kept: the gate's window plus the hold. */
 export const CLAIM_KEEP_MS = MAX_PAST_MS + MAX_HOLD_MS;
 
-const msgId = z.string().regex(/^[0-9a-f]{32}$/);
 const key = z.string().min(1).max(64);
 const session = z.string().min(1).max(512);
 const time = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
@@ -42,7 +43,7 @@ export type ClaimOutcome =
   | { outcome: 'full' };
 
 function entryKey(from: string, msgId: string): string {
-  return `${from} ${msgId}`;
+  return receiptKey({ sender: from, msg_id: msgId });
 }
 
 export class ClaimsState {

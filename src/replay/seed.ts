@@ -7,9 +7,8 @@
  * session is its own).
  */
 import { existsSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { sessionFileIn, sessionOfFile } from '../config/layout.js';
 import { journalPathOf } from '../store/journal.js';
-import { unsafeNameReason } from '../config/paths.js';
 import { Mailbox } from '../mailbox/mailbox.js';
 import { log } from '../log.js';
 import type { ReplayIndex } from './claims.js';
@@ -27,14 +26,13 @@ export async function seedFromMailboxes(index: ReplayIndex, mailboxDir: string):
   } catch {
     return 0;
   }
-  // A mailbox is a snapshot (`.json`), a journal (`.journal`) or both.
-  const stems = names.map((n) => /^(.+)\.(json|journal)$/.exec(n)?.[1]).filter((s): s is string => s !== undefined && unsafeNameReason(s) === undefined);
-  const sessions = [...new Set(stems)];
+  // A mailbox is a snapshot, a journal or both.
+  const sessions = [...new Set(names.flatMap((name) => sessionOfFile(name) ?? []))];
   let seeded = 0;
   for (const session of sessions) {
     let admitted: { from: string; msg_id: string; ts: number }[];
     try {
-      const mailbox = await Mailbox.open(join(mailboxDir, `${session}.json`), { readOnly: true });
+      const mailbox = await Mailbox.open(sessionFileIn(mailboxDir, session), { readOnly: true });
       admitted = await mailbox.admitted();
       await mailbox.close();
     } catch (err) {

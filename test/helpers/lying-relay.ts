@@ -10,6 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { WebSocketServer, type WebSocket } from 'ws';
+import { formatRoute } from '../../src/envelope/route.js';
 import { announcementSchema } from '../../src/presence/announcement.js';
 import { clientFrame, parseFrame, PROTOCOL_VERSION } from '../../src/relay/frames.js';
 import { until } from './relay-test-client.js';
@@ -101,7 +102,7 @@ export class LyingRelay {
           return;
         case 'announce': {
           const parsed = announcementSchema.safeParse(frame.announcement);
-          if (parsed.success) this.announcements.set(`${parsed.data.key}#${parsed.data.session}`, frame.announcement);
+          if (parsed.success) this.announcements.set(formatRoute(parsed.data), frame.announcement);
           return;
         }
         case 'roster':

@@ -8,9 +8,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { signEnvelope, type Envelope, type EnvelopeFields } from '../../src/envelope/envelope.js';
+import { formatRoute } from '../../src/envelope/route.js';
 import { loadIdentity, type Identity } from '../../src/identity/identity.js';
 import { pairingFileSchema, type PairingData } from '../../src/pairing/rules.js';
-import { pairingPath } from '../../src/pairing/store.js';
+import { pairingPath } from '../../src/config/layout.js';
 import { signAnnouncement } from '../../src/presence/announcement.js';
 import { newIdentity } from './fixtures.js';
 import { MAIN, eventually, resultData, type Peer } from './mcp.js';
@@ -186,7 +187,7 @@ export class Hand {
   }
 
   get route(): string {
-    return `${this.identity.key}#${this.session}`;
+    return formatRoute({ key: this.identity.key, session: this.session });
   }
 
   /** Signs an envelope from this identity, with its own route as reply_to. */

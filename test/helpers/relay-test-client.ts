@@ -4,6 +4,7 @@
  * conditions with deadlines, never on sleeps.
  */
 import WebSocket from 'ws';
+import { formatRoute } from '../../src/envelope/route.js';
 import { signAuth } from '../../src/relay/auth.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION, relayFrame, type RelayFrame } from '../../src/relay/frames.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
@@ -20,7 +21,7 @@ export interface Reader {
 
 export function newReader(session = 'main'): Reader {
   const key = generateSigningKey();
-  return { key, route: `${encodeBase64url(key.publicKey)}#${session}` };
+  return { key, route: formatRoute({ key: encodeBase64url(key.publicKey), session }) };
 }
 
 function parseJson(text: string): unknown {

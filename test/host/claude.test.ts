@@ -18,7 +18,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { mailboxPath } from '../../src/config/paths.js';
+import { mailboxPath } from '../../src/config/layout.js';
 import { Mailbox } from '../../src/mailbox/mailbox.js';
 import { toolsFor } from '../../src/mcp/tools.js';
 import { eventually, startPeer, type Peer } from '../helpers/mcp.js';

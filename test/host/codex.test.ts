@@ -22,7 +22,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { mailboxPath } from '../../src/config/paths.js';
+import { mailboxPath } from '../../src/config/layout.js';
 import type { StoredRecord } from '../../src/mailbox/format.js';
 import { Mailbox } from '../../src/mailbox/mailbox.js';
 import { fakeCodex, type FakeCodex } from '../helpers/fake-codex.js';

@@ -5,7 +5,7 @@
  * uses.
  */
 import type { Config } from '../../config/env.js';
-import { mailboxPath } from '../../config/paths.js';
+import { mailboxPath } from '../../config/layout.js';
 import { FailedDeliveries, failedSessions, type Failure } from '../../hosts/codex/failed.js';
 import { discardFailure, FAILED_ACTIONS, readFailure, RECOVERY_NOTE, retryFailure, type FailedAction } from '../../hosts/codex/recovery.js';
 import { InterlinkError } from '../../errors.js';

@@ -5,9 +5,8 @@
  * on its next pass and stops offering the message.
  */
 import { readdir } from 'node:fs/promises';
-import { join } from 'node:path';
 import type { Config } from '../../config/env.js';
-import { outboxPath, unsafeNameReason } from '../../config/paths.js';
+import { identityDir, outboxPath, sessionOfFile } from '../../config/layout.js';
 import { InterlinkError } from '../../errors.js';
 import { loadIdentity } from '../../identity/identity.js';
 import { Outbox, outboundState } from '../../outbox/outbox.js';
@@ -21,9 +20,8 @@ Messages this identity sent that no relay has accepted yet wait in its outboxes
         message a relay already took cannot be called back`;
 
 async function sessionsWithOutbox(state: string, identity: string): Promise<string[]> {
-  const names = await readdir(join(state, 'outbox', identity)).catch(() => [] as string[]);
-  const sessions = names.flatMap((n) => (n.endsWith('.json') ? [n.slice(0, -'.json'.length)] : n.endsWith('.journal') ? [n.slice(0, -'.journal'.length)] : []));
-  return [...new Set(sessions)].filter((s) => unsafeNameReason(s) === undefined).sort();
+  const names = await readdir(identityDir(state, 'outbox', identity)).catch(() => [] as string[]);
+  return [...new Set(names.flatMap((n) => sessionOfFile(n) ?? []))].sort();
 }
 
 export async function outbox(argv: readonly string[], config: Config): Promise<void> {

@@ -6,7 +6,7 @@
  */
 import { isIP } from 'node:net';
 import { resolve } from 'node:path';
-import { localRelayDir } from '../../agent/local-relay.js';
+import { localRelayDir } from '../../config/layout.js';
 import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';

@@ -3,12 +3,12 @@
  * protocol only; everything else goes to stderr.
  */
 import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { Agent } from '../../agent/agent.js';
 import { relayUrls } from '../../agent/local-relay.js';
 import { serverSession } from '../../agent/session.js';
 import type { Config } from '../../config/env.js';
+import { ownedConfigEntries, stateFolders } from '../../config/layout.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
 import { log } from '../../log.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
@@ -48,8 +48,8 @@ export function packageVersion(): string {
  */
 function tightenRoots(config: string, state: string): void {
   const ours = [
-    ...['mailbox', 'outbox', 'inbox', 'pairing', 'failed', 'rejected', 'replay', 'relay'].map((sub) => join(state, sub)),
-    ...listOrEmpty(config).filter((name) => name.startsWith('id.key') || name.startsWith('peers.json')).map((name) => join(config, name)),
+    ...stateFolders(state),
+    ...ownedConfigEntries(config, listOrEmpty(config)),
   ];
   for (const root of ours) {
     const changed = tightenTree(root);

@@ -5,38 +5,32 @@
  * sentence saying what is wrong with it and what does not work until it is fixed.
  */
 import { readdir } from 'node:fs/promises';
-import { join } from 'node:path';
-import { localRelayDir, probeRelay } from '../../agent/local-relay.js';
+import { probeRelay } from '../../agent/local-relay.js';
 import type { Config } from '../../config/env.js';
+import { identityDir, localRelayDir, mailboxPath, outboxPath, pairingPath, rejectedPath, sessionFileIn, sessionOfFile, SESSION_STORES } from '../../config/layout.js';
 import { isRunning, readRelayPid } from '../../relay/pid-file.js';
 import { unsafeNameReason } from '../../config/paths.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
 import { FAILED_UNAVAILABLE, FailedDeliveries } from '../../hosts/codex/failed.js';
 import { pairingFileSchema } from '../../pairing/rules.js';
-import { PAIRING_UNAVAILABLE, pairingPath } from '../../pairing/store.js';
+import { PAIRING_UNAVAILABLE } from '../../pairing/store.js';
 import { damageSentence, type Damage } from '../../store/damage.js';
 import { peekJson } from '../../store/json-store.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
 import { currentState, isUnread } from '../../mailbox/state.js';
-import { parseRoute } from '../../envelope/envelope.js';
+import { describeRoute, parseRoute } from '../../envelope/route.js';
 import { Outbox, isPending } from '../../outbox/outbox.js';
 import { readPeers, type PeerTable } from '../../peers/peers.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { forTerminal } from '../printable.js';
-import { peekRejections, rejectedPath, type Rejection } from '../../agent/rejected.js';
+import { peekRejections, type Rejection } from '../../agent/rejected.js';
 import { lastActivity, partitionSessions } from '../session-listing.js';
 
-/**
- * Sessions with a store in `dir`: a snapshot (`<session>.json`) or, before the first
- * compaction, only a journal (`<session>.journal`).
- */
+/** Sessions with a store in `dir` (layout.ts, `sessionOfFile`). */
 async function sessionsIn(dir: string): Promise<string[]> {
   const names = await readdir(dir).catch(() => [] as string[]);
-  const sessions = names
-    .filter((n) => !n.includes('.corrupt-'))
-    .flatMap((n) => (n.endsWith('.json') ? [n.slice(0, -'.json'.length)] : n.endsWith('.journal') ? [n.slice(0, -'.journal'.length)] : []));
-  return [...new Set(sessions)];
+  return [...new Set(names.flatMap((n) => sessionOfFile(n) ?? []))];
 }
 
 async function identityOrNull(keyPath: string): Promise<Identity | undefined> {
@@ -96,16 +90,10 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     if (seen === undefined || ts - at > seen.offset) offsets.set(key, { offset: ts - at });
   };
   if (identity) {
-    const names = new Set([
-      ...(await sessionsIn(join(state, 'mailbox', identity.key))),
-      ...(await sessionsIn(join(state, 'outbox', identity.key))),
-      ...(await sessionsIn(join(state, 'failed', identity.key))),
-      ...(await sessionsIn(join(state, 'pairing', identity.key))),
-      ...(await sessionsIn(join(state, 'rejected', identity.key))),
-    ]);
+    const names = new Set((await Promise.all(SESSION_STORES.map((store) => sessionsIn(identityDir(state, store, identity.key))))).flat());
     for (const session of [...names].sort()) {
-      const mailbox = await Mailbox.open(join(state, 'mailbox', identity.key, `${session}.json`), { readOnly: true });
-      const outbox = await Outbox.open(join(state, 'outbox', identity.key, `${session}.json`), { readOnly: true });
+      const mailbox = await Mailbox.open(mailboxPath(state, identity.key, session), { readOnly: true });
+      const outbox = await Outbox.open(outboxPath(state, identity.key, session), { readOnly: true });
       const stats = await mailbox.stats();
       const failedStore = FailedDeliveries.forSession(state, identity.key, session);
       const failed = await failedStore.peek();
@@ -225,7 +213,7 @@ interface SentRow extends MessageRow {
 async function receivedRows(dir: string, sessions: readonly string[], filter: { peerKey?: string; unread: boolean }, name: (key: string) => string): Promise<InboxRow[]> {
   const rows: InboxRow[] = [];
   for (const session of sessions) {
-    const mailbox = await Mailbox.open(join(dir, `${session}.json`), { readOnly: true });
+    const mailbox = await Mailbox.open(sessionFileIn(dir, session), { readOnly: true });
     for (const record of await mailbox.all()) {
       if (filter.peerKey !== undefined && record.envelope.from !== filter.peerKey) continue;
       if (filter.unread && !isUnread(record)) continue;
@@ -249,7 +237,7 @@ async function receivedRows(dir: string, sessions: readonly string[], filter: { 
 async function sentRows(dir: string, sessions: readonly string[], peerKey: string | undefined, name: (key: string) => string): Promise<SentRow[]> {
   const rows: SentRow[] = [];
   for (const session of sessions) {
-    const outbox = await Outbox.open(join(dir, `${session}.json`), { readOnly: true });
+    const outbox = await Outbox.open(sessionFileIn(dir, session), { readOnly: true });
     for (const record of await outbox.all()) {
       const e = record.envelope;
       if (peerKey !== undefined && e.to !== peerKey) continue;
@@ -274,8 +262,9 @@ async function sentRows(dir: string, sessions: readonly string[], peerKey: strin
 async function rejectedRows(dir: string, sessions: readonly string[], peerKey: string | undefined, name: (key: string) => string) {
   const rows: (Rejection & { session: string; sender: string })[] = [];
   for (const session of sessions) {
-    const list = await peekRejections(join(dir, `${session}.json`));
-    if ('damaged' in list) throw new InterlinkError('corrupt', `${join(dir, `${session}.json`)} is damaged: ${list.damaged}`);
+    const file = sessionFileIn(dir, session);
+    const list = await peekRejections(file);
+    if ('damaged' in list) throw new InterlinkError('corrupt', `${file} is damaged: ${list.damaged}`);
     for (const r of list) if (peerKey === undefined || r.from === peerKey) rows.push({ ...r, session, sender: name(r.from) });
   }
   return rows;
@@ -300,7 +289,7 @@ export async function inbox(argv: readonly string[], config: Config): Promise<vo
   if (peer !== undefined && peer !== 'self' && damage !== undefined) throw new InterlinkError('corrupt', damage.message);
   const peerKey = peer === undefined ? undefined : peer === 'self' ? identity.key : table.keyOf(peer);
   if (peer !== undefined && peerKey === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${peer}`, undefined, { hint: { tool: 'see list_peers', cli: 'see `interlink-mcp peers list`' } });
-  const dir = join(config.stateDir, sent ? 'outbox' : refused ? 'rejected' : 'mailbox', identity.key);
+  const dir = identityDir(config.stateDir, sent ? 'outbox' : refused ? 'rejected' : 'mailbox', identity.key);
   // A flag that names a file goes through the name rule: `--session ../../x` reads nothing outside the state root.
   const only = typeof args.values.session === 'string' ? sessionFlag(args.values.session) : undefined;
   const sessions = only !== undefined ? [only] : await sessionsIn(dir);
@@ -313,7 +302,7 @@ export async function inbox(argv: readonly string[], config: Config): Promise<vo
     );
   } else if (sent) {
     const rows = (await sentRows(dir, sessions, peerKey, name)).sort((a, b) => a.ts - b.ts);
-    print(json, { sent: rows }, () => (rows.length === 0 ? 'no sent messages' : rows.map((r) => describeRow(r, `to ${r.to}#${r.to_session}`)).join('\n')));
+    print(json, { sent: rows }, () => (rows.length === 0 ? 'no sent messages' : rows.map((r) => describeRow(r, `to ${describeRoute(r.to, r.to_session)}`)).join('\n')));
   } else {
     // Stable, from arrival order: equal timestamps keep the mailbox's own tie-break, so
     // each sender's messages appear in the order sent.

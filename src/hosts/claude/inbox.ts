@@ -21,16 +21,16 @@
 import { constants } from 'node:fs';
 import { open, readFile, type FileHandle } from 'node:fs/promises';
 import { makePrivateDir, NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
-import { join } from 'node:path';
 import { z } from 'zod';
-import { checkSafeName, unsafeNameReason } from '../../config/paths.js';
+import { inboxPaths, type InboxPaths } from '../../config/layout.js';
+import { unsafeNameReason } from '../../config/paths.js';
+import { MAX_NOTICE_BYTES } from '../../notices/notice.js';
 import { asStorageError, errnoCode, InterlinkError } from '../../errors.js';
 import { log } from '../../log.js';
 import { fsyncDirectory, writeFileAtomic } from '../../store/atomic.js';
 import { describeSchemaError, moveAside } from '../../store/json-store.js';
 import { withFileLock } from '../../store/lock.js';
 
-export const NOTICE_TEXT_MAX_BYTES = 12 * 1024;
 export const INBOX_BATCH_MAX_RECORDS = 64;
 export const INBOX_BATCH_MAX_BYTES = 256 * 1024;
 /** Far beyond any record written here; a longer line is damage and is skipped unread. */
@@ -45,8 +45,8 @@ const noticeRecordSchema = z.object({
   session: z.string().min(1),
   count: z.number().int().nonnegative(),
   at: z.number().int().nonnegative(),
-  text: z.string().refine((text) => Buffer.byteLength(text, 'utf8') <= NOTICE_TEXT_MAX_BYTES, {
-    message: `longer than ${NOTICE_TEXT_MAX_BYTES} bytes`,
+  text: z.string().refine((text) => Buffer.byteLength(text, 'utf8') <= MAX_NOTICE_BYTES, {
+    message: `longer than ${MAX_NOTICE_BYTES} bytes`,
   }),
   /** The mailbox a mail notice points at (absent on pairing notices and older records). */
   mailbox: z
@@ -62,28 +62,6 @@ export const inboxRecordSchema = z.discriminatedUnion('kind', [noticeRecordSchem
 export type InboxRecord = z.infer<typeof inboxRecordSchema>;
 
 const cursorSchema = z.object({ offset: z.number().int().nonnegative() });
-
-export interface InboxPaths {
-  dir: string;
-  file: string;
-  cursor: string;
-  /** The listener's exclusive lock. */
-  lock: string;
-  /** Serializes writers (and their tail repair). */
-  ioLock: string;
-}
-
-export function inboxPaths(stateDir: string, session: string): InboxPaths {
-  checkSafeName(session, 'session id');
-  const dir = join(stateDir, 'inbox');
-  return {
-    dir,
-    file: join(dir, `${session}.jsonl`),
-    cursor: join(dir, `${session}.cursor`),
-    lock: join(dir, `${session}.lock`),
-    ioLock: join(dir, `${session}.io-lock`),
-  };
-}
 
 function encodeRecord(session: string, record: InboxRecord): Buffer {
   const parsed = inboxRecordSchema.safeParse(record);

@@ -13,7 +13,7 @@
  */
 import { watch, type FSWatcher } from 'node:fs';
 import { basename } from 'node:path';
-import { mailboxPath } from '../../config/paths.js';
+import { inboxPaths, mailboxPath } from '../../config/layout.js';
 import { isInterlinkError } from '../../errors.js';
 import { log } from '../../log.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
@@ -21,7 +21,7 @@ import { liveNotices, mailboxKey } from '../../notices/stale.js';
 import { crashPoint } from '../../store/crash-point.js';
 import { processIsRunning } from '../../store/liveness.js';
 import { withFileLock } from '../../store/lock.js';
-import { commitCursor, inboxPaths, readInboxBatch, type InboxRecord } from './inbox.js';
+import { commitCursor, readInboxBatch, type InboxRecord } from './inbox.js';
 
 /** A lone notice younger than this is shown without looking at the mailbox (a stale one does no harm). */
 const FRESH_NOTICE_MS = 10_000;

@@ -16,9 +16,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
-import { join } from 'node:path';
 import { z } from 'zod';
-import { checkSafeName } from '../../config/paths.js';
+import { failedPath, identityDir, sessionOfFile } from '../../config/layout.js';
 import { errnoCode, InterlinkError } from '../../errors.js';
 import { peekJson, readJson, updateJson } from '../../store/json-store.js';
 
@@ -58,10 +57,6 @@ export function live(failures: readonly Failure[], now: number): Failure[] {
 export function withFailure(failures: readonly Failure[], failure: Failure, now: number): Failure[] {
   const kept = live(failures, now).filter((f) => f.kind !== failure.kind || failure.kind !== 'notice');
   return [...kept, failure].slice(-MAX_FAILURES);
-}
-
-export function failedPath(stateDir: string, identity: string, session: string): string {
-  return join(stateDir, 'failed', identity, `${checkSafeName(session, 'session id')}.json`);
 }
 
 /** What stops working while a failed-deliveries file is damaged (said with every report of it). */
@@ -134,10 +129,10 @@ export class FailedDeliveries {
 /** Every session of `identity` that has a failed-deliveries file. */
 export async function failedSessions(stateDir: string, identity: string): Promise<string[]> {
   try {
-    const names = await readdir(join(stateDir, 'failed', identity));
-    return names.filter((n) => n.endsWith('.json') && !n.includes('.corrupt-')).map((n) => n.slice(0, -'.json'.length));
+    const names = await readdir(identityDir(stateDir, 'failed', identity));
+    return names.filter((n) => n.endsWith('.json')).flatMap((n) => sessionOfFile(n) ?? []);
   } catch (err) {
     if (errnoCode(err) === 'ENOENT') return [];
-    throw new InterlinkError('storage', `cannot list ${join(stateDir, 'failed', identity)} (${errnoCode(err) ?? String(err)})`);
+    throw new InterlinkError('storage', `cannot list ${identityDir(stateDir, 'failed', identity)} (${errnoCode(err) ?? String(err)})`);
   }
 }

@@ -9,6 +9,7 @@
  * Whatever did not end in `host_queued` is saved for a person to retry (failed_deliveries).
  */
 import type { NoticeOutcome } from '../../mailbox/format.js';
+import { MAX_NOTICE_BYTES } from '../../notices/notice.js';
 
 export const MAX_ATTEMPTS = 3;
 export const BACKOFF_MS = 2_000;
@@ -47,7 +48,7 @@ export function afterAttempt(attempt: number, result: AttemptResult): NextStep {
         reason: 'the server stopped while codex queue was running; the notice may or may not be queued, and a retry may queue it twice',
       };
     case 'too_large':
-      return { action: 'finish', outcome: 'delivery_failed', save: true, reason: `the notice is ${result.bytes} bytes, over the 12 KiB limit` };
+      return { action: 'finish', outcome: 'delivery_failed', save: true, reason: `the notice is ${result.bytes} bytes, over the ${MAX_NOTICE_BYTES / 1024} KiB limit` };
     case 'unstartable':
       return { action: 'finish', outcome: 'delivery_failed', save: true, reason: `cannot run codex: ${result.detail}` };
     case 'exit': {

@@ -11,6 +11,7 @@ import type { Agent } from '../../agent/agent.js';
 import type { ClaudeSession } from '../../hosts/claude/session.js';
 import type { CodexHost } from '../../hosts/codex/host.js';
 import type { Mode } from '../../config/env.js';
+import { MAX_NAME_BYTES } from '../../config/paths.js';
 import { InterlinkError } from '../../errors.js';
 
 /** Which host a server runs for (INTERLINK_MODE, or `serve --codex`). */
@@ -75,8 +76,21 @@ export function wrongMode(tool: string, toolMode: Mode): InterlinkError {
   return new InterlinkError('wrong_mode', `${tool} is for ${MODE_NAMES[toolMode]}; this server runs in ${MODE_NAMES[serverMode]} (INTERLINK_MODE)`);
 }
 
+/**
+ * A string of 1 to `maxBytes` bytes of UTF-8, the unit the envelope, announcements and
+ * the name rule count in. `max` (characters) only tells clients a bound: a string never
+ * has more UTF-16 units than UTF-8 bytes, so the byte check decides.
+ */
+export function utf8Text(maxBytes: number, minLength = 1): z.ZodString {
+  return z
+    .string()
+    .min(minLength)
+    .max(maxBytes)
+    .refine((s) => Buffer.byteLength(s, 'utf8') <= maxBytes, `must be at most ${maxBytes} bytes of UTF-8`);
+}
+
 /** A petname as peers.json allows it; each use describes what it names. */
-export const peerName = z.string().min(1).max(128);
+export const peerName = utf8Text(MAX_NAME_BYTES);
 /**
  * A session id, or a unique prefix of one where the tool says so. The name rule (at most
  * 128 bytes, no path characters) is checked by the agent, which answers `invalid_session`

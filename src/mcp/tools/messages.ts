@@ -1,10 +1,11 @@
 /** The tools that send, read and follow messages of this session. */
 import { z } from 'zod';
-import { STATUSES } from '../../envelope/envelope.js';
-import { LOCAL_READ, peerName, sessionId, tool, type ToolDefinition } from './define.js';
+import { MAX_TASK_ID_BYTES, MAX_TEXT_BYTES, msgIdText, STATUSES } from '../../envelope/envelope.js';
+import { LOCAL_READ, peerName, sessionId, tool, utf8Text, type ToolDefinition } from './define.js';
 
-const taskId = z.string().min(1).max(128);
-const msgId = z.string().regex(/^[0-9a-f]{32}$/);
+const taskId = utf8Text(MAX_TASK_ID_BYTES);
+// The body's bound is checked by the agent, which refuses a larger one as `too_large`.
+const TEXT_LIMIT = `at most ${MAX_TEXT_BYTES / 1024} KiB of UTF-8`;
 const receipt = z
   .object({
     sender: z.string().describe("the sender's public key, exactly as receipt.sender in receive_messages"),
@@ -30,14 +31,14 @@ export const MESSAGE_TOOLS: ToolDefinition[] = [
     input: z
       .object({
         to: peerName.describe('petname from list_peers, or "self"'),
-        text: z.string().describe('message body, at most 256 KiB of UTF-8'),
+        text: z.string().describe(`message body, ${TEXT_LIMIT}`),
         session: sessionId.optional().describe('target session: exact id or unique prefix; default: the session that peer last wrote from, else its only live one'),
         task_id: taskId.optional().describe('ties progress, questions and results of one piece of work together'),
         status: z
           .enum(STATUSES)
           .optional()
           .describe('what the message is for a task: "update" (progress), "needs_input" (a question), "result", "failed" or "canceled" (finished)'),
-        in_reply_to: msgId.optional().describe('the msg_id this message answers'),
+        in_reply_to: msgIdText.optional().describe('the msg_id this message answers'),
         idempotency_key: z.string().min(1).max(128).optional().describe('same key + same message = same receipt (duplicate: true), for 24 h'),
       })
       .strict(),
@@ -52,7 +53,7 @@ export const MESSAGE_TOOLS: ToolDefinition[] = [
       .object({
         to: peerName.describe('petname from list_peers, or "self"'),
         task_id: taskId.describe('the task to stop, as the peer knows it'),
-        reason: z.string().optional().describe('why, sent as the message text; default "canceled"'),
+        reason: z.string().optional().describe(`why, sent as the message text (${TEXT_LIMIT}); default "canceled"`),
         session: sessionId.optional().describe('target session, as for send_message'),
       })
       .strict(),

@@ -1,6 +1,7 @@
 /** The tools for trust (peers, pairing) and presence (the roster, this session's summary). */
 import { z } from 'zod';
-import { LOCAL_READ, peerName, sessionId, tool, type ToolDefinition } from './define.js';
+import { MAX_FIELD_BYTES } from '../../presence/announcement.js';
+import { LOCAL_READ, peerName, sessionId, tool, utf8Text, type ToolDefinition } from './define.js';
 
 const fingerprint = z.string().min(1).max(64);
 
@@ -97,7 +98,7 @@ export const PEER_TOOLS: ToolDefinition[] = [
       "Say what this session is working on; re-announces at once. The summary, with this session's name, working directory and git root, is readable by anyone who can reach the relay, not only by your peers: never put secrets in it.",
     // Replaces the previous summary (not kept anywhere), and publishes it to the relays.
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },
-    input: z.object({ summary: z.string().max(1024).describe('what this session is working on, at most 1024 characters; an empty string clears it') }).strict(),
+    input: z.object({ summary: utf8Text(MAX_FIELD_BYTES, 0).describe(`what this session is working on, at most ${MAX_FIELD_BYTES} bytes of UTF-8; an empty string clears it`) }).strict(),
     run: (agent, args) => agent.setSummary(args.summary),
   }),
 ];
