@@ -1,6 +1,6 @@
 /**
  * The trust gate, table-tested against a reference written here from the rules
- * (anchors 1.3): every check is evaluated on its own, and the verdict must be the first
+ * (DESIGN.md "The trust gate", PROTOCOL.md "Receiving: the trust gate"): every check is evaluated on its own, and the verdict must be the first
  * failure in the fixed order signature → recipient (key, then the signed session of a
  * version 3 envelope) → kind → authorization → freshness → replay. Envelopes are really signed; invalid signatures are really invalid.
  */

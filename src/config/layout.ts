@@ -1,5 +1,5 @@
 /**
- * Where every file lives under the state root and the config root (CONTRACT: "Files and
+ * Where every file lives under the state root and the config root (README "Files and
  * environment"; DESIGN.md, "Durable files"). The roots come from config/env.ts; this is
  * the one module that joins paths below them. Every session id that becomes a path
  * component passes the name rule (paths.ts) here.

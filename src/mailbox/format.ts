@@ -35,7 +35,7 @@ export type StoredRecord = z.infer<typeof recordSchema>;
 const tombstoneSchema = z.object({ sender: z.string(), msg_id: z.string(), until: z.number().int() });
 export type Tombstone = z.infer<typeof tombstoneSchema>;
 
-/** The current notice reservation (seed 003): at most one per session; `covered` holds receipt keys. */
+/** The current notice reservation (DESIGN.md "Notices: waking the host"): at most one per session; `covered` holds receipt keys. */
 const reservationSchema = z.object({
   id: z.string(),
   at: z.number().int(),

@@ -200,7 +200,7 @@ export class MailboxState {
   }
 
   /**
-   * Unread records as fetch returns them: non-progress first, as the delivery spec asks
+   * Unread records as fetch returns them: non-progress first (DESIGN.md "The mailbox"; PROTOCOL.md "Order")
    * (a question or result is never stuck behind progress), then progress; within each,
    * delivery order (each sender's as it sent them, senders by arrival).
    */

@@ -1,5 +1,5 @@
 /**
- * When to wake the host (seed 003, "Shared inbox and consumption"), as a pure function.
+ * When to wake the host (DESIGN.md "Notices: waking the host", Schedule), as a pure function.
  *
  * There is one notice reservation per session. A reservation covers the attention-worthy
  * unread messages (everything but progress) at the time it is made, and holds for 30 s;

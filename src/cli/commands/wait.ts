@@ -1,6 +1,6 @@
 /**
- * `interlink-mcp wait`: Claude's async Stop-hook listener (seed 003, "Claude default:
- * inbox and Stop listener"). Claude starts it after every turn with `asyncRewake`; exit 2
+ * `interlink-mcp wait`: Claude's async Stop-hook listener (docs/CLAUDE.md "How a message
+ * reaches an idle session"). Claude starts it after every turn with `asyncRewake`; exit 2
  * wakes the session and shows it this process's stderr. The loop itself is
  * hosts/claude/listener.ts; this command parses its arguments and turns the outcome
  * into an exit code.
@@ -118,7 +118,7 @@ export async function wait(argv: readonly string[], config: Config): Promise<voi
   const stop = stopOnSignals();
   let code = EXIT_QUIET;
   try {
-    // Its own failures exit 0: a hook that fails must not wake Claude (CONTRACT).
+    // Its own failures exit 0: a hook that fails must not wake Claude (README "Commands").
     const outcome = await run(config, parsed.pinned, parsed.renewMs, stop);
     if (outcome === 'delivered' || outcome === 'renewed') {
       await new Promise<void>((resolve) => process.stdout.write(`${WAKE_MARKER}\n`, () => resolve()));

@@ -1,5 +1,5 @@
 /**
- * The Claude listener inbox (seed 003, "Claude default: inbox and Stop listener"):
+ * The Claude listener inbox (docs/CLAUDE.md "How a message reaches an idle session"):
  * `inbox/<session>.jsonl` under the state root holds one JSON record per line; the MCP
  * server's notifier appends, `interlink-mcp wait` reads from the byte offset kept in
  * `inbox/<session>.cursor`.

@@ -1,5 +1,5 @@
 /**
- * Claude's Stop-hook listener loop (seed 003, "Claude default: inbox and Stop listener"),
+ * Claude's Stop-hook listener loop (docs/CLAUDE.md "How a message reaches an idle session"),
  * run by `interlink-mcp wait`: it waits for notices in one session's inbox and hands them
  * over once.
  *

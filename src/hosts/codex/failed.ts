@@ -1,6 +1,6 @@
 /**
- * Saved Codex notice failures, `failed/<identity>/<session>.json` (seed 003, "Codex
- * CLI"): what a person needs to retry or dismiss a notice Codex did not take.
+ * Saved Codex notice failures, `failed/<identity>/<session>.json` (codex/README.md
+ * "Recovery"): what a person needs to retry or dismiss a notice Codex did not take.
  *
  * This is a diagnostic store. The messages a failed notice pointed at stay unread in the
  * mailbox (and the notifier keeps trying on its schedule), so losing this file loses no

@@ -1,5 +1,5 @@
 /**
- * What to do after one `codex queue` attempt (seed 003, "Codex CLI"), as a pure function.
+ * What to do after one `codex queue` attempt (DESIGN.md "Notices: waking the host", Codex), as a pure function.
  *
  * - exit 0: the notice is in Codex's queue (`host_queued`).
  * - a non-zero exit: Codex refused it; try again after 2 s, at most three attempts in all.

@@ -1,5 +1,5 @@
 /**
- * Which Codex thread an MCP server serves (seed 003, "Codex CLI"), as pure decisions.
+ * Which Codex thread an MCP server serves (DESIGN.md "Notices: waking the host", Codex; codex/README.md), as pure decisions.
  *
  * Codex starts one stdio MCP server per thread and tells it nothing about the thread in
  * its environment. A trusted lifecycle hook calls `bind_codex_session` with the thread's
