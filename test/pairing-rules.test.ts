@@ -268,10 +268,10 @@ describe('admitRequest', () => {
     expect(admitRequest(two, { ...second, received_at: T0 + 30 }, T0 + 30)).toEqual({ next: undefined, result: 'duplicate' });
   });
 
-  it('forgets a replaced request once the open one is closed: its replay is then stored again (current behaviour)', () => {
-    // Documented, not endorsed: the ts rule compares with the open request only. After the
-    // newer request was rejected, the older one is neither open nor handled, and a relay
-    // that kept it can bring it back while the gate still admits it.
+  it('forgets a replaced request once the open one is closed: its replay is shown again (DESIGN.md "Pairing", bounded memory)', () => {
+    // A decision: the ts rule compares with the open request only. After the newer request
+    // was rejected, the older one is neither open nor handled, and a relay that kept it can
+    // bring it back while the gate still admits it: a person sees that knock again.
     const first = incoming(ann, msgId(1), T0);
     const second = incoming(ann, msgId(2), T0 + 10);
     const two = after(empty, admitRequest(after(empty, admitRequest(empty, first, T0)), second, T0 + 10));
@@ -293,12 +293,10 @@ describe('admitRequest', () => {
       expect(gateAdmits(at), String(at)).toBe(true);
       expect(admitRequest(rejected, { ...future, received_at: at }, at), String(at)).toEqual({ next: undefined, result: 'duplicate' });
     }
-    // One millisecond later the gate refuses it as stale.
-    expect(gateAdmits(t + HANDLED_MS + 1)).toBe(false);
-    // Current behaviour, documented: at exactly t + HANDLED_MS the gate still admits it (its
-    // check is `ts < now - MAX_PAST_MS`) while the entry has expired (kept while `until > now`).
-    expect(gateAdmits(t + HANDLED_MS)).toBe(true);
-    expect(admitRequest(rejected, { ...future, received_at: t + HANDLED_MS }, t + HANDLED_MS).result).toBe('stored');
+    // The last of those is the last millisecond the gate admits it; from the next one, when
+    // the entry is gone, the gate refuses it as stale.
+    expect(gateAdmits(t + HANDLED_MS - 1)).toBe(true);
+    expect(gateAdmits(t + HANDLED_MS)).toBe(false);
   });
 
   it('prunes expired handled entries when it writes, and keeps live ones', () => {
@@ -352,9 +350,9 @@ describe('admitRequest', () => {
     expect(findIncoming(next.next!, fillerFingerprint(1))).toBeUndefined();
   });
 
-  it('does not remember an evicted request: its replay is a new request again and evicts in turn (current behaviour)', () => {
-    // Documented, not endorsed: eviction writes no handled entry, so a relay that kept the
-    // evicted envelope can bring it back while the gate still admits it.
+  it('does not remember an evicted request: its replay is a new request again and evicts in turn (DESIGN.md "Pairing", bounded memory)', () => {
+    // A decision: eviction writes no handled entry, so a relay that kept the evicted
+    // envelope can bring it back while the gate still admits it.
     const full = filled({ incoming: MAX_INCOMING });
     const evicted = after(full, admitRequest(full, incoming(ann, msgId(1), T0), T0));
     const replay = { ...full.incoming[0]!, received_at: T0 + 1 };
@@ -572,9 +570,9 @@ describe('controlDone', () => {
 
 describe('bounds', () => {
   it('are the documented numbers', () => {
-    expect([MAX_OUTGOING, MAX_INCOMING, MAX_CONTROL, HANDLED_MS]).toEqual([64, 64, 128, 7 * DAY + 60_000]);
-    // The gate's freshness window: 24 h in the past plus 60 s in the future.
-    expect(HANDLED_MS).toBe(MAX_PAST_MS + MAX_FUTURE_MS);
+    expect([MAX_OUTGOING, MAX_INCOMING, MAX_CONTROL, HANDLED_MS]).toEqual([64, 64, 128, 7 * DAY + 60_000 + 1]);
+    // The gate's freshness window, 7 days in the past and 60 s in the future, both ends inclusive.
+    expect(HANDLED_MS).toBe(MAX_PAST_MS + MAX_FUTURE_MS + 1);
   });
 });
 

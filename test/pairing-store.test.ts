@@ -113,7 +113,7 @@ describe('PairingStore', () => {
     expect(final.control).toEqual([job]);
     expect(final.outgoing).toHaveLength(1);
     expect(final.handled).toEqual([{ from: ben.key, msg_id: msgId(2), outcome: 'accepted', until: T0 + 1 + HANDLED_MS }]);
-    expect(HANDLED_MS).toBe(7 * 24 * 60 * 60 * 1000 + 60_000);
+    expect(HANDLED_MS).toBe(7 * 24 * 60 * 60 * 1000 + 60_000 + 1);
   });
 
   it('sees the data as it is when the transition runs', async () => {

@@ -22,8 +22,12 @@ import { MAX_FUTURE_MS, MAX_PAST_MS } from '../gate/decide.js';
 export const MAX_OUTGOING = 64;
 export const MAX_INCOMING = 64;
 export const MAX_CONTROL = 128;
-/** As long as the gate could still admit a copy: 24 h in the past plus 60 s in the future. */
-export const HANDLED_MS = MAX_PAST_MS + MAX_FUTURE_MS;
+/**
+ * As long as the gate could still admit a copy: the 7-day window plus the 60 s a
+ * timestamp may run ahead. Both ends of the gate's window are inclusive while an entry
+ * lives while `until > now`, hence the last millisecond.
+ */
+export const HANDLED_MS = MAX_PAST_MS + MAX_FUTURE_MS + 1;
 
 const outgoingSchema = z.object({
   request_id: z.string(),
