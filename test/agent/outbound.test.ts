@@ -1,0 +1,115 @@
+/** The outbound loop (src/agent/outbound.ts) on a real outbox, against fake relay clients. */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Outbound } from '../../src/agent/outbound.js';
+import { outboxPath } from '../../src/config/layout.js';
+import { Outbox, outboundState, type OutboxRecord } from '../../src/outbox/outbox.js';
+import { FakeRelayClient } from '../helpers/fake-relay-client.js';
+import { eventually } from '../helpers/mcp.js';
+import { message, newIdentity, tempDir } from '../helpers/fixtures.js';
+
+const me = newIdentity(61);
+const peer = newIdentity(62);
+
+let dir: { path: string; remove: () => Promise<void> };
+let outbox: Outbox;
+let outbound: Outbound | undefined;
+beforeEach(async () => {
+  dir = await tempDir();
+  outbox = await Outbox.open(outboxPath(dir.path, me.key, 's1'));
+});
+afterEach(async () => {
+  await outbound?.stop();
+  outbound = undefined;
+  await outbox.close();
+  await dir.remove();
+});
+
+function outboundVia(...relays: FakeRelayClient[]): Outbound {
+  outbound = new Outbound(outbox, relays.map((r) => r.client));
+  return outbound;
+}
+
+async function queued(text = 'hello'): Promise<OutboxRecord> {
+  return (await outbox.add(message(me, peer, { text }), `${peer.key}#main`)).record;
+}
+
+async function record(msgId: string): Promise<OutboxRecord> {
+  const found = await outbox.get(msgId);
+  if (found === undefined) throw new Error(`${msgId} is not in the outbox`);
+  return found;
+}
+
+/** Waits until no offer of the message is on its way (its outcome handled). */
+function answered(loop: Outbound, msgId: string): Promise<true> {
+  return eventually(async () => (loop.offering(msgId) ? undefined : true), 10_000, 'the offer to be answered');
+}
+
+const sentIds = (relay: FakeRelayClient) => relay.sent.map((s) => s.envelope.msg_id);
+
+describe('outbound loop', () => {
+  it('offers a pending message to every connected relay, records each acceptance, and offers it no more', async () => {
+    const [a, b] = [new FakeRelayClient('ws://a'), new FakeRelayClient('ws://b')];
+    const down = new FakeRelayClient('ws://down', { connected: false });
+    const loop = outboundVia(a, b, down);
+    const m = await queued();
+    await loop.kick();
+    expect(a.sent).toEqual([{ route: m.route, envelope: m.envelope }]);
+    expect(b.sent).toEqual([{ route: m.route, envelope: m.envelope }]);
+    expect(down.sent).toEqual([]);
+    await eventually(async () => ((await record(m.envelope.msg_id)).accepted_by.length === 2 ? true : undefined), 10_000, 'both acceptances recorded');
+    expect([...(await record(m.envelope.msg_id)).accepted_by].sort()).toEqual(['ws://a', 'ws://b']);
+    expect(outboundState(await record(m.envelope.msg_id))).toBe('bus_accepted');
+    await loop.kick();
+    expect([sentIds(a), sentIds(b)]).toEqual([[m.envelope.msg_id], [m.envelope.msg_id]]);
+  });
+
+  it('offers a message a relay refused again on the next pass, until it is accepted', async () => {
+    const a = new FakeRelayClient('ws://a');
+    a.answer('queue_full', 'rate_limited');
+    const loop = outboundVia(a);
+    const m = await queued();
+    for (let pass = 1; pass <= 2; pass++) {
+      await loop.kick();
+      await answered(loop, m.envelope.msg_id);
+      expect(sentIds(a)).toHaveLength(pass);
+      expect(outboundState(await record(m.envelope.msg_id))).toBe('pending');
+    }
+    await loop.kick();
+    expect(sentIds(a)).toEqual(Array(3).fill(m.envelope.msg_id));
+    await eventually(async () => (outboundState(await record(m.envelope.msg_id)) === 'bus_accepted' ? true : undefined), 10_000, 'the acceptance recorded');
+  });
+
+  it('keeps a message while one relay may still take it, and ends it as delivery_failed once every relay refused it for good', async () => {
+    const [a, b] = [new FakeRelayClient('ws://a'), new FakeRelayClient('ws://b')];
+    a.answer('too_large', 'too_large');
+    b.answer('rate_limited', 'bad_frame');
+    const loop = outboundVia(a, b);
+    const m = await queued();
+    await loop.kick();
+    await answered(loop, m.envelope.msg_id);
+    expect(outboundState(await record(m.envelope.msg_id))).toBe('pending');
+    await loop.kick();
+    await answered(loop, m.envelope.msg_id);
+    const ended = await eventually(async () => {
+      const r = await record(m.envelope.msg_id);
+      return outboundState(r) === 'delivery_failed' ? r : undefined;
+    }, 10_000, 'the message to end');
+    expect(ended.states.at(-1)?.reason).toMatch(/^every relay refused it: (too_large|bad_frame): /);
+    await loop.kick();
+    expect([sentIds(a).length, sentIds(b).length]).toEqual([2, 2]);
+  });
+
+  it('sends nothing after stop, neither on a kick nor on a reconnect', async () => {
+    const a = new FakeRelayClient('ws://a');
+    const loop = outboundVia(a);
+    const first = await queued('first');
+    loop.start();
+    await eventually(async () => (a.sent.length === 1 ? true : undefined), 10_000, 'the first message offered at start');
+    await loop.stop();
+    await queued('second');
+    a.disconnect();
+    a.connect();
+    await loop.kick();
+    expect(sentIds(a)).toEqual([first.envelope.msg_id]);
+  });
+});

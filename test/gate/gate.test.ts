@@ -1,0 +1,427 @@
+/**
+ * The trust gate, table-tested against a reference written here from the rules
+ * (DESIGN.md "The trust gate", PROTOCOL.md "Receiving: the trust gate"): every check is evaluated on its own, and the verdict must be the first
+ * failure in the fixed order signature → recipient (key, then the signed session of a
+ * version 3 envelope) → kind → authorization → freshness → replay. Envelopes are really signed; invalid signatures are really invalid.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { signEnvelope, type Envelope } from '../../src/envelope/envelope.js';
+import { MAX_FUTURE_MS, MAX_HOLD_MS, MAX_PAST_MS, decide, type Admission, type GateContext, type OutstandingRequest, type RejectCode } from '../../src/gate/decide.js';
+import { encodeBase64url } from '../../src/identity/base64url.js';
+import { generateSigningKey, type SigningKey } from '../../src/identity/ed25519.js';
+
+const MINUTE = 60_000;
+const DAY = 24 * 60 * MINUTE;
+const WINDOW = 7 * DAY;
+const NOW = 1_900_000_000_000;
+
+interface Party {
+  signingKey: SigningKey;
+  key: string;
+}
+
+function newParty(): Party {
+  const signingKey = generateSigningKey();
+  return { signingKey, key: encodeBase64url(signingKey.publicKey) };
+}
+
+const me = newParty();
+const peer = newParty();
+const stranger = newParty();
+const elsewhere = newParty();
+const PEER_NAME = 'alice';
+
+/** Envelope fields are always well formed; a bad signature comes from editing a signed field. */
+function tamper(envelope: Envelope): Envelope {
+  return { ...envelope, text: `${envelope.text} (edited in transit)` };
+}
+
+const msgId = (n: number): string => n.toString(16).padStart(32, '0');
+const REQUEST_ID = msgId(0xaaa);
+const OTHER_ID = msgId(0xbbb);
+
+// ---------------------------------------------------------------------------------------
+// Reference: each check on its own, then the first failure in the documented order.
+// ---------------------------------------------------------------------------------------
+
+const ORDER: readonly RejectCode[] = [
+  'bad_signature',
+  'wrong_recipient',
+  'wrong_session',
+  'unsupported_kind',
+  'not_allowlisted',
+  'unexpected_pairing',
+  'unsolicited_accept',
+  'from_future',
+  'stale',
+  'replay',
+];
+
+interface Facts {
+  signatureValid: boolean;
+  from: string;
+  to: string;
+  /** The signed target session (version 3), or undefined (version 2). */
+  toSession: string | undefined;
+  session: string;
+  kind: string;
+  ts: number;
+  msgId: string;
+  inReplyTo: string | undefined;
+  me: string;
+  peers: ReadonlyMap<string, string>;
+  requests: readonly OutstandingRequest[];
+  now: number;
+  seen: boolean;
+}
+
+type Expected =
+  | { ok: false; code: RejectCode }
+  | { ok: true; admission: Admission; kind: string; sender: string; petname?: string };
+
+function authorizationFailure(f: Facts): RejectCode | undefined {
+  const answersMine = f.requests.some((r) => r.to === f.from && (f.inReplyTo === undefined || f.inReplyTo === r.msg_id));
+  if (f.from === f.me) return f.kind === 'message' ? undefined : 'unexpected_pairing';
+  // A peer may knock again (it may have removed me), and answer my open request.
+  if (f.peers.has(f.from)) return f.kind === 'pair_accept' && !answersMine ? 'unexpected_pairing' : undefined;
+  if (f.kind === 'message') return 'not_allowlisted';
+  if (f.kind === 'pair_request') return undefined;
+  return answersMine ? undefined : 'unsolicited_accept';
+}
+
+function failures(f: Facts): Set<RejectCode> {
+  const found = new Set<RejectCode>();
+  if (!f.signatureValid) found.add('bad_signature');
+  if (f.to !== f.me) found.add('wrong_recipient');
+  if (f.toSession !== undefined && f.toSession !== f.session) found.add('wrong_session');
+  if (!['message', 'pair_request', 'pair_accept'].includes(f.kind)) found.add('unsupported_kind');
+  else {
+    const auth = authorizationFailure(f);
+    if (auth !== undefined) found.add(auth);
+  }
+  if (f.ts - f.now > MINUTE) found.add('from_future');
+  if (f.now - f.ts > WINDOW) found.add('stale');
+  if (f.seen) found.add('replay');
+  return found;
+}
+
+function expectedVerdict(f: Facts): { verdict: Expected; consultsSeen: boolean } {
+  const found = failures(f);
+  const first = ORDER.find((code) => found.has(code));
+  const consultsSeen = first === undefined || first === 'replay';
+  if (first !== undefined) return { verdict: { ok: false, code: first }, consultsSeen };
+  const admission: Admission = f.kind !== 'message' ? (f.kind as Admission) : f.from === f.me ? 'self' : 'peer';
+  const petname = f.from !== f.me ? f.peers.get(f.from) : undefined;
+  const verdict: Expected = { ok: true, admission, kind: f.kind, sender: f.from, ...(petname !== undefined && { petname }) };
+  return { verdict, consultsSeen };
+}
+
+/** The verdict without its human-readable reason, which is checked separately. */
+function shape(verdict: ReturnType<typeof decide>): Expected {
+  if (!verdict.ok) {
+    expect(verdict.reason.length).toBeGreaterThan(0);
+    return { ok: false, code: verdict.code };
+  }
+  return verdict;
+}
+
+// ---------------------------------------------------------------------------------------
+// The exhaustive table.
+// ---------------------------------------------------------------------------------------
+
+type SenderRole = 'me' | 'peer' | 'stranger';
+type Outstanding = 'none' | 'matching' | 'other' | 'no_in_reply_to' | 'to_someone_else';
+
+const SENDERS: Record<SenderRole, Party> = { me, peer, stranger };
+const KINDS = ['message', 'pair_request', 'pair_accept', 'goodbye'] as const;
+const OUTSTANDING: readonly Outstanding[] = ['none', 'matching', 'other', 'no_in_reply_to', 'to_someone_else'];
+const SESSION = 'main';
+/** Version 2 (no signed session), version 3 for this session, version 3 for a sibling. */
+const TARGETS = [undefined, SESSION, 'sibling'] as const;
+const TS_OFFSETS = [0, MINUTE, MINUTE + 1, 10 * MINUTE + 1, -WINDOW, -WINDOW - 1] as const;
+
+function requestsFor(outstanding: Outstanding, sender: Party): { requests: OutstandingRequest[]; inReplyTo?: string } {
+  switch (outstanding) {
+    case 'none':
+      return { requests: [], inReplyTo: REQUEST_ID };
+    case 'matching':
+      return { requests: [{ to: sender.key, msg_id: REQUEST_ID }], inReplyTo: REQUEST_ID };
+    case 'other':
+      return { requests: [{ to: sender.key, msg_id: REQUEST_ID }], inReplyTo: OTHER_ID };
+    case 'no_in_reply_to':
+      return { requests: [{ to: sender.key, msg_id: REQUEST_ID }] };
+    case 'to_someone_else':
+      return { requests: [{ to: elsewhere.key, msg_id: REQUEST_ID }], inReplyTo: REQUEST_ID };
+  }
+}
+
+describe('decide: every combination of sender, kind, outstanding request, clock, replay, signature and recipient', () => {
+  const peers = new Map([[peer.key, PEER_NAME]]);
+
+  for (const role of Object.keys(SENDERS) as SenderRole[]) {
+    for (const kind of KINDS) {
+      it(`${role} sending ${kind}`, () => {
+        const sender = SENDERS[role];
+        let cases = 0;
+        for (const outstanding of OUTSTANDING) {
+          const { requests, inReplyTo } = requestsFor(outstanding, sender);
+          for (const offset of TS_OFFSETS) {
+            for (const [toMe, target] of [true, false].flatMap((m) => TARGETS.map((t) => [m, t] as const))) {
+              const signed = signEnvelope(sender.signingKey, {
+                to: toMe ? me.key : elsewhere.key,
+                ...(target !== undefined && { to_session: target }),
+                text: 'hello',
+                kind,
+                ts: NOW + offset,
+                msg_id: msgId(cases + 1),
+                ...(inReplyTo !== undefined && { in_reply_to: inReplyTo }),
+              });
+              for (const signatureValid of [true, false]) {
+                const envelope = signatureValid ? signed : tamper(signed);
+                for (const seen of [true, false]) {
+                  const seenCalls: Array<[string, string]> = [];
+                  const ctx: GateContext = {
+                    me: me.key,
+                    session: SESSION,
+                    peers,
+                    outstandingRequests: requests,
+                    now: NOW,
+                    seen: (from, id) => {
+                      seenCalls.push([from, id]);
+                      return seen;
+                    },
+                  };
+                  const facts: Facts = {
+                    signatureValid,
+                    from: sender.key,
+                    to: envelope.to,
+                    toSession: target,
+                    session: SESSION,
+                    kind,
+                    ts: envelope.ts,
+                    msgId: envelope.msg_id,
+                    inReplyTo,
+                    me: me.key,
+                    peers,
+                    requests,
+                    now: NOW,
+                    seen,
+                  };
+                  const { verdict, consultsSeen } = expectedVerdict(facts);
+                  const label = JSON.stringify({ role, kind, outstanding, offset, toMe, target, signatureValid, seen });
+                  expect(shape(decide(envelope, ctx)), label).toStrictEqual(verdict);
+                  expect(seenCalls, `seen calls for ${label}`).toEqual(consultsSeen ? [[sender.key, envelope.msg_id]] : []);
+                  cases++;
+                }
+              }
+            }
+          }
+        }
+        expect(cases).toBe(OUTSTANDING.length * TS_OFFSETS.length * 2 * TARGETS.length * 2 * 2);
+      });
+    }
+  }
+});
+
+describe('decide: order and side effects', () => {
+  const peers = new Map([[peer.key, PEER_NAME]]);
+  const throwingSeen = (): boolean => {
+    throw new Error('the replay set must not be consulted here');
+  };
+  const base = { me: me.key, session: SESSION, peers, outstandingRequests: [], now: NOW };
+
+  it("rejects a stranger's plain message before it costs a replay slot", () => {
+    const envelope = signEnvelope(stranger.signingKey, { to: me.key, text: 'hi', ts: NOW });
+    const verdict = decide(envelope, { ...base, seen: throwingSeen });
+    expect(verdict).toMatchObject({ ok: false, code: 'not_allowlisted' });
+  });
+
+  it('never consults the replay set for an envelope rejected earlier', () => {
+    const rejectedEarly: Envelope[] = [
+      tamper(signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW })),
+      signEnvelope(peer.signingKey, { to: elsewhere.key, text: 'hi', ts: NOW }),
+      signEnvelope(peer.signingKey, { to: me.key, to_session: 'sibling', text: 'hi', ts: NOW }),
+      signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'goodbye' }),
+      signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'pair_accept' }),
+      signEnvelope(me.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'pair_request' }),
+      signEnvelope(stranger.signingKey, { to: me.key, text: 'hi', ts: NOW, kind: 'pair_accept' }),
+      signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW + MINUTE + 1 }),
+      signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW - WINDOW - 1 }),
+    ];
+    for (const envelope of rejectedEarly) expect(decide(envelope, { ...base, seen: throwingSeen }).ok).toBe(false);
+  });
+
+  it('checks the signature first, once, and before anything else is looked at', () => {
+    const calls: string[] = [];
+    const envelope = signEnvelope(stranger.signingKey, { to: elsewhere.key, text: 'hi', ts: NOW + DAY, kind: 'goodbye' });
+    const verdict = decide(envelope, {
+      ...base,
+      seen: throwingSeen,
+      verify: (e) => {
+        calls.push(e.msg_id);
+        return false;
+      },
+    });
+    expect(verdict).toMatchObject({ ok: false, code: 'bad_signature' });
+    expect(calls).toEqual([envelope.msg_id]);
+  });
+
+  it('identifies the sender by the signature, never by the claimed from', () => {
+    // A stranger signs, then claims to be the peer: the signature no longer matches `from`.
+    const signed = signEnvelope(stranger.signingKey, { to: me.key, text: 'trust me', ts: NOW });
+    const forged: Envelope = { ...signed, from: peer.key };
+    expect(decide(forged, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'bad_signature' });
+    // The same signature under a different claimed recipient fails too.
+    const redirected: Envelope = { ...signEnvelope(peer.signingKey, { to: elsewhere.key, text: 'x', ts: NOW }), to: me.key };
+    expect(decide(redirected, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'bad_signature' });
+  });
+
+  it('takes the session from the signature: a version 3 envelope moved to another session fails, as does a stripped version', () => {
+    const signed = signEnvelope(peer.signingKey, { to: me.key, to_session: 'sibling', text: 'x', ts: NOW });
+    expect(decide(signed, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'wrong_session' });
+    // A relay that rewrites the session (or the reply session) breaks the signature.
+    const moved: Envelope = { ...signed, to_session: SESSION };
+    expect(decide(moved, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'bad_signature' });
+    const withReply = signEnvelope(peer.signingKey, { to: me.key, to_session: SESSION, text: 'x', ts: NOW, reply_to: `${peer.key}#desk` });
+    expect(decide(withReply, { ...base, seen: () => false }).ok).toBe(true);
+    expect(decide({ ...withReply, reply_to: `${peer.key}#elsewhere` }, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'bad_signature' });
+    // Dropping `v` and `to_session` turns it into a version 2 envelope, whose domain differs.
+    const { v: _v, to_session: _s, ...stripped } = withReply;
+    expect(decide(stripped, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'bad_signature' });
+  });
+
+  it('admits with the petname for a peer and without one otherwise', () => {
+    const seen = (): boolean => false;
+    const fromPeer = decide(signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW }), { ...base, seen });
+    expect(fromPeer).toStrictEqual({ ok: true, admission: 'peer', kind: 'message', sender: peer.key, petname: PEER_NAME });
+    const fromSelf = decide(signEnvelope(me.signingKey, { to: me.key, text: 'hi', ts: NOW }), { ...base, seen });
+    expect(fromSelf).toStrictEqual({ ok: true, admission: 'self', kind: 'message', sender: me.key });
+    const knock = decide(signEnvelope(stranger.signingKey, { to: me.key, text: 'bob', ts: NOW, kind: 'pair_request' }), { ...base, seen });
+    expect(knock).toStrictEqual({ ok: true, admission: 'pair_request', kind: 'pair_request', sender: stranger.key });
+    const answer = decide(
+      signEnvelope(stranger.signingKey, { to: me.key, text: 'ok', ts: NOW, kind: 'pair_accept', in_reply_to: REQUEST_ID }),
+      { ...base, outstandingRequests: [{ to: stranger.key, msg_id: REQUEST_ID }], seen },
+    );
+    expect(answer).toStrictEqual({ ok: true, admission: 'pair_accept', kind: 'pair_accept', sender: stranger.key });
+  });
+
+  it('matches a pair_accept against any of several outstanding requests', () => {
+    const requests = [
+      { to: elsewhere.key, msg_id: msgId(1) },
+      { to: stranger.key, msg_id: msgId(2) },
+      { to: stranger.key, msg_id: msgId(3) },
+    ];
+    const accept = (inReplyTo: string): Envelope =>
+      signEnvelope(stranger.signingKey, { to: me.key, text: 'ok', ts: NOW, kind: 'pair_accept', in_reply_to: inReplyTo });
+    const ctx = { ...base, outstandingRequests: requests, seen: () => false };
+    expect(decide(accept(msgId(3)), ctx).ok).toBe(true);
+    expect(decide(accept(msgId(2)), ctx).ok).toBe(true);
+    // msgId(1) was sent to someone else: an answer from the stranger does not match it.
+    expect(decide(accept(msgId(1)), ctx)).toMatchObject({ ok: false, code: 'unsolicited_accept' });
+  });
+});
+
+// ---------------------------------------------------------------------------------------
+// Random clocks, peer sets, requests and replay sets.
+// ---------------------------------------------------------------------------------------
+
+describe('decide: random contexts agree with the reference', () => {
+  // parties[0] is me; the others are peers or strangers depending on the drawn peer set.
+  const parties: Party[] = [me, newParty(), newParty(), newParty(), newParty(), newParty()];
+  const ids = [msgId(1), msgId(2), msgId(3)];
+
+  const scenario = fc.record({
+    now: fc.integer({ min: 3 * MAX_PAST_MS, max: 2 ** 48 }),
+    peerIndexes: fc.uniqueArray(fc.integer({ min: 1, max: parties.length - 1 }), { maxLength: parties.length - 1 }),
+    sender: fc.integer({ min: 0, max: parties.length - 1 }),
+    recipient: fc.integer({ min: 0, max: parties.length - 1 }),
+    kind: fc.constantFrom('message', 'pair_request', 'pair_accept', 'goodbye', 'ping'),
+    tsOffset: fc.oneof(
+      fc.constantFrom(0, MAX_FUTURE_MS, MAX_FUTURE_MS + 1, -MAX_PAST_MS, -MAX_PAST_MS - 1),
+      fc.integer({ min: -2 * MAX_PAST_MS, max: 2 * MAX_FUTURE_MS }),
+    ),
+    msgIdIndex: fc.integer({ min: 0, max: ids.length - 1 }),
+    inReplyToIndex: fc.option(fc.integer({ min: 0, max: ids.length - 1 }), { nil: undefined }),
+    requests: fc.array(fc.record({ to: fc.integer({ min: 0, max: parties.length - 1 }), id: fc.integer({ min: 0, max: ids.length - 1 }) }), {
+      maxLength: 4,
+    }),
+    seenPairs: fc.uniqueArray(fc.tuple(fc.integer({ min: 0, max: parties.length - 1 }), fc.integer({ min: 0, max: ids.length - 1 })), {
+      maxLength: 6,
+    }),
+    signatureValid: fc.boolean(),
+  });
+
+  it('returns the first failing check, and consults the replay set only when nothing earlier failed', () => {
+    fc.assert(
+      fc.property(scenario, (s) => {
+        const sender = parties[s.sender]!;
+        const peers = new Map(s.peerIndexes.map((i) => [parties[i]!.key, `peer-${i}`]));
+        const requests = s.requests.map((r) => ({ to: parties[r.to]!.key, msg_id: ids[r.id]! }));
+        const seenSet = new Set(s.seenPairs.map(([p, i]) => `${parties[p]!.key}/${ids[i]!}`));
+        const inReplyTo = s.inReplyToIndex === undefined ? undefined : ids[s.inReplyToIndex]!;
+        const signed = signEnvelope(sender.signingKey, {
+          to: parties[s.recipient]!.key,
+          text: 'random',
+          kind: s.kind,
+          ts: s.now + s.tsOffset,
+          msg_id: ids[s.msgIdIndex]!,
+          ...(inReplyTo !== undefined && { in_reply_to: inReplyTo }),
+        });
+        const envelope = s.signatureValid ? signed : tamper(signed);
+        let seenCalls = 0;
+        const verdict = decide(envelope, {
+          me: me.key,
+          session: SESSION,
+          peers,
+          outstandingRequests: requests,
+          now: s.now,
+          seen: (from, id) => {
+            seenCalls++;
+            return seenSet.has(`${from}/${id}`);
+          },
+        });
+        const expected = expectedVerdict({
+          signatureValid: s.signatureValid,
+          from: sender.key,
+          to: envelope.to,
+          toSession: undefined,
+          session: SESSION,
+          kind: s.kind,
+          ts: envelope.ts,
+          msgId: envelope.msg_id,
+          inReplyTo,
+          me: me.key,
+          peers,
+          requests,
+          now: s.now,
+          seen: seenSet.has(`${sender.key}/${envelope.msg_id}`),
+        });
+        expect(shape(verdict)).toStrictEqual(expected.verdict);
+        expect(seenCalls).toBe(expected.consultsSeen ? 1 : 0);
+      }),
+      { numRuns: 400 },
+    );
+  });
+
+  it('admits exactly the window [now - 7 days, now + 60 s] for a peer message, and holds one up to 10 min ahead', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 3 * MAX_PAST_MS, max: 2 ** 48 }), fc.integer({ min: -3 * MAX_PAST_MS, max: 3 * MAX_HOLD_MS }), (now, offset) => {
+        const envelope = signEnvelope(peer.signingKey, { to: me.key, text: 'tick', ts: now + offset });
+        const verdict = decide(envelope, { me: me.key, session: SESSION, peers: new Map([[peer.key, PEER_NAME]]), outstandingRequests: [], now, seen: () => false });
+        const inWindow = offset <= MAX_FUTURE_MS && offset >= -MAX_PAST_MS;
+        expect(verdict.ok).toBe(inWindow);
+        if (!verdict.ok) expect(verdict.code).toBe(offset > 0 ? 'from_future' : 'stale');
+        // Ahead by at most 10 minutes: held until it is within 60 s, never refused for good.
+        if (!verdict.ok && offset > 0) expect(verdict.due).toBe(offset <= MAX_HOLD_MS ? now + offset - MAX_FUTURE_MS : undefined);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('names the constants the rules name', () => {
+    expect(MAX_FUTURE_MS).toBe(60_000);
+    expect(MAX_PAST_MS).toBe(7 * 86_400_000);
+    expect(MAX_HOLD_MS).toBe(600_000);
+  });
+});

@@ -1,0 +1,133 @@
+/**
+ * One relay connection against a fake socket: the frame budget (token bucket), the
+ * backpressure on every send, and the heartbeat (DESIGN.md "The relay", "Bounded by
+ * construction"). relay.test.ts covers the same over real sockets.
+ */
+import { describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { Connection, HIGH_WATER_BYTES, MAX_BUFFERED_BYTES, TokenBucket, type RelaySocket } from '../../src/relay/connection.js';
+import { relayFrame } from '../../src/relay/frames.js';
+
+class FakeSocket implements RelaySocket {
+  readyState: number = WebSocket.OPEN;
+  bufferedAmount = 0;
+  readonly sent: string[] = [];
+  pings = 0;
+  terminated = false;
+  private readonly callbacks: (() => void)[] = [];
+
+  send(text: string, cb: () => void): void {
+    this.sent.push(text);
+    this.bufferedAmount += Buffer.byteLength(text, 'utf8');
+    this.callbacks.push(cb);
+  }
+
+  ping(): void {
+    this.pings++;
+  }
+
+  terminate(): void {
+    this.terminated = true;
+    this.readyState = WebSocket.CLOSED;
+  }
+
+  close(): void {}
+
+  once(): this {
+    return this;
+  }
+
+  /** The network took all but `left` bytes; ws then runs the send callbacks. */
+  drain(left: number): void {
+    this.bufferedAmount = left;
+    for (const cb of this.callbacks.splice(0)) cb();
+  }
+}
+
+function connection(socket: FakeSocket) {
+  const seen = { drained: 0, peak: 0 };
+  const conn = new Connection(1, socket, new TokenBucket(10, 20, 0), {
+    drained: () => seen.drained++,
+    buffered: (bytes) => (seen.peak = Math.max(seen.peak, bytes)),
+  });
+  return { conn, seen };
+}
+
+function takes(bucket: TokenBucket, now: number, count: number): number {
+  let taken = 0;
+  for (let i = 0; i < count; i++) if (bucket.take(now)) taken++;
+  return taken;
+}
+
+describe('token bucket', () => {
+  it('allows a burst, then the rate, and never more than a burst after idling', () => {
+    const bucket = new TokenBucket(10, 20, 1_000);
+    expect(takes(bucket, 1_000, 25)).toBe(20);
+    expect(takes(bucket, 1_100, 5)).toBe(1);
+    expect(takes(bucket, 1_600, 10)).toBe(5);
+    expect(takes(bucket, 1_000_000, 50)).toBe(20);
+  });
+
+  it('adds nothing when the clock steps back', () => {
+    const bucket = new TokenBucket(10, 1, 5_000);
+    expect(bucket.take(5_000)).toBe(true);
+    expect(bucket.take(1_000)).toBe(false);
+    expect(bucket.take(1_050)).toBe(false);
+    expect(bucket.take(1_100)).toBe(true);
+  });
+});
+
+describe('connection', () => {
+  it('pauses deliveries past the high-water mark and resumes once a send callback finds the buffer drained', () => {
+    const socket = new FakeSocket();
+    const { conn, seen } = connection(socket);
+    conn.sendText('x'.repeat(HIGH_WATER_BYTES));
+    expect(conn.blocked).toBe(false);
+    conn.sendText('y');
+    expect(conn.blocked).toBe(true);
+    expect(seen.peak).toBe(HIGH_WATER_BYTES + 1);
+
+    socket.drain(HIGH_WATER_BYTES + 1);
+    expect([conn.blocked, seen.drained]).toEqual([true, 0]);
+    conn.sendText('z');
+    socket.drain(HIGH_WATER_BYTES);
+    expect([conn.blocked, seen.drained]).toEqual([false, 1]);
+    socket.drain(0);
+    expect(seen.drained).toBe(1);
+  });
+
+  it('cuts off a peer past the buffer bound and sends nothing on a closed socket', () => {
+    const socket = new FakeSocket();
+    const { conn } = connection(socket);
+    conn.sendText('x'.repeat(MAX_BUFFERED_BYTES));
+    expect(socket.terminated).toBe(false);
+    conn.sendText('y');
+    expect(socket.terminated).toBe(true);
+    expect(conn.open).toBe(false);
+    conn.sendText('z');
+    expect(socket.sent).toHaveLength(2);
+  });
+
+  it('sends refusals as valid frames, with a ref only when there is one', () => {
+    const socket = new FakeSocket();
+    const { conn } = connection(socket);
+    conn.refuse('r1', 'queue_full', 'full');
+    conn.refuse(undefined, 'bad_frame', 'not JSON');
+    const frames = socket.sent.map((text) => relayFrame.parse(JSON.parse(text)));
+    expect(frames).toEqual([
+      { v: 1, type: 'refused', ref: 'r1', code: 'queue_full', message: 'full' },
+      { v: 1, type: 'refused', code: 'bad_frame', message: 'not JSON' },
+    ]);
+  });
+
+  it('pings on each heartbeat and terminates a peer that missed the last pong', () => {
+    const socket = new FakeSocket();
+    const { conn } = connection(socket);
+    conn.beat();
+    conn.alive = true;
+    conn.beat();
+    expect([socket.pings, socket.terminated]).toEqual([2, false]);
+    conn.beat();
+    expect([socket.pings, socket.terminated]).toEqual([2, true]);
+  });
+});

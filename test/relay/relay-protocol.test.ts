@@ -1,0 +1,59 @@
+/**
+ * docs/PROTOCOL.md "Relay frames" says what the code does: the worked authentication
+ * example is recomputed from the layout the document gives.
+ */
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { encodeBase64url } from '../../src/identity/base64url.js';
+import { signingKeyFromSeed } from '../../src/identity/ed25519.js';
+import { AUTH_DOMAIN, signAuth, verifyAuth } from '../../src/relay/auth.js';
+import { DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from '../../src/relay/connection.js';
+import { DEFAULT_DELIVERY_WINDOW } from '../../src/relay/dispatch.js';
+import { MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES } from '../../src/relay/frames.js';
+import { DEFAULT_QUEUE_LIMITS } from '../../src/relay/queues.js';
+
+const doc = readFileSync(new URL('../../docs/PROTOCOL.md', import.meta.url), 'utf8');
+const section = doc.slice(doc.indexOf('## Relay frames'));
+
+function documentedBytes(): Buffer {
+  const block = /<!-- relay-auth-example:start -->\n```text\n([\s\S]*?)```/.exec(section)?.[1] ?? '';
+  const hex = block.split('\n').flatMap((line) => line.slice(0, 47).match(/[0-9a-f]{2}/g) ?? []);
+  return Buffer.from(hex.join(''), 'hex');
+}
+
+describe('relay protocol document', () => {
+  it('gives auth signed bytes and a signature that the code reproduces', () => {
+    const key = signingKeyFromSeed(createHash('sha256').update('interlink relay auth example').digest());
+    const publicKey = encodeBase64url(key.publicKey);
+    const nonceBytes = Buffer.from(Array.from({ length: 32 }, (_, i) => i));
+    const nonce = encodeBase64url(nonceBytes);
+    const route = `${publicKey}#main`;
+    const length = Buffer.alloc(4);
+    length.writeUInt32LE(Buffer.byteLength(route), 0);
+    const expected = Buffer.concat([Buffer.from('interlink-relay-auth-v1\0', 'utf8'), nonceBytes, length, Buffer.from(route, 'utf8')]);
+
+    expect(AUTH_DOMAIN).toBe('interlink-relay-auth-v1\0');
+    expect(documentedBytes().toString('hex')).toBe(expected.toString('hex'));
+    expect(section).toContain(publicKey);
+    expect(section).toContain(nonce);
+    const sig = signAuth(key, nonce, route);
+    expect(section).toContain(sig);
+    expect(verifyAuth(nonce, route, sig)).toBe(true);
+    expect(verifyAuth(encodeBase64url(Buffer.alloc(32)), route, sig)).toBe(false);
+  });
+
+  it('states the limits the relay enforces', () => {
+    const figures = [
+      MAX_PAYLOAD_BYTES.toLocaleString('en-US'),
+      MAX_FRAME_BYTES.toLocaleString('en-US'),
+      DEFAULT_QUEUE_LIMITS.routeMessages.toLocaleString('en-US'),
+      DEFAULT_QUEUE_LIMITS.messages.toLocaleString('en-US'),
+      DEFAULT_QUEUE_LIMITS.bytes.toLocaleString('en-US'),
+      String(DEFAULT_DELIVERY_WINDOW),
+      `${DEFAULT_FRAME_RATE.toLocaleString('en-US')} per second sustained, bursts of ${DEFAULT_FRAME_BURST.toLocaleString('en-US')}`,
+      `every ${DEFAULT_HEARTBEAT_MS / 1000} seconds`,
+    ];
+    for (const figure of figures) expect(section, figure).toContain(figure);
+  });
+});
