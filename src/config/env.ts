@@ -3,7 +3,7 @@
  * a typed `Config` that the commands pass down. No other module reads these variables.
  * Unset and empty mean the default. A value the schema refuses is one error naming the
  * variable and what it accepts. README's environment table is tested against
- * `VARIABLES` (test/config-env.test.ts), so the two cannot drift apart.
+ * `VARIABLES` (test/config/config-env.test.ts), so the two cannot drift apart.
  */
 import { homedir } from 'node:os';
 import { join } from 'node:path';
