@@ -88,6 +88,11 @@ export function isInterlinkError(err: unknown, code?: ErrorCode): err is Interli
   return err instanceof InterlinkError && (code === undefined || err.code === code);
 }
 
+/** The message of anything thrown: an Error's own message, else its string form. */
+export function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
 /** errno code of a Node system error, if it is one. */
 export function errnoCode(err: unknown): string | undefined {
   if (typeof err === 'object' && err !== null && 'code' in err) {
@@ -100,6 +105,6 @@ export function errnoCode(err: unknown): string | undefined {
 /** Any failure of the disk under a store becomes a `storage` error naming the file. */
 export function asStorageError(err: unknown, path: string): InterlinkError {
   if (err instanceof InterlinkError) return err;
-  const reason = errnoCode(err) ?? (err instanceof Error ? err.message : String(err));
+  const reason = errnoCode(err) ?? messageOf(err);
   return new InterlinkError('storage', `cannot use ${path} (${reason})`, undefined, { cause: err });
 }

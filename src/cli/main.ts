@@ -7,7 +7,7 @@
  * variable with a value it does not take is a usage error of every command, `wait` too.
  */
 import { loadConfig, type Config } from '../config/env.js';
-import { InterlinkError } from '../errors.js';
+import { InterlinkError, messageOf } from '../errors.js';
 import { setLogLevel } from '../log.js';
 import { reportDamageWith } from '../store/damage.js';
 import { resultPrinted } from './args.js';
@@ -134,7 +134,7 @@ async function main(argv: readonly string[]): Promise<number> {
       return EXIT_USAGE;
     }
     const code = err instanceof InterlinkError ? err.code : 'internal';
-    const message = err instanceof InterlinkError ? err.cliMessage : err instanceof Error ? err.message : String(err);
+    const message = err instanceof InterlinkError ? err.cliMessage : messageOf(err);
     fail(name, code, oneLine(message), json);
     return EXIT_FAILURE;
   }

@@ -11,7 +11,7 @@ import type { Agent } from '../agent/agent.js';
 import type { ClaudeSession } from '../hosts/claude/session.js';
 import type { CodexHost } from '../hosts/codex/host.js';
 import { threadFromMeta } from '../hosts/codex/thread.js';
-import { InterlinkError } from '../errors.js';
+import { InterlinkError, messageOf } from '../errors.js';
 import { log } from '../log.js';
 import { toolResult } from './result.js';
 import { TOOLS, toolsFor, wrongMode } from './tools.js';
@@ -73,8 +73,8 @@ export function createServer(session: ServedSession, version: string, options: {
       return toolResult(await definition.run(context, parsed.data as never));
     } catch (err) {
       if (err instanceof InterlinkError) return failure(err.code, err.message);
-      log.error('tool_failed', { tool: definition.name, error: (err as Error).message });
-      return failure('internal', (err as Error).message);
+      log.error('tool_failed', { tool: definition.name, error: messageOf(err) });
+      return failure('internal', messageOf(err));
     }
   });
   return server;

@@ -24,7 +24,7 @@ import { dirname } from 'node:path';
 import { z } from 'zod';
 import { writeFully } from './atomic.js';
 import { SELF, holderIsDead } from './liveness.js';
-import { InterlinkError, errnoCode } from '../errors.js';
+import { InterlinkError, errnoCode, messageOf } from '../errors.js';
 import { log } from '../log.js';
 
 export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
@@ -263,7 +263,7 @@ async function releaseLock(lockPath: string, token: string): Promise<void> {
       return;
     }
   } catch (err) {
-    if (errnoCode(err) !== 'ENOENT') log.warn('lock_release_failed', { lock: lockPath, message: (err as Error).message });
+    if (errnoCode(err) !== 'ENOENT') log.warn('lock_release_failed', { lock: lockPath, message: messageOf(err) });
   }
   await releaseUnderBreaker(lockPath, token);
 }
@@ -280,7 +280,7 @@ async function releaseUnderBreaker(lockPath: string, token: string): Promise<voi
       if (outcome === false) log.warn('lock_lost', { lock: lockPath, message: `${lockPath} was taken over by another process while this one held it` });
       if (outcome !== 'busy') return;
     } catch (err) {
-      log.warn('lock_release_failed', { lock: lockPath, message: (err as Error).message });
+      log.warn('lock_release_failed', { lock: lockPath, message: messageOf(err) });
       return;
     }
     if (Date.now() >= deadline) {

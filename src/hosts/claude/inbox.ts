@@ -25,7 +25,7 @@ import { z } from 'zod';
 import { inboxPaths, type InboxPaths } from '../../config/layout.js';
 import { unsafeNameReason } from '../../config/paths.js';
 import { MAX_NOTICE_BYTES } from '../../notices/notice.js';
-import { asStorageError, errnoCode, InterlinkError } from '../../errors.js';
+import { asStorageError, errnoCode, InterlinkError, messageOf } from '../../errors.js';
 import { log } from '../../log.js';
 import { fsyncDirectory, writeFileAtomic } from '../../store/atomic.js';
 import { describeSchemaError, moveAside } from '../../store/json-store.js';
@@ -155,7 +155,7 @@ async function readCursor(paths: InboxPaths): Promise<number> {
     if (parsed.success) return parsed.data.offset;
     reason = describeSchemaError(parsed.error);
   } catch (err) {
-    reason = `not JSON: ${(err as Error).message}`;
+    reason = `not JSON: ${messageOf(err)}`;
   }
   await moveAside(paths.cursor, reason);
   return 0;
@@ -180,7 +180,7 @@ function parseLine(line: Buffer): { record: InboxRecord } | { reason: string } {
   try {
     data = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(line));
   } catch (err) {
-    return { reason: `not JSON: ${(err as Error).message}` };
+    return { reason: `not JSON: ${messageOf(err)}` };
   }
   const parsed = inboxRecordSchema.safeParse(data);
   return parsed.success ? { record: parsed.data } : { reason: describeSchemaError(parsed.error) };
