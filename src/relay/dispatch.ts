@@ -9,7 +9,7 @@
  */
 import type WebSocket from 'ws';
 import { log } from '../log.js';
-import { describeSchemaError } from '../store/json-store.js';
+import { describeSchemaError } from '../json.js';
 import { verifyAuth } from './auth.js';
 import type { Connection, Subscription } from './connection.js';
 import { ackRouteOf, deliverText, frameText, NOT_JSON, parseJson, refOf, rosterText } from './frame-text.js';

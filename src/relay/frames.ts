@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { routeText as route } from '../envelope/route.js';
 import { isBase64urlOfLength } from '../identity/base64url.js';
 import { SIGNATURE_BYTES } from '../identity/ed25519.js';
+import { parseJsonWith } from '../json.js';
 import { NONCE_BYTES } from './auth.js';
 
 export const PROTOCOL_VERSION = 1;
@@ -52,12 +53,6 @@ export type RelayFrame = z.infer<typeof relayFrame>;
 
 /** Parses one text frame; undefined if it is not JSON or not a valid frame of `schema`. */
 export function parseFrame<T>(schema: z.ZodType<T>, text: string): T | undefined {
-  let data: unknown;
-  try {
-    data = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  const parsed = schema.safeParse(data);
-  return parsed.success ? parsed.data : undefined;
+  const parsed = parseJsonWith(schema, text);
+  return parsed.ok ? parsed.value : undefined;
 }

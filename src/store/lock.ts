@@ -25,6 +25,7 @@ import { z } from 'zod';
 import { writeFully } from './atomic.js';
 import { SELF, holderIsDead } from './liveness.js';
 import { InterlinkError, errnoCode, messageOf } from '../errors.js';
+import { parseJsonWith } from '../json.js';
 import { log } from '../log.js';
 
 export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
@@ -47,12 +48,8 @@ const holderSchema = z.object({
 type Holder = z.infer<typeof holderSchema>;
 
 function parseHolder(text: string): Holder | undefined {
-  try {
-    const parsed = holderSchema.safeParse(JSON.parse(text));
-    return parsed.success ? parsed.data : undefined;
-  } catch {
-    return undefined;
-  }
+  const parsed = parseJsonWith(holderSchema, text);
+  return parsed.ok ? parsed.value : undefined;
 }
 
 type LockState = { kind: 'absent' } | { kind: 'held'; holder: Holder } | { kind: 'unreadable'; ageMs: number };
