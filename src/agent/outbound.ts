@@ -6,11 +6,10 @@
  * loop as `delivery_failed` with the relays' reason, instead of being offered forever.
  */
 import { log } from '../log.js';
-import type { RefusalCode } from '../relay/frames.js';
 import type { Outbox, OutboxRecord } from '../outbox/outbox.js';
 import type { RelayClient } from '../relay/client.js';
 import { SingleFlight } from '../single-flight.js';
-import { messageOf } from '../errors.js';
+import { messageOf, type RefusalCode } from '../errors.js';
 
 const PASS_INTERVAL_MS = 1_000;
 /** Refusals that the same bytes will meet again at that relay, however often they are offered. */

@@ -10,10 +10,10 @@ import type { SigningKey } from '../identity/ed25519.js';
 import type { Announcement, Goodbye } from '../presence/announcement.js';
 import { signAuth } from './auth.js';
 import { connectError } from './reach.js';
-import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RefusalCode, type RosterEntry } from './frames.js';
-import { messageOf } from '../errors.js';
+import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RosterEntry } from './frames.js';
+import { messageOf, type RefusalCode, type SendFailureCode } from '../errors.js';
 
-export type SendOutcome = { accepted: true; id: number } | { accepted: false; code: RefusalCode | 'disconnected' | 'timeout'; message: string };
+export type SendOutcome = { accepted: true; id: number } | { accepted: false; code: RefusalCode | SendFailureCode; message: string };
 
 export interface Delivery {
   relay: string;

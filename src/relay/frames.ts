@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { routeText as route } from '../envelope/route.js';
+import { REFUSAL_CODES } from '../errors.js';
 import { isBase64urlOfLength } from '../identity/base64url.js';
 import { SIGNATURE_BYTES } from '../identity/ed25519.js';
 import { parseJsonWith } from '../json.js';
@@ -35,9 +36,6 @@ export const clientFrame = z.discriminatedUnion('type', [authFrame, sendFrame, a
 export type ClientFrame = z.infer<typeof clientFrame>;
 
 // ---- relay → client ----
-
-export const REFUSAL_CODES = ['too_large', 'queue_full', 'rate_limited', 'bad_frame', 'auth_failed', 'not_authenticated', 'storage'] as const;
-export type RefusalCode = (typeof REFUSAL_CODES)[number];
 
 export const challengeFrame = z.object({ v, type: z.literal('challenge'), nonce: z.string().refine((s) => isBase64urlOfLength(s, NONCE_BYTES)) });
 export const authOkFrame = z.object({ v, type: z.literal('auth_ok'), route });
