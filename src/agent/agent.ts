@@ -28,6 +28,7 @@ import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
 import { conversation, inboxMessage, messageStatus, type InboxMessage } from './reading.js';
 import { recordRejection } from './rejected.js';
 import { Sender, type SendArgs, type SendReceipt } from './sending.js';
+import { messageOf } from '../errors.js';
 
 export type { InboxMessage } from './reading.js';
 export type { SendArgs, SendReceipt } from './sending.js';
@@ -111,7 +112,7 @@ export class Agent {
     const outbound = new Outbound(outbox, relays);
     agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, peerWatch, sticky, new SendClock(await outbox.lastTimestamp()), replay);
     // Read peers.json once now, so a damaged one is reported (and moved aside) at start, not at the first message.
-    await peerWatch.trust().catch((err: unknown) => log.warn('peers_unreadable', { error: (err as Error).message }));
+    await peerWatch.trust().catch((err: unknown) => log.warn('peers_unreadable', { error: messageOf(err) }));
     for (const relay of relays) {
       inbound.attach(relay);
       relay.start();

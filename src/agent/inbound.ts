@@ -26,6 +26,7 @@ import type { Claim } from '../replay/claims.js';
 import type { ClaimOutcome } from '../replay/rules.js';
 import type { Rejection } from './rejected.js';
 import { type Turn, Turns } from './turns.js';
+import { messageOf } from '../errors.js';
 
 const SEEN_LIMIT = 4096;
 const RECORDS_PER_SECOND = 10;
@@ -125,7 +126,7 @@ export class Inbound {
     try {
       envelope = parseEnvelope(delivery.payload);
     } catch (err) {
-      log.warn('inbound_rejected', { relay: relay.url, code: 'bad_envelope', reason: (err as Error).message });
+      log.warn('inbound_rejected', { relay: relay.url, code: 'bad_envelope', reason: messageOf(err) });
       relay.ack(delivery.route, [delivery.id]);
       return;
     }
@@ -211,7 +212,7 @@ export class Inbound {
 
   private retryLater(relay: RelayClient, delivery: Delivery, attempt: number, turns: Turns, err: unknown): void {
     const delay = Math.min(err instanceof HeldForDamagedPeers ? HELD_RETRY_MS : MAX_RETRY_MS, 250 * 2 ** attempt);
-    log.warn('inbound_storage_failed', { relay: relay.url, route: delivery.route, id: delivery.id, retry_ms: delay, error: (err as Error).message });
+    log.warn('inbound_storage_failed', { relay: relay.url, route: delivery.route, id: delivery.id, retry_ms: delay, error: messageOf(err) });
     this.again(relay, delivery, attempt + 1, turns, delay);
   }
 

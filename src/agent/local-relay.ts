@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { log } from '../log.js';
 import { connectError } from '../relay/reach.js';
+import { messageOf } from '../errors.js';
 
 export type Probe = { url: string; answers: true } | { url: string; answers: false; error: string };
 
@@ -23,7 +24,7 @@ export function probeRelay(url: string, timeoutMs = 1_000): Promise<Probe> {
     try {
       socket = new WebSocket(url, { handshakeTimeout: timeoutMs });
     } catch (err) {
-      return resolve({ url, answers: false, error: (err as Error).message });
+      return resolve({ url, answers: false, error: messageOf(err) });
     }
     const timer = setTimeout(() => finish(`no answer within ${timeoutMs} ms`), timeoutMs);
     const finish = (error?: string) => {

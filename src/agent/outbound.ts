@@ -6,10 +6,10 @@
  * loop as `delivery_failed` with the relays' reason, instead of being offered forever.
  */
 import { log } from '../log.js';
-import type { RefusalCode } from '../relay/frames.js';
 import type { Outbox, OutboxRecord } from '../outbox/outbox.js';
 import type { RelayClient } from '../relay/client.js';
 import { SingleFlight } from '../single-flight.js';
+import { messageOf, type RefusalCode } from '../errors.js';
 
 const PASS_INTERVAL_MS = 1_000;
 /** Refusals that the same bytes will meet again at that relay, however often they are offered. */
@@ -26,7 +26,7 @@ export class Outbound {
   private readonly refused = new Map<string, { relays: Set<string>; reason: string }>();
   private readonly loop = new SingleFlight(
     () => this.pass(),
-    (err) => log.warn('outbound_pass_failed', { error: (err as Error).message }),
+    (err) => log.warn('outbound_pass_failed', { error: messageOf(err) }),
   );
 
   constructor(
@@ -77,7 +77,7 @@ export class Outbound {
       else if (PERMANENT_REFUSALS.has(outcome.code)) await this.refusedForGood(relay.url, record, `${outcome.code}: ${outcome.message}`);
       else if (outcome.code !== 'disconnected') log.warn('relay_refused_send', { relay: relay.url, msg_id: record.envelope.msg_id, code: outcome.code, message: outcome.message });
     } catch (err) {
-      log.warn('outbound_failed', { relay: relay.url, msg_id: record.envelope.msg_id, error: (err as Error).message });
+      log.warn('outbound_failed', { relay: relay.url, msg_id: record.envelope.msg_id, error: messageOf(err) });
     } finally {
       this.inFlight.delete(key);
     }

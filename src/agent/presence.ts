@@ -9,6 +9,7 @@ import { log } from '../log.js';
 import { signAnnouncement, signGoodbye, verifiedAnnouncement, type Announcement } from '../presence/announcement.js';
 import type { RelayClient } from '../relay/client.js';
 import { presenceState, type PresenceState } from './routing.js';
+import { messageOf } from '../errors.js';
 
 export const ANNOUNCE_INTERVAL_MS = 30_000;
 const ROSTER_CACHE_MS = 2_000;
@@ -101,7 +102,7 @@ export class Presence {
       for (const relay of this.relays) relay.announce(announcement);
       this.cached = undefined;
     } catch (err) {
-      log.warn('announce_failed', { error: (err as Error).message });
+      log.warn('announce_failed', { error: messageOf(err) });
     }
   }
 }

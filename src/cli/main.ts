@@ -7,7 +7,7 @@
  * variable with a value it does not take is a usage error of every command, `wait` too.
  */
 import { loadConfig, type Config } from '../config/env.js';
-import { InterlinkError } from '../errors.js';
+import { InterlinkError, messageOf, type ErrorCode, type ToolCode } from '../errors.js';
 import { setLogLevel } from '../log.js';
 import { reportDamageWith } from '../store/damage.js';
 import { resultPrinted } from './args.js';
@@ -84,7 +84,7 @@ function wantsJson(argv: readonly string[]): boolean {
  * A failure: one line on stderr, and with --json also `{"error": {"code", "message"}}` on
  * stdout, so a JSON consumer reading stdout always gets a JSON document.
  */
-function fail(name: string, code: string, message: string, json: boolean): void {
+function fail(name: string, code: ErrorCode | ToolCode, message: string, json: boolean): void {
   // One JSON document on stdout: an error, unless the command printed its result first.
   if (json && !resultPrinted()) process.stdout.write(JSON.stringify({ error: { code, message } }, null, 2) + '\n');
   process.stderr.write(`interlink-mcp ${name}: ${message}\n`);
@@ -134,7 +134,7 @@ async function main(argv: readonly string[]): Promise<number> {
       return EXIT_USAGE;
     }
     const code = err instanceof InterlinkError ? err.code : 'internal';
-    const message = err instanceof InterlinkError ? err.cliMessage : err instanceof Error ? err.message : String(err);
+    const message = err instanceof InterlinkError ? err.cliMessage : messageOf(err);
     fail(name, code, oneLine(message), json);
     return EXIT_FAILURE;
   }

@@ -19,6 +19,7 @@
  * Authorization runs before freshness and replay so that a stranger's plain message never
  * costs a replay slot.
  */
+import type { RejectCode } from '../errors.js';
 import { type Envelope, KNOWN_KINDS, type KnownKind, verifyEnvelope } from '../envelope/envelope.js';
 
 export const MAX_FUTURE_MS = 60_000;
@@ -35,17 +36,8 @@ export const MAX_PAST_MS = 7 * 24 * 60 * 60 * 1000;
  */
 export const MAX_HOLD_MS = 10 * 60 * 1000;
 
-export type RejectCode =
-  | 'bad_signature'
-  | 'wrong_recipient'
-  | 'wrong_session'
-  | 'unsupported_kind'
-  | 'not_allowlisted'
-  | 'unexpected_pairing'
-  | 'unsolicited_accept'
-  | 'from_future'
-  | 'stale'
-  | 'replay';
+/** Declared with every other code in errors.ts (REJECT_CODES), in the order the checks run. */
+export type { RejectCode };
 
 export type Admission = 'peer' | 'self' | 'pair_request' | 'pair_accept';
 

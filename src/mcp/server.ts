@@ -11,7 +11,7 @@ import type { Agent } from '../agent/agent.js';
 import type { ClaudeSession } from '../hosts/claude/session.js';
 import type { CodexHost } from '../hosts/codex/host.js';
 import { threadFromMeta } from '../hosts/codex/thread.js';
-import { InterlinkError } from '../errors.js';
+import { InterlinkError, messageOf, type ErrorCode, type ToolCode } from '../errors.js';
 import { log } from '../log.js';
 import { toolResult } from './result.js';
 import { TOOLS, toolsFor, wrongMode } from './tools.js';
@@ -25,7 +25,7 @@ export const INSTRUCTIONS = `Interlink: signed messages between coding agents (o
 - Delivery states (pending, bus_accepted, ...) say where a message is, not that anyone read it or did the work. Never infer completion from a delivery state: wait for a result message.
 - Reply with send_message (to the peer's petname) and in_reply_to set to the message you answer.`;
 
-function failure(code: string, message: string): CallToolResult {
+function failure(code: ErrorCode | ToolCode, message: string): CallToolResult {
   return toolResult({ error: { code, message } }, true);
 }
 
@@ -73,8 +73,8 @@ export function createServer(session: ServedSession, version: string, options: {
       return toolResult(await definition.run(context, parsed.data as never));
     } catch (err) {
       if (err instanceof InterlinkError) return failure(err.code, err.message);
-      log.error('tool_failed', { tool: definition.name, error: (err as Error).message });
-      return failure('internal', (err as Error).message);
+      log.error('tool_failed', { tool: definition.name, error: messageOf(err) });
+      return failure('internal', messageOf(err));
     }
   });
   return server;

@@ -10,7 +10,7 @@
  * one-second reconciliation loop recover lost notices and interrupted handoffs.
  */
 import { randomBytes } from 'node:crypto';
-import { isInterlinkError } from '../errors.js';
+import { isInterlinkError, messageOf } from '../errors.js';
 import { log } from '../log.js';
 import type { NoticeOutcome } from '../mailbox/format.js';
 import type { Mailbox } from '../mailbox/mailbox.js';
@@ -46,7 +46,7 @@ export class Notifier {
   private release: (() => Promise<void>) | undefined;
   private readonly loop = new SingleFlight(
     () => this.pass(),
-    (err) => log.warn('notifier_pass_failed', { session: this.options.session, error: (err as Error).message }),
+    (err) => log.warn('notifier_pass_failed', { session: this.options.session, error: messageOf(err) }),
   );
 
   constructor(private readonly options: NotifierOptions) {}
@@ -102,7 +102,7 @@ export class Notifier {
     try {
       outcome = await sink.deliver(notice, renderNotice(notice));
     } catch (err) {
-      log.warn('notice_failed', { sink: sink.name, session, notification_id: id, error: (err as Error).message });
+      log.warn('notice_failed', { sink: sink.name, session, notification_id: id, error: messageOf(err) });
       outcome = 'delivery_failed';
     }
     await mailbox.recordNoticeOutcome(id, outcome);

@@ -15,6 +15,7 @@ import type { RelayClient } from '../relay/client.js';
 import { SingleFlight } from '../single-flight.js';
 import { controlDone, type ControlJob } from './rules.js';
 import type { PairingStore } from './store.js';
+import { messageOf } from '../errors.js';
 
 const PASS_MS = 2_000;
 const FLUSH_POLL_MS = 100;
@@ -31,7 +32,7 @@ export class ControlOutbox {
   private readonly inFlight = new Set<string>();
   private readonly loop = new SingleFlight(
     () => this.pass(),
-    (err) => log.warn('pairing_control_failed', { error: (err as Error).message }),
+    (err) => log.warn('pairing_control_failed', { error: messageOf(err) }),
   );
 
   constructor(private readonly options: ControlOutboxOptions) {}

@@ -7,7 +7,7 @@
  * cannot be written, so the relay keeps the message and delivers it again.
  */
 import { replyToSession, type Envelope } from '../envelope/envelope.js';
-import { isInterlinkError } from '../errors.js';
+import { isInterlinkError, messageOf } from '../errors.js';
 import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
 import { log } from '../log.js';
 import { addPeer, loadPeers } from '../peers/peers.js';
@@ -147,6 +147,6 @@ export class PairingInbound {
   async send(notice: PairingNotice): Promise<void> {
     log.info('pairing_notice', { session: this.options.session, id: notice.id });
     if (this.notify === undefined) return;
-    await this.notify(notice).catch((err: unknown) => log.warn('pairing_notice_failed', { id: notice.id, error: (err as Error).message }));
+    await this.notify(notice).catch((err: unknown) => log.warn('pairing_notice_failed', { id: notice.id, error: messageOf(err) }));
   }
 }

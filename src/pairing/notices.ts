@@ -11,6 +11,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { log } from '../log.js';
+import { messageOf } from '../errors.js';
 
 export const KNOCK_NOTICE_INTERVAL_MS = 60_000;
 
@@ -108,7 +109,7 @@ export class KnockNotices {
         await this.send({ id: noticeId(), text });
       }
     } catch (err) {
-      log.warn('pairing_notice_failed', { error: (err as Error).message });
+      log.warn('pairing_notice_failed', { error: messageOf(err) });
     } finally {
       this.sending = false;
     }

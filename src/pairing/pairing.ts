@@ -14,7 +14,7 @@
  */
 import { newMsgId, type Envelope } from '../envelope/envelope.js';
 import { formatRoute } from '../envelope/route.js';
-import { InterlinkError } from '../errors.js';
+import { InterlinkError, messageOf } from '../errors.js';
 import type { OutstandingRequest } from '../gate/decide.js';
 import { normalizeFingerprint, type Identity } from '../identity/identity.js';
 import { addPeer, checkPetname, loadPeers, removePeer } from '../peers/peers.js';
@@ -175,7 +175,7 @@ export class Pairing {
     } catch (err) {
       throw new InterlinkError(
         'confirmation_pending',
-        `${current ?? petname} is now your peer, but the confirmation to them could not be queued (${(err as Error).message}); run accept again to queue it`,
+        `${current ?? petname} is now your peer, but the confirmation to them could not be queued (${messageOf(err)}); run accept again to queue it`,
       );
     }
     if (!queued) {

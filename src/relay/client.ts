@@ -10,9 +10,10 @@ import type { SigningKey } from '../identity/ed25519.js';
 import type { Announcement, Goodbye } from '../presence/announcement.js';
 import { signAuth } from './auth.js';
 import { connectError } from './reach.js';
-import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RefusalCode, type RosterEntry } from './frames.js';
+import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RosterEntry } from './frames.js';
+import { messageOf, type RefusalCode, type SendFailureCode } from '../errors.js';
 
-export type SendOutcome = { accepted: true; id: number } | { accepted: false; code: RefusalCode | 'disconnected' | 'timeout'; message: string };
+export type SendOutcome = { accepted: true; id: number } | { accepted: false; code: RefusalCode | SendFailureCode; message: string };
 
 export interface Delivery {
   relay: string;
@@ -179,7 +180,7 @@ export class RelayClient extends EventEmitter {
       socket = new WebSocket(this.options.url, { maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, handshakeTimeout: 5_000 });
     } catch (err) {
       // A URL ws cannot use: no retry will change that.
-      this.failedAttempt(`not a usable relay URL (${(err as Error).message})`);
+      this.failedAttempt(`not a usable relay URL (${messageOf(err)})`);
       return;
     }
     this.socket = socket;

@@ -10,7 +10,8 @@
 import WebSocket from 'ws';
 import { log } from '../log.js';
 import { newNonce } from './auth.js';
-import { PROTOCOL_VERSION, type RefusalCode, type RelayFrame } from './frames.js';
+import type { RefusalCode } from '../errors.js';
+import { PROTOCOL_VERSION, type RelayFrame } from './frames.js';
 
 export const DEFAULT_HEARTBEAT_MS = 15_000;
 /** Token bucket per connection: every frame takes a token, but a reader's acks. */

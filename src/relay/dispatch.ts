@@ -9,7 +9,7 @@
  */
 import type WebSocket from 'ws';
 import { log } from '../log.js';
-import { describeSchemaError } from '../store/json-store.js';
+import { describeSchemaError } from '../json.js';
 import { verifyAuth } from './auth.js';
 import type { Connection, Subscription } from './connection.js';
 import { ackRouteOf, deliverText, frameText, NOT_JSON, parseJson, refOf, rosterText } from './frame-text.js';
@@ -17,6 +17,7 @@ import { clientFrame, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, type ClientFrame } fr
 import type { EnqueueResult, QueueLimits, QueueResult } from './queues.js';
 import type { Roster } from './roster.js';
 import type { RelayStorage } from './storage.js';
+import { messageOf } from '../errors.js';
 
 /** Unacknowledged deliveries per connection and route. */
 export const DEFAULT_DELIVERY_WINDOW = 256;
@@ -147,8 +148,8 @@ export class Dispatcher {
       commit.then(
         (result) => this.afterEnqueue(conn, ref, to, result),
         (err: unknown) => {
-          log.error('relay_commit_failed', { error: (err as Error).message });
-          conn.refuse(ref, 'storage', `the relay could not store the message (${(err as Error).message}); send it again`);
+          log.error('relay_commit_failed', { error: messageOf(err) });
+          conn.refuse(ref, 'storage', `the relay could not store the message (${messageOf(err)}); send it again`);
         },
       ),
     );
@@ -186,8 +187,8 @@ export class Dispatcher {
           }
         },
         (err: unknown) => {
-          log.error('relay_commit_failed', { error: (err as Error).message });
-          conn.refuse(undefined, 'storage', `the relay could not record the acknowledgement (${(err as Error).message}); the messages stay queued`);
+          log.error('relay_commit_failed', { error: messageOf(err) });
+          conn.refuse(undefined, 'storage', `the relay could not record the acknowledgement (${messageOf(err)}); the messages stay queued`);
         },
       ),
     );

@@ -5,8 +5,10 @@
  */
 import { z } from 'zod';
 import { routeText as route } from '../envelope/route.js';
+import { REFUSAL_CODES } from '../errors.js';
 import { isBase64urlOfLength } from '../identity/base64url.js';
 import { SIGNATURE_BYTES } from '../identity/ed25519.js';
+import { parseJsonWith } from '../json.js';
 import { NONCE_BYTES } from './auth.js';
 
 export const PROTOCOL_VERSION = 1;
@@ -35,9 +37,6 @@ export type ClientFrame = z.infer<typeof clientFrame>;
 
 // ---- relay → client ----
 
-export const REFUSAL_CODES = ['too_large', 'queue_full', 'rate_limited', 'bad_frame', 'auth_failed', 'not_authenticated', 'storage'] as const;
-export type RefusalCode = (typeof REFUSAL_CODES)[number];
-
 export const challengeFrame = z.object({ v, type: z.literal('challenge'), nonce: z.string().refine((s) => isBase64urlOfLength(s, NONCE_BYTES)) });
 export const authOkFrame = z.object({ v, type: z.literal('auth_ok'), route });
 export const acceptedFrame = z.object({ v, type: z.literal('accepted'), ref, id });
@@ -52,12 +51,6 @@ export type RelayFrame = z.infer<typeof relayFrame>;
 
 /** Parses one text frame; undefined if it is not JSON or not a valid frame of `schema`. */
 export function parseFrame<T>(schema: z.ZodType<T>, text: string): T | undefined {
-  let data: unknown;
-  try {
-    data = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  const parsed = schema.safeParse(data);
-  return parsed.success ? parsed.data : undefined;
+  const parsed = parseJsonWith(schema, text);
+  return parsed.ok ? parsed.value : undefined;
 }

@@ -5,7 +5,7 @@
  * store"). The queue rules themselves are the pure `RelayQueueState` in `queues.ts`.
  */
 import { join, resolve } from 'node:path';
-import { InterlinkError } from '../errors.js';
+import { InterlinkError, messageOf } from '../errors.js';
 import { log } from '../log.js';
 import { JournalStore } from '../store/journal-store.js';
 import { withFileLock } from '../store/lock.js';
@@ -45,7 +45,7 @@ async function holdDbLock(dir: string): Promise<() => Promise<void>> {
     await Promise.race([held, lock]);
   } catch (err) {
     heldDbs.delete(dir);
-    throw busy((err as Error).message, err);
+    throw busy(messageOf(err), err);
   }
   return async () => {
     release();

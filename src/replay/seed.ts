@@ -12,6 +12,7 @@ import { journalPathOf } from '../store/journal.js';
 import { Mailbox } from '../mailbox/mailbox.js';
 import { log } from '../log.js';
 import type { ReplayIndex } from './claims.js';
+import { messageOf } from '../errors.js';
 
 /** Whether the index at `path` has never been written (decide before opening it). */
 export function isNewIndex(path: string): boolean {
@@ -37,7 +38,7 @@ export async function seedFromMailboxes(index: ReplayIndex, mailboxDir: string):
       await mailbox.close();
     } catch (err) {
       // A damaged mailbox is reported when its own session opens it; the others still seed.
-      log.warn('replay_seed_skipped', { session, error: (err as Error).message });
+      log.warn('replay_seed_skipped', { session, error: messageOf(err) });
       continue;
     }
     const outcomes = await Promise.all(admitted.map((a) => index.claim({ ...a, session })));

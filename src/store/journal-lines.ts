@@ -7,7 +7,7 @@
  */
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { describeSchemaError } from './json-store.js';
+import { parseJsonWith } from '../json.js';
 
 /** The name of the per-line checksum, written in the journal header. */
 export const LINE_CHECK = 'sha256-64';
@@ -67,15 +67,12 @@ export function parseLines<Op>(buffer: Buffer, opSchema: z.ZodType<Op>, checked:
       if ('damage' in line) return { ops, consumed: start, partial: 0, damage: `journal line at byte ${start} ${line.damage}` };
       text = line.json;
     }
-    let data: unknown;
-    try {
-      data = JSON.parse(text);
-    } catch {
-      return { ops, consumed: start, partial: 0, damage: `journal line at byte ${start} is not JSON` };
+    const parsed = parseJsonWith(opSchema, text);
+    if (!parsed.ok) {
+      const damage = parsed.stage === 'json' ? `journal line at byte ${start} is not JSON` : `journal line at byte ${start}: ${parsed.reason}`;
+      return { ops, consumed: start, partial: 0, damage };
     }
-    const parsed = opSchema.safeParse(data);
-    if (!parsed.success) return { ops, consumed: start, partial: 0, damage: `journal line at byte ${start}: ${describeSchemaError(parsed.error)}` };
-    ops.push(parsed.data);
+    ops.push(parsed.value);
     start = end + 1;
   }
 }

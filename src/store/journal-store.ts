@@ -7,7 +7,7 @@
  * sidecar lock and first reads what other processes appended, so several processes can
  * share one store. A read-only view takes no lock and never writes.
  */
-import { asStorageError } from '../errors.js';
+import { asStorageError, messageOf } from '../errors.js';
 import { log } from '../log.js';
 import { crashPoint } from './crash-point.js';
 import type { Recovery } from './json-store.js';
@@ -151,7 +151,7 @@ export class JournalStore<State, Op, Result, Data> {
       loaded.cursor = await compact(this.path, this.format, loaded.state, loaded.cursor.generation + 1);
     } catch (err) {
       this.loaded = undefined;
-      log.warn('compaction_failed', { path: this.path, error: (err as Error).message });
+      log.warn('compaction_failed', { path: this.path, error: messageOf(err) });
     }
   }
 

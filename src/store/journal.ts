@@ -27,10 +27,11 @@ import fs, { closeSync, constants, fdatasyncSync, fstatSync, ftruncateSync, open
 import { open, stat, type FileHandle } from 'node:fs/promises';
 import { z } from 'zod';
 import { errnoCode, InterlinkError } from '../errors.js';
+import { describeSchemaError, parseJsonWith } from '../json.js';
 import { writeFileAtomic, writeFully } from './atomic.js';
 import { crashPoint } from './crash-point.js';
 import { NO_FOLLOW, readPrivateFile } from './private.js';
-import { describeSchemaError, moveAside, type Recovery } from './json-store.js';
+import { moveAside, type Recovery } from './json-store.js';
 import { headerLine, headerSchema, journalFormatName, journalHeaderSchema, LINE_CHECK, NEWLINE, parseLines, type ParsedLines } from './journal-lines.js';
 
 /**
@@ -88,20 +89,14 @@ async function readSnapshot<State, Op>(
     throw new InterlinkError('storage', `cannot read ${path} (${errnoCode(err) ?? String(err)})`, undefined, { cause: err });
   }
   const bytes = Buffer.byteLength(text);
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch {
-    return { bytes, damage: 'snapshot is not JSON' };
+  const outer = parseJsonWith(snapshotEnvelopeSchema, text);
+  if (!outer.ok) return { bytes, damage: outer.stage === 'json' ? 'snapshot is not JSON' : `snapshot ${outer.reason}` };
+  if (outer.value.format !== format.name || outer.value.version !== format.version) {
+    return { bytes, damage: `snapshot is ${outer.value.format} v${outer.value.version}, expected ${format.name} v${format.version}` };
   }
-  const outer = snapshotEnvelopeSchema.safeParse(raw);
-  if (!outer.success) return { bytes, damage: `snapshot ${describeSchemaError(outer.error)}` };
-  if (outer.data.format !== format.name || outer.data.version !== format.version) {
-    return { bytes, damage: `snapshot is ${outer.data.format} v${outer.data.version}, expected ${format.name} v${format.version}` };
-  }
-  const data = format.dataSchema.safeParse(outer.data.data);
+  const data = format.dataSchema.safeParse(outer.value.data);
   if (!data.success) return { bytes, damage: `snapshot data ${describeSchemaError(data.error)}` };
-  return { snapshot: { generation: outer.data.generation, state: format.fromData(data.data) }, bytes };
+  return { snapshot: { generation: outer.value.generation, state: format.fromData(data.data) }, bytes };
 }
 
 interface JournalRead<Op> {
@@ -129,18 +124,13 @@ async function readJournal<Op>(path: string, format: { name: string; version: nu
     const empty: ParsedLines<Op> = { ops: [], consumed: 0, partial: 0 };
     const damaged = (damage: string): JournalRead<Op> => ({ ino: info.ino, generation: -1, checked: true, body: empty, bodyStart: 0, damage });
     if (headerEnd < 0) return damaged('journal has no header');
-    let header;
-    try {
-      header = journalHeaderSchema.safeParse(JSON.parse(buffer.toString('utf8', 0, headerEnd)));
-    } catch {
-      header = undefined;
-    }
-    if (!header?.success || header.data.format !== journalFormatName(format) || header.data.version !== format.version) {
+    const header = parseJsonWith(journalHeaderSchema, buffer.toString('utf8', 0, headerEnd));
+    if (!header.ok || header.value.format !== journalFormatName(format) || header.value.version !== format.version) {
       return damaged('journal header is invalid');
     }
-    const checked = header.data.line_check === LINE_CHECK;
+    const checked = header.value.line_check === LINE_CHECK;
     const body = parseLines(buffer.subarray(headerEnd + 1), format.opSchema, checked);
-    return { ino: info.ino, generation: header.data.generation, checked, body, bodyStart: headerEnd + 1, ...(body.damage !== undefined && { damage: body.damage }) };
+    return { ino: info.ino, generation: header.value.generation, checked, body, bodyStart: headerEnd + 1, ...(body.damage !== undefined && { damage: body.damage }) };
   } finally {
     await handle.close();
   }

@@ -9,6 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { readFile, rename } from 'node:fs/promises';
 import type { z } from 'zod';
 import { errnoCode, InterlinkError } from '../errors.js';
+import { parseJsonWith } from '../json.js';
 import { writeFileAtomic } from './atomic.js';
 import { jsonProblem, reportDamage, schemaProblem } from './damage.js';
 import { withFileLock } from './lock.js';
@@ -39,13 +40,6 @@ export async function moveAside(path: string, reason: string, options: StoreOpti
   return { file: path, movedTo, reason, message };
 }
 
-export function describeSchemaError(error: z.ZodError): string {
-  const first = error.issues[0];
-  if (!first) return 'does not match its schema';
-  const where = first.path.length > 0 ? first.path.join('.') : 'top level';
-  return `${where}: ${first.message}`;
-}
-
 export type ReadResult<T> = { value: T; recovered?: Recovery };
 
 export type Validated<T> = { kind: 'ok'; value: T } | { kind: 'missing' } | { kind: 'damaged'; reason: string };
@@ -63,14 +57,10 @@ async function readValidated<T>(path: string, schema: z.ZodType<T>): Promise<Val
     if (errnoCode(err) === 'ENOENT') return { kind: 'missing' };
     throw new InterlinkError('storage', `cannot read ${path} (${errnoCode(err) ?? String(err)})`, undefined, { cause: err });
   }
-  let data: unknown;
-  try {
-    data = JSON.parse(text);
-  } catch (err) {
-    return { kind: 'damaged', reason: jsonProblem(text, err as Error) };
-  }
-  const parsed = schema.safeParse(data);
-  return parsed.success ? { kind: 'ok', value: parsed.data } : { kind: 'damaged', reason: schemaProblem(text, data, parsed.error) };
+  const parsed = parseJsonWith(schema, text);
+  if (parsed.ok) return { kind: 'ok', value: parsed.value };
+  // damage.ts words the report for a person: the line, and what was expected where.
+  return { kind: 'damaged', reason: parsed.stage === 'json' ? jsonProblem(text, parsed.error) : schemaProblem(text, parsed.data, parsed.error) };
 }
 
 /** Reads the file; a damaged one is moved aside and the fallback used. Caller holds the lock. */

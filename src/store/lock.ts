@@ -24,7 +24,8 @@ import { dirname } from 'node:path';
 import { z } from 'zod';
 import { writeFully } from './atomic.js';
 import { SELF, holderIsDead } from './liveness.js';
-import { InterlinkError, errnoCode } from '../errors.js';
+import { InterlinkError, errnoCode, messageOf } from '../errors.js';
+import { parseJsonWith } from '../json.js';
 import { log } from '../log.js';
 
 export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
@@ -47,12 +48,8 @@ const holderSchema = z.object({
 type Holder = z.infer<typeof holderSchema>;
 
 function parseHolder(text: string): Holder | undefined {
-  try {
-    const parsed = holderSchema.safeParse(JSON.parse(text));
-    return parsed.success ? parsed.data : undefined;
-  } catch {
-    return undefined;
-  }
+  const parsed = parseJsonWith(holderSchema, text);
+  return parsed.ok ? parsed.value : undefined;
 }
 
 type LockState = { kind: 'absent' } | { kind: 'held'; holder: Holder } | { kind: 'unreadable'; ageMs: number };
@@ -263,7 +260,7 @@ async function releaseLock(lockPath: string, token: string): Promise<void> {
       return;
     }
   } catch (err) {
-    if (errnoCode(err) !== 'ENOENT') log.warn('lock_release_failed', { lock: lockPath, message: (err as Error).message });
+    if (errnoCode(err) !== 'ENOENT') log.warn('lock_release_failed', { lock: lockPath, message: messageOf(err) });
   }
   await releaseUnderBreaker(lockPath, token);
 }
@@ -280,7 +277,7 @@ async function releaseUnderBreaker(lockPath: string, token: string): Promise<voi
       if (outcome === false) log.warn('lock_lost', { lock: lockPath, message: `${lockPath} was taken over by another process while this one held it` });
       if (outcome !== 'busy') return;
     } catch (err) {
-      log.warn('lock_release_failed', { lock: lockPath, message: (err as Error).message });
+      log.warn('lock_release_failed', { lock: lockPath, message: messageOf(err) });
       return;
     }
     if (Date.now() >= deadline) {

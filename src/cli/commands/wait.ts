@@ -18,7 +18,7 @@
 import { pinnedSession } from '../../agent/session.js';
 import type { Config } from '../../config/env.js';
 import { unsafeNameReason } from '../../config/paths.js';
-import { InterlinkError } from '../../errors.js';
+import { InterlinkError, messageOf } from '../../errors.js';
 import { runListener, type ListenerOutcome } from '../../hosts/claude/listener.js';
 import { sessionFromStopPayload } from '../../hosts/claude/stop-payload.js';
 import { log } from '../../log.js';
@@ -111,7 +111,7 @@ export async function wait(argv: readonly string[], config: Config): Promise<voi
   } catch (err) {
     // A bad command line is a usage error like any command's (64, one line). It cannot
     // wake Claude: only 2 does, and the plugin's wrapper passes nothing else on.
-    const message = err instanceof Error ? err.message : String(err);
+    const message = messageOf(err);
     await writeStderr(`interlink-mcp wait: ${message} (see interlink-mcp wait --help)\n`);
     process.exit(EXIT_USAGE);
   }
@@ -125,7 +125,7 @@ export async function wait(argv: readonly string[], config: Config): Promise<voi
       code = EXIT_WAKE;
     }
   } catch (err) {
-    const fields = err instanceof InterlinkError ? { code: err.code, message: err.message } : { message: err instanceof Error ? err.message : String(err) };
+    const fields = err instanceof InterlinkError ? { code: err.code, message: err.message } : { message: messageOf(err) };
     log.error('listener_failed', fields);
   }
   process.exit(code);

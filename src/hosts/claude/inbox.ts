@@ -25,10 +25,11 @@ import { z } from 'zod';
 import { inboxPaths, type InboxPaths } from '../../config/layout.js';
 import { unsafeNameReason } from '../../config/paths.js';
 import { MAX_NOTICE_BYTES } from '../../notices/notice.js';
-import { asStorageError, errnoCode, InterlinkError } from '../../errors.js';
+import { asStorageError, errnoCode, InterlinkError, messageOf } from '../../errors.js';
+import { describeSchemaError, parseJsonWith } from '../../json.js';
 import { log } from '../../log.js';
 import { fsyncDirectory, writeFileAtomic } from '../../store/atomic.js';
-import { describeSchemaError, moveAside } from '../../store/json-store.js';
+import { moveAside } from '../../store/json-store.js';
 import { withFileLock } from '../../store/lock.js';
 
 export const INBOX_BATCH_MAX_RECORDS = 64;
@@ -149,15 +150,9 @@ async function readCursor(paths: InboxPaths): Promise<number> {
     if (errnoCode(err) === 'ENOENT') return 0;
     throw err;
   }
-  let reason: string;
-  try {
-    const parsed = cursorSchema.safeParse(JSON.parse(text));
-    if (parsed.success) return parsed.data.offset;
-    reason = describeSchemaError(parsed.error);
-  } catch (err) {
-    reason = `not JSON: ${(err as Error).message}`;
-  }
-  await moveAside(paths.cursor, reason);
+  const parsed = parseJsonWith(cursorSchema, text);
+  if (parsed.ok) return parsed.value.offset;
+  await moveAside(paths.cursor, parsed.reason);
   return 0;
 }
 
@@ -180,7 +175,7 @@ function parseLine(line: Buffer): { record: InboxRecord } | { reason: string } {
   try {
     data = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(line));
   } catch (err) {
-    return { reason: `not JSON: ${(err as Error).message}` };
+    return { reason: `not JSON: ${messageOf(err)}` };
   }
   const parsed = inboxRecordSchema.safeParse(data);
   return parsed.success ? { record: parsed.data } : { reason: describeSchemaError(parsed.error) };

@@ -14,7 +14,7 @@
 import { watch, type FSWatcher } from 'node:fs';
 import { basename } from 'node:path';
 import { inboxPaths, mailboxPath } from '../../config/layout.js';
-import { isInterlinkError } from '../../errors.js';
+import { isInterlinkError, messageOf } from '../../errors.js';
 import { log } from '../../log.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
 import { liveNotices, mailboxKey } from '../../notices/stale.js';
@@ -114,7 +114,7 @@ function watchInbox(dir: string, file: string, bell: Doorbell): FSWatcher | unde
     });
     return watcher;
   } catch (err) {
-    log.warn('listener_watch_failed', { dir, message: (err as Error).message });
+    log.warn('listener_watch_failed', { dir, message: messageOf(err) });
     return undefined;
   }
 }
@@ -133,7 +133,7 @@ async function oldestUnreadOf(state: string, records: readonly InboxRecord[]): P
         await mailbox.close();
       }
     } catch (err) {
-      log.warn('listener_mailbox_unreadable', { session, message: err instanceof Error ? err.message : String(err) });
+      log.warn('listener_mailbox_unreadable', { session, message: messageOf(err) });
     }
   }
   return oldest;

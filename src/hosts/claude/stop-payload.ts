@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { unsafeNameReason } from '../../config/paths.js';
+import { parseJsonWith } from '../../json.js';
 import { log } from '../../log.js';
 
 /** The hook hands over its JSON at once; never wait on stdin longer than this. */
@@ -34,12 +35,7 @@ function readStdinBounded(): Promise<string> {
 }
 
 function parsesAsJson(text: string): boolean {
-  try {
-    JSON.parse(text);
-    return true;
-  } catch {
-    return false;
-  }
+  return parseJsonWith(z.unknown(), text).ok;
 }
 
 const stopPayloadSchema = z.object({ session_id: z.string().min(1) });
@@ -48,16 +44,10 @@ const stopPayloadSchema = z.object({ session_id: z.string().min(1) });
 export async function sessionFromStopPayload(): Promise<string | undefined> {
   if (process.stdin.isTTY) return undefined;
   const text = await readStdinBounded();
-  let data: unknown;
-  try {
-    data = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  const parsed = stopPayloadSchema.safeParse(data);
-  if (!parsed.success) return undefined;
-  const reason = unsafeNameReason(parsed.data.session_id);
-  if (reason === undefined) return parsed.data.session_id;
+  const parsed = parseJsonWith(stopPayloadSchema, text);
+  if (!parsed.ok) return undefined;
+  const reason = unsafeNameReason(parsed.value.session_id);
+  if (reason === undefined) return parsed.value.session_id;
   log.warn('listener_payload_session_unusable', { reason });
   return undefined;
 }

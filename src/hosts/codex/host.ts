@@ -5,7 +5,7 @@
  * binding when Codex says which thread it comes from.
  */
 import type { Agent } from '../../agent/agent.js';
-import { InterlinkError } from '../../errors.js';
+import { InterlinkError, messageOf } from '../../errors.js';
 import { log } from '../../log.js';
 import { FailedDeliveries } from './failed.js';
 import { checkCallThread, decideBind, parseThreadId } from './thread.js';
@@ -54,7 +54,7 @@ export class CodexHost {
       // the next hook call tries again.
       agent.catch((err: unknown) => {
         if (this.binding === binding) this.binding = undefined;
-        log.error('codex_bind_failed', { thread, error: (err as Error).message });
+        log.error('codex_bind_failed', { thread, error: messageOf(err) });
       });
       log.info('codex_bound', { thread });
     }

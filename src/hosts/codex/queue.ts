@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { log } from '../../log.js';
 import { MAX_NOTICE_BYTES } from '../../notices/notice.js';
 import { afterAttempt, QUEUE_TIMEOUT_MS, type AttemptResult, type NextStep } from './retry.js';
+import { messageOf } from '../../errors.js';
 
 export interface QueueOptions {
   /** The `codex` executable (INTERLINK_CODEX_BIN, see config/env.ts). */
@@ -55,7 +56,7 @@ export async function queueOnce(options: QueueOptions): Promise<AttemptResult> {
     } catch (err) {
       // Arguments spawn refuses outright (a NUL byte, an empty executable name) throw
       // here instead of emitting 'error'.
-      resolve({ kind: 'unstartable', detail: (err as Error).message });
+      resolve({ kind: 'unstartable', detail: messageOf(err) });
       return;
     }
     const collect = (chunk: Buffer) => {

@@ -4,7 +4,7 @@
  * executor under the same policy (retry.ts) as the notifier; discarding removes the
  * saved failure, never mail.
  */
-import { InterlinkError } from '../../errors.js';
+import { InterlinkError, messageOf } from '../../errors.js';
 import type { FailedDeliveries, Failure } from './failed.js';
 import { queueNotice, type QueueOptions, type QueueReport } from './queue.js';
 
@@ -68,10 +68,10 @@ export async function retryFailure(store: FailedDeliveries, id: string | undefin
     // make a delivered notice look failed.
     const warnings: string[] = [];
     const removed = await store.discard(failure.id).catch((err: unknown) => {
-      warnings.push(`the saved failure could not be removed (${(err as Error).message})`);
+      warnings.push(`the saved failure could not be removed (${messageOf(err)})`);
       return false;
     });
-    await options.onQueued?.(failure).catch((err: unknown) => warnings.push(`host_queued could not be recorded on its messages (${(err as Error).message})`));
+    await options.onQueued?.(failure).catch((err: unknown) => warnings.push(`host_queued could not be recorded on its messages (${messageOf(err)})`));
     return { ...base, still_saved: !removed, ...(warnings.length > 0 && { warning: warnings.join('; ') }) };
   }
   await store.retried(failure.id, report.outcome === 'delivery_unknown' ? 'delivery_unknown' : 'delivery_failed', report.reason, report.attempts);

@@ -9,6 +9,7 @@ import { log } from '../../log.js';
 import type { NoticeSink } from '../../notices/notifier.js';
 import type { FailedDeliveries } from './failed.js';
 import { queueNotice, type QueueOptions } from './queue.js';
+import { messageOf } from '../../errors.js';
 
 export interface CodexSinkOptions extends Pick<QueueOptions, 'bin' | 'env' | 'timeoutMs' | 'backoffMs'> {
   thread: string;
@@ -25,7 +26,7 @@ export function codexQueueSink(options: CodexSinkOptions): NoticeSink {
       const kind = notice.kind === 'pairing' ? 'pairing' : 'notice';
       if (report.outcome === 'host_queued') {
         // Only an ordinary notice clears the ordinary slot; a pairing notice says nothing about mail.
-        if (kind === 'notice') await options.failed.clearNotice().catch((err: unknown) => log.warn('failed_deliveries_unwritable', { path: options.failed.path, error: (err as Error).message }));
+        if (kind === 'notice') await options.failed.clearNotice().catch((err: unknown) => log.warn('failed_deliveries_unwritable', { path: options.failed.path, error: messageOf(err) }));
       } else {
         log.warn('codex_notice_failed', { thread: options.thread, notification_id: notice.notification_id, outcome: report.outcome, reason: report.reason });
         if (report.save) {
@@ -39,7 +40,7 @@ export function codexQueueSink(options: CodexSinkOptions): NoticeSink {
               reason: report.reason,
               attempts: report.attempts,
             })
-            .catch((err: unknown) => log.warn('failed_deliveries_unwritable', { path: options.failed.path, error: (err as Error).message }));
+            .catch((err: unknown) => log.warn('failed_deliveries_unwritable', { path: options.failed.path, error: messageOf(err) }));
         }
       }
       return report.outcome;
