@@ -3,7 +3,7 @@
  * relative import of every src file is read with TypeScript's own pre-parser, and no
  * cycle may run between folders: neither between the top-level folders (a folder's
  * subfolders count as the folder) nor between the subfolders of one folder (hosts/claude
- * and hosts/codex).
+ * and hosts/codex). DESIGN.md's architecture table is checked against the tree too.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -104,5 +104,32 @@ describe('the folder rule', () => {
 
   it('has no cycle between the subfolders of one folder (the host adapters)', () => {
     expect(edgesOnCycles(betweenSubfolders(folderImports()))).toEqual([]);
+  });
+});
+
+describe("DESIGN.md's architecture table", () => {
+  const design = readFileSync(new URL('../../DESIGN.md', import.meta.url), 'utf8');
+  const section = design.slice(design.indexOf('## Architecture'), design.indexOf('\n## ', design.indexOf('## Architecture') + 1));
+  /** The first cell of each row, split on commas: `agent/`, `errors.ts`, … */
+  const rows = new Set(
+    [...section.matchAll(/^\| ([^|]+) \|/gm)]
+      .flatMap((m) => m[1]!.split(','))
+      .map((cell) => cell.trim().replace(/`/g, ''))
+      .filter((cell) => cell !== 'folder' && !cell.startsWith('---')),
+  );
+
+  it('has a row for every folder and top-level file of src/, and none for anything that is gone', () => {
+    const tree = readdirSync(SRC, { withFileTypes: true }).map((e) => (e.isDirectory() ? `${e.name}/` : e.name));
+    expect([...rows].sort()).toEqual(tree.sort());
+  });
+
+  it('names only files that exist', () => {
+    // Every `name.ts` in a folder's row is a file of that folder (or of one of its subfolders).
+    const missing: string[] = [];
+    for (const m of section.matchAll(/^\| `([a-z-]+)\/` \| (.*)$/gm)) {
+      const files = new Set(readdirSync(join(SRC, m[1]!), { recursive: true, encoding: 'utf8' }).map((f) => f.split(/[\\/]/).pop()!));
+      for (const named of m[2]!.matchAll(/`([a-z-]+\.ts)`/g)) if (!files.has(named[1]!)) missing.push(`${m[1]}/: ${named[1]}`);
+    }
+    expect(missing).toEqual([]);
   });
 });
