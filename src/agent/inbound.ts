@@ -3,17 +3,18 @@
  *
  * A message is acknowledged to the relay only after the mailbox commit returned, so a
  * crash in between leaves it on the relay, which delivers it again (the mailbox refuses
- * the duplicate). Before the commit the message is claimed in the identity's replay index
- * (replay/claims.ts): a copy that another session of this identity already admitted is a
- * replay, whatever route it came by. Deliveries from one relay reach the mailbox in the order the relay sent
- * them. Messages the gate rejects are acknowledged too — dropped, with the verdict
+ * the duplicate). Before the commit a version 2 message is claimed in the identity's
+ * replay index (replay/claims.ts): a copy that another session of this identity already
+ * admitted is a replay, whatever route it came by (a version 3 message is signed for its
+ * session, and the gate refuses it anywhere else). Deliveries from one relay reach the
+ * mailbox in the order the relay sent them. Messages the gate rejects are acknowledged too — dropped, with the verdict
  * logged and recorded (rejected.ts) — so garbage is not redelivered forever; a message
  * up to 10 minutes ahead of this clock is held instead, and judged again when due. A message the mailbox cannot
  * take (full, damaged, unwritable disk) is not acknowledged and is retried with backoff,
  * and so is a message from an unknown key while peers.json is damaged (it may come
  * from a peer whose entry was lost).
  */
-import { parseEnvelope, replyToSession, type Envelope } from '../envelope/envelope.js';
+import { parseEnvelope, replyToSession, versionOf, type Envelope } from '../envelope/envelope.js';
 import { receiptKey, receiptOf } from '../envelope/receipt.js';
 import { decide, type OutstandingRequest, type RejectCode, type Verdict } from '../gate/decide.js';
 import type { Identity } from '../identity/identity.js';
@@ -144,10 +145,7 @@ export class Inbound {
         relay.ack(delivery.route, [delivery.id]);
         return;
       }
-      const claimed = await this.deps.claim({ from: envelope.from, msg_id: envelope.msg_id, ts: envelope.ts, session: this.deps.session });
-      if (claimed.outcome === 'full') throw new Error('the replay index is full of messages still inside the freshness window');
-      if (claimed.outcome === 'taken') {
-        await this.refused(relay, envelope, 'replay', `already admitted by session ${JSON.stringify(claimed.session)} of this identity`);
+      if (await this.admittedElsewhere(relay, envelope)) {
         relay.ack(delivery.route, [delivery.id]);
         return;
       }
@@ -170,6 +168,22 @@ export class Inbound {
     } catch (err) {
       this.retryLater(relay, delivery, attempt, turns, err);
     }
+  }
+
+  /**
+   * Whether another session of this identity admitted this message (a replay, refused and
+   * recorded here). A version 3 envelope is signed for one session, which the gate has
+   * checked: no other session can admit it, so it takes no claim — and no commit to the
+   * shared index on every arrival. A version 2 envelope names no session, so the
+   * identity's replay index decides; the claim is durable before the mailbox commit.
+   */
+  private async admittedElsewhere(relay: RelayClient, envelope: Envelope): Promise<boolean> {
+    if (versionOf(envelope) !== 2) return false;
+    const claimed = await this.deps.claim({ from: envelope.from, msg_id: envelope.msg_id, ts: envelope.ts, session: this.deps.session });
+    if (claimed.outcome === 'full') throw new Error('the replay index is full of messages still inside the freshness window');
+    if (claimed.outcome !== 'taken') return false;
+    await this.refused(relay, envelope, 'replay', `already admitted by session ${JSON.stringify(claimed.session)} of this identity`);
+    return true;
   }
 
   /**

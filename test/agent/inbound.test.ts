@@ -215,6 +215,23 @@ describe('inbound loop', () => {
     expect(await stored()).toEqual([]);
   });
 
+  it('claims a version 2 message in the shared index, but not a version 3 one, which only its signed session admits', async () => {
+    const claimed: string[] = [];
+    const { loop } = start({
+      claim: async (claim) => {
+        claimed.push(claim.msg_id);
+        return replay.claim(claim);
+      },
+    });
+    const v2 = message(friend, me, { text: 'v2' });
+    const v3 = message(friend, me, { text: 'v3', to_session: 's1' });
+    const elsewhere = message(friend, me, { text: 'for s2', to_session: 's2' });
+    const ids = [relay.deliver(route, v2), relay.deliver(route, v3), relay.deliver(route, elsewhere)];
+    await Promise.all(ids.map(acknowledged));
+    expect(claimed).toEqual([v2.msg_id]);
+    expect(await stored()).toEqual(['v2', 'v3']);
+  });
+
   it('does not acknowledge a message while the replay index is full, and stores it once a claim succeeds', async () => {
     let full = true;
     let claims = 0;
