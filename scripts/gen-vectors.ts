@@ -91,13 +91,17 @@ function parties() {
   return { alice, bob, carol, aliceKey: encodeBase64url(alice.publicKey), bobKey: encodeBase64url(bob.publicKey), carolKey: encodeBase64url(carol.publicKey) };
 }
 
-/** Version 2: the Rust Interlink's layout (no signed session). */
-export function buildVectors(): Vector[] {
+/**
+ * The three honest envelopes both files start from: a minimal message, one with every
+ * optional field, and a pairing request. With `sessions`, each is version 3 for that session.
+ */
+function baseEnvelopes(sessions?: { minimal: string; full: string; pairRequest: string }) {
   const { alice, bob, carol, aliceKey, bobKey, carolKey } = parties();
-
-  const minimal = signEnvelope(alice, { to: bobKey, text: 'hello', ts: TS, msg_id: MSG_ID });
+  const to = (session: string | undefined) => (session === undefined ? {} : { to_session: session });
+  const minimal = signEnvelope(alice, { to: bobKey, ...to(sessions?.minimal), text: 'hello', ts: TS, msg_id: MSG_ID });
   const full = signEnvelope(bob, {
     to: aliceKey,
+    ...to(sessions?.full),
     text: 'Grüße 👋 — 你好\nsecond line, "quoted", tab\there',
     ts: TS + 1,
     msg_id: 'a1a2a3a4a5a6a7a8a9aaabacadaeafb0',
@@ -108,12 +112,20 @@ export function buildVectors(): Vector[] {
   });
   const pairRequest = signEnvelope(carol, {
     to: aliceKey,
+    ...to(sessions?.pairRequest),
     kind: 'pair_request',
     text: 'carol would like to pair',
     ts: TS + 2,
     msg_id: 'c0c1c2c3c4c5c6c7c8c9cacbcccdcecf',
     reply_to: `${carolKey}#laptop`,
   });
+  return { minimal, full, pairRequest };
+}
+
+/** Version 2: the Rust Interlink's layout (no signed session). */
+export function buildVectors(): Vector[] {
+  const { alice, bob, carol, bobKey, carolKey } = parties();
+  const { minimal, full, pairRequest } = baseEnvelopes();
   const { kind: _kind, ...minimalWithoutKind } = minimal;
 
   const flipped = sigBytes(minimal);
@@ -159,28 +171,8 @@ export function buildVectors(): Vector[] {
 
 /** Version 3: the target session and the reply session are signed. */
 export function buildV3Vectors(): Vector[] {
-  const { alice, bob, carol, aliceKey, bobKey, carolKey } = parties();
-  const minimal = signEnvelope(alice, { to: bobKey, to_session: 'main', text: 'hello', ts: TS, msg_id: MSG_ID });
-  const full = signEnvelope(bob, {
-    to: aliceKey,
-    to_session: 'sessión-α',
-    text: 'Grüße 👋 — 你好\nsecond line, "quoted", tab\there',
-    ts: TS + 1,
-    msg_id: 'a1a2a3a4a5a6a7a8a9aaabacadaeafb0',
-    task_id: 'task-42',
-    status: 'needs_input',
-    in_reply_to: IN_REPLY_TO,
-    reply_to: `${bobKey}#session-β`,
-  });
-  const pairRequest = signEnvelope(carol, {
-    to: aliceKey,
-    to_session: 'cli',
-    kind: 'pair_request',
-    text: 'carol would like to pair',
-    ts: TS + 2,
-    msg_id: 'c0c1c2c3c4c5c6c7c8c9cacbcccdcecf',
-    reply_to: `${carolKey}#laptop`,
-  });
+  const { alice, bob, carol, bobKey, carolKey } = parties();
+  const { minimal, full, pairRequest } = baseEnvelopes({ minimal: 'main', full: 'sessión-α', pairRequest: 'cli' });
   const { v: _v, to_session: _toSession, ...downgraded } = minimal;
   const v2 = buildVectors()[0]!.envelope;
   return [
