@@ -17,7 +17,7 @@ export interface Damage {
   unavailable?: string;
 }
 
-const DEFAULT_UNAVAILABLE = 'what it holds is not used until it is fixed';
+const DEFAULT_UNAVAILABLE = 'what it holds is not used';
 
 /** One sentence (a few clauses) naming the file, the problem, the original and the cost. */
 export function damageSentence(damage: Damage): string {
