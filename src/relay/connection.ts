@@ -10,7 +10,7 @@
 import WebSocket from 'ws';
 import { log } from '../log.js';
 import { newNonce } from './auth.js';
-import type { RefusalCode } from '../errors.js';
+import { messageOf, type RefusalCode } from '../errors.js';
 import { PROTOCOL_VERSION, type RelayFrame } from './frames.js';
 
 export const DEFAULT_HEARTBEAT_MS = 15_000;
@@ -173,7 +173,15 @@ export class ConnectionSet {
     const conn = new Connection(this.nextId++, ws, new TokenBucket(this.budget.frameRate, this.budget.frameBurst, this.now()), this.hooks);
     ws.on('error', (err) => log.debug('relay_socket_error', { conn: conn.id, error: err.message }));
     ws.on('pong', () => (conn.alive = true));
-    ws.on('message', (data, isBinary) => this.events.frame(conn, data, isBinary));
+    ws.on('message', (data, isBinary) => {
+      // An error nobody foresaw in handling one frame ends that connection, never the relay.
+      try {
+        this.events.frame(conn, data, isBinary);
+      } catch (err) {
+        log.error('relay_frame_failed', { conn: conn.id, code: 'internal', error: messageOf(err) });
+        ws.close(1011, 'internal error');
+      }
+    });
     ws.once('close', () => {
       this.connections.delete(conn);
       this.events.closed(conn);

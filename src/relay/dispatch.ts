@@ -14,6 +14,7 @@ import { verifyAuth } from './auth.js';
 import type { Connection, Subscription } from './connection.js';
 import { ackRouteOf, deliverText, frameText, NOT_JSON, parseJson, refOf, rosterText } from './frame-text.js';
 import { clientFrame, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, type ClientFrame } from './frames.js';
+import { MAX_JSON_DEPTH, memberText, nestsDeeperThan } from './json-scan.js';
 import type { EnqueueResult, QueueLimits, QueueResult } from './queues.js';
 import type { Roster } from './roster.js';
 import type { RelayStorage } from './storage.js';
@@ -67,7 +68,10 @@ export class Dispatcher {
    * message in flight, holding a slot of the window until the connection closes.
    */
   onFrame(conn: Connection, data: WebSocket.RawData, isBinary: boolean): void {
-    const json = isBinary ? NOT_JSON : parseJson(frameText(data));
+    const text = isBinary ? '' : frameText(data);
+    // Nesting is bounded before anything parses the text (a frame a million deep is 2 MB).
+    const tooDeep = !isBinary && nestsDeeperThan(text, MAX_JSON_DEPTH);
+    const json = isBinary || tooDeep ? NOT_JSON : parseJson(text);
     const ref = refOf(json);
     const ackRoute = ackRouteOf(json);
     const readerAck = ackRoute !== undefined && conn.subscriptions.has(ackRoute);
@@ -75,10 +79,11 @@ export class Dispatcher {
       return conn.refuse(ref, 'rate_limited', `more than ${this.settings.frameRate} frames per second on this connection; slow down and send it again`);
     }
     if (isBinary) return conn.refuse(undefined, 'bad_frame', 'frames are JSON text, not binary');
+    if (tooDeep) return conn.refuse(undefined, 'bad_frame', `the frame nests deeper than ${MAX_JSON_DEPTH} levels`);
     if (json === NOT_JSON) return conn.refuse(undefined, 'bad_frame', 'the frame is not JSON');
     const parsed = clientFrame.safeParse(json);
     if (!parsed.success) return conn.refuse(ref, 'bad_frame', `invalid frame: ${describeSchemaError(parsed.error)}`);
-    this.dispatch(conn, parsed.data);
+    this.dispatch(conn, parsed.data, text);
   }
 
   /** Its in-flight messages stay queued: the next connection authenticated for the route gets them. */
@@ -95,12 +100,13 @@ export class Dispatcher {
     for (const subscription of conn.subscriptions.values()) this.pump(conn, subscription);
   }
 
-  private dispatch(conn: Connection, frame: ClientFrame): void {
+  /** `text` is the frame as it arrived: a payload is kept as those bytes, never serialized again. */
+  private dispatch(conn: Connection, frame: ClientFrame, text: string): void {
     switch (frame.type) {
       case 'auth':
         return this.onAuth(conn, frame.route, frame.sig);
       case 'send':
-        return this.onSend(conn, frame.ref, frame.to, frame.payload);
+        return this.onSend(conn, frame.ref, frame.to, memberText(text, 'payload')!);
       case 'ack':
         return this.onAck(conn, frame.route, frame.ids);
       case 'announce':
@@ -131,8 +137,7 @@ export class Dispatcher {
     this.pump(conn, subscription);
   }
 
-  private onSend(conn: Connection, ref: string, to: string, payloadObject: Record<string, unknown>): void {
-    const payload = JSON.stringify(payloadObject);
+  private onSend(conn: Connection, ref: string, to: string, payload: string): void {
     const bytes = Buffer.byteLength(payload, 'utf8');
     if (bytes > MAX_PAYLOAD_BYTES) {
       return conn.refuse(ref, 'too_large', `the payload is ${bytes} bytes of JSON; the limit is ${MAX_PAYLOAD_BYTES} bytes (512 KiB)`);

@@ -5,7 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { Connection, HIGH_WATER_BYTES, MAX_BUFFERED_BYTES, TokenBucket, type RelaySocket } from '../../src/relay/connection.js';
+import { EventEmitter } from 'node:events';
+import { Connection, ConnectionSet, HIGH_WATER_BYTES, MAX_BUFFERED_BYTES, TokenBucket, type RelaySocket } from '../../src/relay/connection.js';
 import { relayFrame } from '../../src/relay/frames.js';
 
 class FakeSocket implements RelaySocket {
@@ -129,5 +130,40 @@ describe('connection', () => {
     expect([socket.pings, socket.terminated]).toEqual([2, false]);
     conn.beat();
     expect([socket.pings, socket.terminated]).toEqual([2, true]);
+  });
+});
+
+describe('a frame handler that throws', () => {
+  /** Enough of a ws socket for ConnectionSet.add: events, close and the send surface. */
+  class EventSocket extends EventEmitter {
+    readyState: number = WebSocket.OPEN;
+    bufferedAmount = 0;
+    closed: { code: number; reason: string } | undefined;
+    send(): void {}
+    ping(): void {}
+    terminate(): void {}
+    close(code: number, reason: string): void {
+      this.closed = { code, reason };
+    }
+  }
+
+  it('closes only the connection the frame came from (1011), and the next frame on another is handled', () => {
+    const handled: number[] = [];
+    const set = new ConnectionSet({ frameRate: 10, frameBurst: 20 }, () => 0, {
+      frame: (conn) => {
+        if (conn.id === 1) throw new RangeError('Maximum call stack size exceeded');
+        handled.push(conn.id);
+      },
+      drained: () => undefined,
+      closed: () => undefined,
+    });
+    const [bad, good] = [new EventSocket(), new EventSocket()];
+    set.add(bad as unknown as WebSocket);
+    set.add(good as unknown as WebSocket);
+    expect(() => bad.emit('message', Buffer.from('{}'), false)).not.toThrow();
+    good.emit('message', Buffer.from('{}'), false);
+    expect(bad.closed).toEqual({ code: 1011, reason: 'internal error' });
+    expect(good.closed).toBeUndefined();
+    expect(handled).toEqual([2]);
   });
 });
