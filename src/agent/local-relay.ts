@@ -3,12 +3,16 @@
  * ws://127.0.0.1:9440, start a detached durable relay under the state root, so sessions
  * on one machine work with no setup. Two servers starting at once both try; the port is
  * the lock — the second relay cannot bind and exits, and both servers use the first.
+ * While sessions run, they start it again when it is gone (killed, crashed), by the same
+ * race — unless a person stopped it with `relay stop`, which leaves a marker.
  */
 import { spawn } from 'node:child_process';
 import { constants, openSync } from 'node:fs';
 import type { Config } from '../config/env.js';
 import { makePrivateDirSync, NO_FOLLOW, PRIVATE_FILE } from '../store/private.js';
-import { localRelayDir, localRelayLogPath } from '../config/layout.js';
+import { existsSync, rmSync } from 'node:fs';
+import { localRelayDir, localRelayLogPath, relayStopMarker } from '../config/layout.js';
+import type { RelayClient } from '../relay/client.js';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { log } from '../log.js';
@@ -62,6 +66,8 @@ export async function relayUrls(config: Pick<Config, 'relays' | 'localRelay' | '
   const { localRelay: addr, stateDir } = config;
   const url = `ws://${addr}`;
   if (await relayAnswers(url, 500)) return [url];
+  // A session that starts wants the relay, whoever stopped it before.
+  rmSync(relayStopMarker(localRelayDir(stateDir)), { force: true });
   startDetachedRelay(stateDir, addr);
   const deadline = Date.now() + deadlineMs;
   while (Date.now() < deadline) {
@@ -70,4 +76,36 @@ export async function relayUrls(config: Pick<Config, 'relays' | 'localRelay' | '
   }
   log.warn('local_relay_not_answering', { url, hint: `see ${localRelayLogPath(stateDir)}` });
   return [url];
+}
+
+/** How often a session looks again while the zero-config relay stays gone. */
+const RESTART_EVERY_MS = 10_000;
+
+/**
+ * Keeps the zero-config relay running for these relay clients: when the client of the
+ * local relay finds it gone, the relay is started again (the port decides between
+ * sessions that try at once), and again every RESTART_EVERY_MS while the outage lasts —
+ * not when a person stopped it (`relay stop`'s marker). Nothing to do when relays are
+ * configured.
+ */
+export function keepLocalRelay(config: Pick<Config, 'relays' | 'localRelay' | 'stateDir'>, relays: readonly RelayClient[]): void {
+  if (config.relays !== undefined) return;
+  const url = `ws://${config.localRelay}`;
+  const client = relays.find((r) => r.url === url);
+  if (client === undefined) return;
+  let timer: NodeJS.Timeout | undefined;
+  const attempt = async (): Promise<void> => {
+    timer = undefined;
+    if (client.unreachable === undefined || client.stopped) return;
+    if (existsSync(relayStopMarker(localRelayDir(config.stateDir)))) return;
+    if (!(await relayAnswers(url, 500))) {
+      log.warn('local_relay_restarting', { url, error: client.unreachable, message: `the local relay on ${url} is gone; starting it again` });
+      startDetachedRelay(config.stateDir, config.localRelay);
+    }
+    timer = setTimeout(() => void attempt(), RESTART_EVERY_MS);
+    timer.unref();
+  };
+  client.on('unreachable', () => {
+    if (timer === undefined) void attempt();
+  });
 }

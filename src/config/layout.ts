@@ -121,3 +121,8 @@ export function localRelayDir(stateDir: string): string {
 export function localRelayLogPath(stateDir: string): string {
   return join(localRelayDir(stateDir), 'relay.log');
 }
+
+/** Written by `relay stop`: a person stopped this relay, so running sessions do not start it again. */
+export function relayStopMarker(db: string): string {
+  return join(db, 'stopped');
+}

@@ -85,6 +85,11 @@ export class RelayClient extends EventEmitter {
     return this.outage?.error;
   }
 
+  /** Whether close() was called: it will not connect again. */
+  get stopped(): boolean {
+    return this.closed;
+  }
+
   start(): void {
     this.connect();
   }

@@ -14,7 +14,7 @@ import { mailboxPath } from '../../src/config/layout.js';
 import { relayAnswers } from '../../src/agent/local-relay.js';
 import { Mailbox } from '../../src/mailbox/mailbox.js';
 import { Outbox } from '../../src/outbox/outbox.js';
-import { MAIN, startPeer } from '../helpers/mcp.js';
+import { eventually, MAIN, startPeer } from '../helpers/mcp.js';
 import { freePort, startRelay } from '../helpers/spawn-relay.js';
 import { expectOneLine, expectOneLineFailure, expectSuccess, mapLimit, runCli, userEnv, type Run } from '../helpers/cli.js';
 import { message, newIdentity } from '../helpers/fixtures.js';
@@ -515,6 +515,43 @@ describe('relay', () => {
       await peer.close();
       // The relay is detached, not our child: never leave it running after a failure.
       if (pid !== undefined) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+    }
+  });
+});
+
+describe('the zero-config relay while sessions run', () => {
+  it("is started again by a running serve when it is killed; a person's stop leaves the marker that tells sessions not to", async () => {
+    const port = await freePort();
+    const local = { INTERLINK_URL: '', INTERLINK_LOCAL_RELAY: `127.0.0.1:${port}` };
+    const localSchema = z.object({ local_relay: z.object({ running: z.boolean(), pid: z.number().optional() }).loose() }).loose();
+    const host = { root, configDir: join(root, 'host', 'config'), stateDir: join(root, 'host', 'state') };
+    const asHost = (args: string[]) => runCli(args, userEnv(host, local));
+    const relayPid = async () => localSchema.parse(JSON.parse(expectSuccess(await asHost(['status', '--json'])))).local_relay.pid;
+    const peer = await startPeer({ root, name: 'host', session: 's1', relays: '', env: local });
+    const pids: number[] = [];
+    try {
+      await peer.call('get_my_session_id');
+      pids.push((await relayPid())!);
+      process.kill(pids[0]!, 'SIGKILL');
+      // The session finds it gone and starts it again; the store under the state root is the same.
+      pids.push(await eventually(async () => {
+        const pid = await relayPid();
+        return pid !== undefined && pid !== pids[0] && (await relayAnswers(`ws://127.0.0.1:${port}`, 500)) ? pid : undefined;
+      }, 30_000, 'the relay started again'));
+      expect(peer.stderr()).toContain('local_relay_restarting');
+      // A person's stop leaves a marker that running sessions respect; a new serve clears it.
+      expectSuccess(await asHost(['relay', 'stop']));
+      await expect(readFile(join(host.stateDir, 'relay', 'stopped'), 'utf8')).resolves.toMatch(/^stopped by a person at /);
+    } finally {
+      await peer.close();
+      // The relay is detached, not our child: never leave it running.
+      for (const pid of pids) {
         try {
           process.kill(pid, 'SIGKILL');
         } catch {

@@ -5,8 +5,10 @@
  * store's pid file: by default the zero-config one under <state>/relay.
  */
 import { isIP } from 'node:net';
+import { closeSync, constants, openSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { localRelayDir } from '../../config/layout.js';
+import { localRelayDir, relayStopMarker } from '../../config/layout.js';
+import { NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
@@ -101,6 +103,10 @@ async function stop(argv: readonly string[], config: Config): Promise<void> {
     if (Date.now() > deadline) throw new InterlinkError('busy', `the relay (pid ${record.pid}) did not exit within ${STOP_WAIT_MS / 1000} s of SIGTERM`);
     await new Promise((r) => setTimeout(r, 50));
   }
+  // Sessions still running restart a zero-config relay they find gone, unless a person stopped it.
+  const marker = openSync(relayStopMarker(db), constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | NO_FOLLOW, PRIVATE_FILE);
+  writeSync(marker, `stopped by a person at ${new Date().toISOString()}\n`);
+  closeSync(marker);
   print(json, { stopped: true, pid: record.pid, url: record.url, db }, () => `stopped the relay on ${record.url} (pid ${record.pid}); its queued messages stay in ${db}`);
 }
 

@@ -5,7 +5,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { Agent } from '../../agent/agent.js';
-import { relayUrls } from '../../agent/local-relay.js';
+import { keepLocalRelay, relayUrls } from '../../agent/local-relay.js';
 import { serverSession } from '../../agent/session.js';
 import type { Config } from '../../config/env.js';
 import { ownedConfigEntries, stateFolders } from '../../config/layout.js';
@@ -80,8 +80,8 @@ export async function serve(argv: readonly string[], config: Config): Promise<vo
   tightenRoots(config.configDir, state);
   const urls = await relayUrls(config);
   const presence = presenceInfo(config.name);
-  const startAgent = (session: string) =>
-    Agent.start({
+  const startAgent = async (session: string) => {
+    const agent = await Agent.start({
       identity,
       session,
       stateDir: state,
@@ -89,6 +89,9 @@ export async function serve(argv: readonly string[], config: Config): Promise<vo
       relayUrls: urls,
       presence,
     });
+    keepLocalRelay(config, agent.relays);
+    return agent;
+  };
 
   let served: ServedSession;
   let server: Server;
