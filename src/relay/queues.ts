@@ -31,10 +31,13 @@ const payload = z.string().refine((s) => s.startsWith('{') && s.endsWith('}'), '
 
 const enqOpSchema = z.object({ op: z.literal('enq'), at, route, id, payload });
 const ackOpSchema = z.object({ op: z.literal('ack'), at, route, ids: z.array(id).min(1) });
-export const queueOpSchema = z.discriminatedUnion('op', [enqOpSchema, ackOpSchema]);
+/** Every message accepted before `before` (relay clock) leaves; a route left empty goes with it. */
+const expireOpSchema = z.object({ op: z.literal('expire'), at, before: at });
+export const queueOpSchema = z.discriminatedUnion('op', [enqOpSchema, ackOpSchema, expireOpSchema]);
 export type QueueOp = z.infer<typeof queueOpSchema>;
 export type EnqueueOp = z.infer<typeof enqOpSchema>;
 export type AckOp = z.infer<typeof ackOpSchema>;
+export type ExpireOp = z.infer<typeof expireOpSchema>;
 
 const queuedSchema = z.object({ id, at, payload });
 /** The snapshot: the id counter and every queued message, per route in id order. */
@@ -65,7 +68,11 @@ export interface AckResult {
   outcome: 'acked';
   removed: number;
 }
-export type QueueResult = EnqueueResult | AckResult;
+export interface ExpireResult {
+  outcome: 'expired';
+  removed: number;
+}
+export type QueueResult = EnqueueResult | AckResult | ExpireResult;
 
 /** One route's messages. Ids arrive in increasing order; acknowledgements remove any of them. */
 class RouteQueue {
@@ -172,7 +179,24 @@ export class RelayQueueState {
   }
 
   apply(op: QueueOp): QueueResult {
-    return op.op === 'enq' ? this.enqueue(op) : this.acknowledge(op);
+    switch (op.op) {
+      case 'enq':
+        return this.enqueue(op);
+      case 'ack':
+        return this.acknowledge(op);
+      case 'expire':
+        return this.expire(op);
+    }
+  }
+
+  /** A full scan (at most `limits.messages`), run about once a minute. */
+  private expire(op: ExpireOp): ExpireResult {
+    let removed = 0;
+    for (const [route, queue] of this.routes) {
+      const old = [...queue.messages()].filter((m) => m.at < op.before).map((m) => m.id);
+      if (old.length > 0) removed += this.acknowledge({ op: 'ack', at: op.at, route, ids: old }).removed;
+    }
+    return { outcome: 'expired', removed };
   }
 
   private enqueue(op: EnqueueOp): EnqueueResult {
@@ -239,6 +263,6 @@ export function relayQueueFormat(limits: Readonly<QueueLimits> = DEFAULT_QUEUE_L
     fromData: (data) => track(RelayQueueState.fromData(data, limits)),
     toData: (state) => state.toData(),
     apply: (state, op) => state.apply(op),
-    changes: (result) => (result.outcome === 'enqueued' ? true : result.outcome === 'acked' && result.removed > 0),
+    changes: (result) => (result.outcome === 'enqueued' ? true : (result.outcome === 'acked' || result.outcome === 'expired') && result.removed > 0),
   };
 }

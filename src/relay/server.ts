@@ -11,7 +11,8 @@
  */
 import { createServer, type Server as HttpServer } from 'node:http';
 import WebSocket, { WebSocketServer } from 'ws';
-import { errnoCode, InterlinkError } from '../errors.js';
+import { errnoCode, InterlinkError, messageOf } from '../errors.js';
+import { MAX_HOLD_MS, MAX_PAST_MS } from '../gate/decide.js';
 import { log } from '../log.js';
 import { ConnectionSet, DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from './connection.js';
 import { DEFAULT_DELIVERY_WINDOW, Dispatcher } from './dispatch.js';
@@ -33,8 +34,21 @@ export interface RelayOptions {
   frameBurst?: number;
   deliveryWindow?: number;
   rosterMaxEntries?: number;
+  /** How long a message may wait for its reader before it is dropped (at least the receivers' window). */
+  maxAgeMs?: number;
+  /** How often messages older than `maxAgeMs` are looked for. */
+  expireEveryMs?: number;
   now?: () => number;
 }
+
+/**
+ * The receivers' acceptance window (7 days) plus the 10 minutes a message from the future
+ * may be held: a relay that dropped messages sooner would lose mail a receiver still takes.
+ */
+export const MIN_MAX_AGE_MS = MAX_PAST_MS + MAX_HOLD_MS;
+/** A day past the window, so a receiver's clock that is a little behind still gets it. */
+export const DEFAULT_MAX_AGE_MS = MAX_PAST_MS + 24 * 60 * 60 * 1000;
+const EXPIRE_EVERY_MS = 60_000;
 
 export interface RelayStats {
   connections: number;
@@ -78,6 +92,9 @@ export class RelayServer {
   private readonly connections: ConnectionSet;
   private readonly dispatcher: Dispatcher;
   private readonly heartbeat: NodeJS.Timeout;
+  private readonly expiry: NodeJS.Timeout;
+  /** The expiry pass under way, which shutdown waits for before releasing the store. */
+  private expiring: Promise<void> = Promise.resolve();
   private closing: Promise<void> | undefined;
 
   private constructor(
@@ -106,6 +123,9 @@ export class RelayServer {
     });
     this.heartbeat = setInterval(() => this.connections.beat(), options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
     this.heartbeat.unref();
+    this.expiry = setInterval(() => (this.expiring = this.expireOld()), options.expireEveryMs ?? EXPIRE_EVERY_MS);
+    this.expiry.unref();
+    this.expiring = this.expireOld();
   }
 
   /**
@@ -157,8 +177,21 @@ export class RelayServer {
     return this.closing;
   }
 
+  /** Drops what waited longer than the maximum age: a route nobody reads goes with its messages. */
+  private async expireOld(): Promise<void> {
+    if (this.closing) return;
+    try {
+      const removed = await this.storage.expire(this.options.maxAgeMs ?? DEFAULT_MAX_AGE_MS);
+      if (removed > 0) log.info('relay_expired', { removed, max_age_ms: this.options.maxAgeMs ?? DEFAULT_MAX_AGE_MS, ...this.storage.stats });
+    } catch (err) {
+      log.error('relay_commit_failed', { error: messageOf(err) });
+    }
+  }
+
   private async shutdown(): Promise<void> {
     clearInterval(this.heartbeat);
+    clearInterval(this.expiry);
+    await this.expiring;
     const httpClosed = new Promise<void>((r) => this.http.close(() => r()));
     this.http.closeAllConnections();
     await this.connections.closeAll();

@@ -126,6 +126,13 @@ export class RelayStorage {
     return this.backend.submit({ op: 'ack', at: this.now(), route, ids: [...ids] });
   }
 
+  /** Drops every message accepted more than `maxAgeMs` ago; resolves with how many went. */
+  async expire(maxAgeMs: number): Promise<number> {
+    const now = this.now();
+    const result = await this.backend.submit({ op: 'expire', at: now, before: now - maxAgeMs });
+    return result.outcome === 'expired' ? result.removed : 0;
+  }
+
   /** Called once the commit of `id` returned: it and every id below may now be delivered. */
   committed(id: number): void {
     this.deliverableBelow = Math.max(this.deliverableBelow, id + 1);

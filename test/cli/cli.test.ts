@@ -525,6 +525,14 @@ describe('relay', () => {
   });
 });
 
+describe('relay --max-age', () => {
+  it('refuses a duration shorter than receivers accept mail, or not a duration, in one line (exit 64)', async () => {
+    for (const [value, says] of [['1d', 'shorter than receivers accept messages'], ['7d', 'shorter than receivers accept messages'], ['a week', 'is not a duration']] as const) {
+      expect(expectOneLine(await cli(['relay', '--addr', '127.0.0.1:0', '--max-age', value]), 64)).toContain(says);
+    }
+  });
+});
+
 describe('the zero-config relay while sessions run', () => {
   it("is started again by a running serve when it is killed; a person's stop leaves the marker that tells sessions not to", async () => {
     const port = await freePort();

@@ -12,10 +12,10 @@ import { NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
-import { RelayServer } from '../../relay/server.js';
+import { MIN_MAX_AGE_MS, RelayServer } from '../../relay/server.js';
 import { expectPositionals, parse, print } from '../args.js';
 
-export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR]
+export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]
        interlink-mcp relay stop [--db DIR] [--json]
 
 Runs the relay that carries signed messages between sessions: it keeps each session's
@@ -25,6 +25,9 @@ messages until that session's reader, proving its key, acknowledges them.
                     port; IPv6 in brackets, e.g. [::1]:9440)
   --db DIR          keep queued messages on disk in DIR (created if missing): they survive
                     a crash or restart. Without it they live in memory only.
+  --max-age D       drop a message nobody acknowledged after D (default 8d; at least
+                    7 days and 10 minutes, as long as receivers accept it): a route nobody
+                    reads goes with its messages, so nothing fills the relay for good
 
 Prints one line once it listens:
   interlink relay listening on ws://HOST:PORT (durable: DIR)
@@ -110,15 +113,30 @@ async function stop(argv: readonly string[], config: Config): Promise<void> {
   print(json, { stopped: true, pid: record.pid, url: record.url, db }, () => `stopped the relay on ${record.url} (pid ${record.pid}); its queued messages stay in ${db}`);
 }
 
+const UNITS: Record<string, number> = { d: 86_400_000, h: 3_600_000, m: 60_000, s: 1_000 };
+
+/** `8d`, `200h`: how long a message may wait; never less than the receivers' window. */
+function parseMaxAge(text: string): number {
+  const match = /^([1-9][0-9]{0,6})([dhms])$/.exec(text);
+  if (match === null) throw new InterlinkError('usage', `--max-age ${JSON.stringify(text)} is not a duration: a number and a unit, d, h, m or s (e.g. 8d)`);
+  const ms = Number(match[1]) * UNITS[match[2]!]!;
+  if (ms < MIN_MAX_AGE_MS) {
+    throw new InterlinkError('usage', `--max-age ${text} is shorter than receivers accept messages (7 days and 10 minutes): a relay must keep mail at least that long`);
+  }
+  return ms;
+}
+
 export async function relay(argv: readonly string[], config: Config): Promise<void> {
   if (argv[0] === 'stop') return stop(argv.slice(1), config);
-  const args = parse(argv, { addr: { type: 'string' }, db: { type: 'string' } });
-  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR]');
+  const args = parse(argv, { addr: { type: 'string' }, db: { type: 'string' }, 'max-age': { type: 'string' } });
+  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]');
   const { host, port } = parseAddr(typeof args.values.addr === 'string' ? args.values.addr : DEFAULT_RELAY_ADDR);
   const db = typeof args.values.db === 'string' ? resolve(args.values.db) : undefined;
 
   const stopped = stopSignal();
-  const server = await RelayServer.start({ host, port, ...(db !== undefined && { dbDir: db }) });
+  const maxAge = args.values['max-age'];
+  const maxAgeMs = typeof maxAge === 'string' ? parseMaxAge(maxAge) : undefined;
+  const server = await RelayServer.start({ host, port, ...(db !== undefined && { dbDir: db }), ...(maxAgeMs !== undefined && { maxAgeMs }) });
   // Warnings only once it listens: a relay that cannot start says one line, why.
   if (!isLoopback(host)) {
     warn(`listening on ${host}, beyond loopback: anyone who can reach it can send messages through it and fill its queues (only readers are authenticated)`);
