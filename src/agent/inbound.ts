@@ -7,12 +7,14 @@
  * replay index (replay/claims.ts): a copy that another session of this identity already
  * admitted is a replay, whatever route it came by (a version 3 message is signed for its
  * session, and the gate refuses it anywhere else). Deliveries from one relay reach the
- * mailbox in the order the relay sent them. Messages the gate rejects are acknowledged too — dropped, with the verdict
- * logged and recorded (rejected.ts) — so garbage is not redelivered forever; a message
- * up to 10 minutes ahead of this clock is held instead, and judged again when due. A message the mailbox cannot
- * take (full, damaged, unwritable disk) is not acknowledged and is retried with backoff,
- * and so is a message from an unknown key while peers.json is damaged (it may come
- * from a peer whose entry was lost).
+ * mailbox in the order the relay sent them.
+ *
+ * Messages the gate rejects are acknowledged too — dropped, with the verdict logged and
+ * recorded (rejected.ts) — so garbage is not redelivered forever; a message up to 10
+ * minutes ahead of this clock is held instead, and judged again when due. A message the
+ * mailbox cannot take (full, damaged, unwritable disk) is not acknowledged and is retried
+ * with backoff, and so is a message from an unknown key while peers.json is damaged (it
+ * may come from a peer whose entry was lost).
  */
 import { parseEnvelope, replyToSession, versionOf, type Envelope } from '../envelope/envelope.js';
 import { receiptKey, receiptOf } from '../envelope/receipt.js';
