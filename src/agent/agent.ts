@@ -190,11 +190,6 @@ export class Agent {
     return this.peerWatch.peers();
   }
 
-  /** The peer table and whether it is complete (peer-watch.ts). */
-  trust(): Promise<{ table: PeerTable; damaged: boolean }> {
-    return this.peerWatch.trust();
-  }
-
   send(args: SendArgs): Promise<SendReceipt> {
     return this.sender.send(args);
   }

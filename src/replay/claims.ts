@@ -9,7 +9,6 @@
  */
 import { JournalStore } from '../store/journal-store.js';
 import type { JournalFormat } from '../store/journal.js';
-import type { Recovery } from '../store/json-store.js';
 import { ClaimsState, claimChanges, claimOpSchema, claimsDataSchema, type ClaimOp, type ClaimOutcome, type ClaimsData } from './rules.js';
 
 const format: JournalFormat<ClaimsState, ClaimOp, ClaimOutcome, ClaimsData> = {
@@ -43,14 +42,6 @@ export class ReplayIndex {
     return new ReplayIndex(store, options.now ?? Date.now);
   }
 
-  get path(): string {
-    return this.journal.path;
-  }
-
-  get recoveries(): readonly Recovery[] {
-    return this.journal.recoveries;
-  }
-
   /** Claims a message for `session`; resolves once the claim is durable (or refused). Concurrent claims share a commit. */
   claim(claim: Claim): Promise<ClaimOutcome> {
     return this.journal.submit({ op: 'claim', at: this.now(), ...claim });
@@ -59,10 +50,6 @@ export class ReplayIndex {
   /** The session that admitted (sender, msg_id), if any. */
   holder(from: string, msgId: string): Promise<string | undefined> {
     return this.journal.read((state) => state.holder(from, msgId));
-  }
-
-  size(): Promise<number> {
-    return this.journal.read((state) => state.size);
   }
 
   close(): Promise<void> {

@@ -66,10 +66,6 @@ export class ClaimsState {
     return { latest: this.latest, entries: [...this.entries.values()].filter((e) => e.until >= this.latest) };
   }
 
-  get size(): number {
-    return this.entries.size;
-  }
-
   /** Who admitted it, if anyone still remembered, without claiming. */
   holder(from: string, msgId: string): string | undefined {
     return this.live(entryKey(from, msgId))?.session;

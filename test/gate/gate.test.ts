@@ -106,6 +106,23 @@ function failures(f: Facts): Set<RejectCode> {
   return found;
 }
 
+/** What the reference judges: the envelope's own fields, whether its signature holds, and the receiver's context. */
+function factsOf(envelope: Envelope, signatureValid: boolean, context: Pick<Facts, 'peers' | 'requests' | 'now' | 'seen'>): Facts {
+  return {
+    signatureValid,
+    from: envelope.from,
+    to: envelope.to,
+    toSession: envelope.to_session,
+    session: SESSION,
+    kind: envelope.kind,
+    ts: envelope.ts,
+    msgId: envelope.msg_id,
+    inReplyTo: envelope.in_reply_to,
+    me: me.key,
+    ...context,
+  };
+}
+
 function expectedVerdict(f: Facts): { verdict: Expected; consultsSeen: boolean } {
   const found = failures(f);
   const first = ORDER.find((code) => found.has(code));
@@ -192,22 +209,7 @@ describe('decide: every combination of sender, kind, outstanding request, clock,
                       return seen;
                     },
                   };
-                  const facts: Facts = {
-                    signatureValid,
-                    from: sender.key,
-                    to: envelope.to,
-                    toSession: target,
-                    session: SESSION,
-                    kind,
-                    ts: envelope.ts,
-                    msgId: envelope.msg_id,
-                    inReplyTo,
-                    me: me.key,
-                    peers,
-                    requests,
-                    now: NOW,
-                    seen,
-                  };
+                  const facts = factsOf(envelope, signatureValid, { peers, requests, now: NOW, seen });
                   const { verdict, consultsSeen } = expectedVerdict(facts);
                   const label = JSON.stringify({ role, kind, outstanding, offset, toMe, target, signatureValid, seen });
                   expect(shape(decide(envelope, ctx)), label).toStrictEqual(verdict);
@@ -381,22 +383,7 @@ describe('decide: random contexts agree with the reference', () => {
             return seenSet.has(`${from}/${id}`);
           },
         });
-        const expected = expectedVerdict({
-          signatureValid: s.signatureValid,
-          from: sender.key,
-          to: envelope.to,
-          toSession: undefined,
-          session: SESSION,
-          kind: s.kind,
-          ts: envelope.ts,
-          msgId: envelope.msg_id,
-          inReplyTo,
-          me: me.key,
-          peers,
-          requests,
-          now: s.now,
-          seen: seenSet.has(`${sender.key}/${envelope.msg_id}`),
-        });
+        const expected = expectedVerdict(factsOf(envelope, s.signatureValid, { peers, requests, now: s.now, seen: seenSet.has(`${sender.key}/${envelope.msg_id}`) }));
         expect(shape(verdict)).toStrictEqual(expected.verdict);
         expect(seenCalls).toBe(expected.consultsSeen ? 1 : 0);
       }),
