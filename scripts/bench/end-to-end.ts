@@ -21,14 +21,15 @@ const WARMUP_PER_SESSION = 10;
 const MESSAGES_TOTAL = { 1: 600, 32: 3_200 } as const;
 const TEXT = randomText(512);
 
-interface RunResult {
+export interface RunResult {
   sessions: number;
   messages: number;
   perSecond: number;
   latency: Summary;
 }
 
-async function runPairs(context: BenchContext, relayUrl: string, sessions: 1 | 32, label: string): Promise<RunResult> {
+/** `sessions` sender/receiver pairs in this process; `total` messages across them after the warm-up. */
+export async function runPairs(context: BenchContext, relayUrl: string, sessions: number, label: string, total: number = MESSAGES_TOTAL[sessions === 1 ? 1 : 32]): Promise<RunResult> {
   const dir = await mkdtemp(join(context.scratch, `e2e-${label}-${sessions}-`));
   const alice = identityFromSigningKey(generateSigningKey());
   const bob = identityFromSigningKey(generateSigningKey());
@@ -80,7 +81,7 @@ async function runPairs(context: BenchContext, relayUrl: string, sessions: 1 | 3
     await Promise.all(Array.from({ length: WINDOW }, lane));
   };
   await Promise.all(senders.map((_, i) => pump(i, WARMUP_PER_SESSION, false)));
-  const perSession = Math.ceil(MESSAGES_TOTAL[sessions] / sessions);
+  const perSession = Math.ceil(total / sessions);
   const start = performance.now();
   await Promise.all(senders.map((_, i) => pump(i, perSession, true)));
   const elapsed = performance.now() - start;

@@ -1,8 +1,8 @@
 /** A relay in its own process, as users run it: durable (`--db`) or in memory. */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { rssBytes } from './proc.js';
 
 export interface RelayProcess {
   url: string;
@@ -29,10 +29,7 @@ export async function startRelayProcess(projectRoot: string, dbDir: string | und
   return {
     url,
     pid,
-    rss: () => {
-      const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-      return match ? Number(match[1]) * 1024 : NaN;
-    },
+    rss: () => rssBytes(pid),
     stop: async () => {
       if (child.exitCode === null && child.signalCode === null) {
         child.kill('SIGTERM');
