@@ -3,8 +3,9 @@
  * serves TLS itself (`relay --tls-cert/--tls-key`) and a plain relay behind a
  * TLS-terminating proxy, each carrying a message between real `serve` processes that
  * trust a self-signed certificate; a client that does not trust it refuses, and `status`
- * and the server's log say why and how to trust it. The relay refuses TLS flags it
- * cannot use with one line.
+ * and the server's log say why and how to trust it (and, for a certificate naming another
+ * host or a port without TLS, that). The relay refuses TLS flags it cannot use with one
+ * line.
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -104,10 +105,11 @@ describe.runIf(hasOpenssl)('a relay serving TLS itself (relay --tls-cert --tls-k
 });
 
 describe.runIf(hasOpenssl)('a plain relay behind a TLS-terminating proxy', () => {
+  let relay: RelayProcess;
   let proxy: TlsProxy;
 
   beforeAll(async () => {
-    const relay = await startRelay();
+    relay = await startRelay();
     proxy = await startTlsProxy(files, relay.port);
   });
   afterAll(() => proxy?.close());
@@ -121,6 +123,22 @@ describe.runIf(hasOpenssl)('a plain relay behind a TLS-terminating proxy', () =>
     const before = proxy.secured();
     expect((await statusOf(proxy.url)).error).toMatch(/^certificate not trusted/);
     expect(proxy.secured()).toBe(before);
+  });
+
+  it('is refused, though trusted, when its certificate names another host', async () => {
+    const elsewhere = makeCertificate(root, 'elsewhere', 'DNS:relay.example.org');
+    const wrongName = await startTlsProxy(elsewhere, relay.port);
+    try {
+      const probe = await statusOf(wrongName.url, { INTERLINK_TLS_CA: elsewhere.cert });
+      expect(probe.error).toMatch(/^certificate is for another host \(.*127\.0\.0\.1/);
+    } finally {
+      await wrongName.close();
+    }
+  });
+
+  it('says there is no TLS when a wss:// URL names the plain relay', async () => {
+    const probe = await statusOf(relay.url.replace('ws://', 'wss://'));
+    expect(probe.error).toMatch(/^no TLS on that port/);
   });
 });
 

@@ -17,11 +17,14 @@ export interface CertificateFiles {
   key: string;
 }
 
-/** A self-signed P-256 certificate for 127.0.0.1 and localhost, valid one day, written to `dir` as `<name>.crt`/`<name>.key`. */
-export function makeCertificate(dir: string, name = 'relay'): CertificateFiles {
+/**
+ * A self-signed P-256 certificate, valid one day, written to `dir` as `<name>.crt` and
+ * `<name>.key`; by default for 127.0.0.1 and localhost (`altNames` as openssl spells them).
+ */
+export function makeCertificate(dir: string, name = 'relay', altNames = 'IP:127.0.0.1,DNS:localhost'): CertificateFiles {
   const files = { cert: join(dir, `${name}.crt`), key: join(dir, `${name}.key`) };
   const args = ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', '/CN=localhost'];
-  args.push('-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost', '-days', '1', '-keyout', files.key, '-out', files.cert);
+  args.push('-addext', `subjectAltName=${altNames}`, '-days', '1', '-keyout', files.key, '-out', files.cert);
   const made = spawnSync(OPENSSL, args, { encoding: 'utf8' });
   if (made.status !== 0) throw new Error(`openssl could not make a certificate: ${made.stderr}`);
   return files;
