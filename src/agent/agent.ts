@@ -19,6 +19,7 @@ import { Pairing } from '../pairing/pairing.js';
 import { PairingStore } from '../pairing/store.js';
 import type { PeerTable } from '../peers/peers.js';
 import { RelayClient } from '../relay/client.js';
+import type { ClientTls } from '../relay/tls.js';
 import { ReplayIndex } from '../replay/claims.js';
 import { isNewIndex, seedFromMailboxes } from '../replay/seed.js';
 import { Inbound } from './inbound.js';
@@ -43,6 +44,8 @@ export interface AgentOptions {
   announceIntervalMs?: number;
   /** False for a command that reports unreachable relays itself (pair): no outage log lines. */
   logOutages?: boolean;
+  /** Certificates `wss://` relays may present besides Node's CAs (INTERLINK_TLS_CA). */
+  tls?: ClientTls;
   /** Called after each new message is committed to the mailbox (receiver_stored). */
   onStored?: (record: StoredRecord) => void;
 }
@@ -80,7 +83,7 @@ export class Agent {
     const replay = await ReplayIndex.open(replayFile);
     if (seedIndex) await seedFromMailboxes(replay, dirname(mailboxPath(stateDir, identity.key, session)));
     const route = formatRoute({ key: identity.key, session });
-    const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route], ...(options.logOutages !== undefined && { logOutages: options.logOutages }) }));
+    const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route], ...(options.logOutages !== undefined && { logOutages: options.logOutages }), ...(options.tls !== undefined && { tls: options.tls }) }));
     const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
     const pairing = new Pairing({
       identity,

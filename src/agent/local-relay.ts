@@ -17,16 +17,17 @@ import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { log } from '../log.js';
 import { connectError } from '../relay/reach.js';
+import { trustOptions, type ClientTls } from '../relay/tls.js';
 import { messageOf } from '../errors.js';
 
 export type Probe = { url: string; answers: true } | { url: string; answers: false; error: string };
 
 /** Whether a relay answers at `url` (it greets every connection with a challenge), and if not, why. */
-export function probeRelay(url: string, timeoutMs = 1_000): Promise<Probe> {
+export function probeRelay(url: string, timeoutMs = 1_000, tls?: ClientTls): Promise<Probe> {
   return new Promise((resolve) => {
     let socket: WebSocket;
     try {
-      socket = new WebSocket(url, { handshakeTimeout: timeoutMs });
+      socket = new WebSocket(url, { handshakeTimeout: timeoutMs, ...trustOptions(tls) });
     } catch (err) {
       return resolve({ url, answers: false, error: messageOf(err) });
     }

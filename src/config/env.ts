@@ -40,6 +40,7 @@ const SCHEMA = z.object({
   INTERLINK_STATE_DIR: text,
   INTERLINK_URL: trimmed.transform((v) => v?.split(',').map((url) => url.trim()).filter((url) => url !== '')),
   INTERLINK_LOCAL_RELAY: trimmed,
+  INTERLINK_TLS_CA: text,
   INTERLINK_NAME: trimmed.transform((v) => v?.slice(0, MAX_ANNOUNCED_NAME)),
   INTERLINK_SESSION: text.superRefine((v, ctx) => {
     const reason = v === undefined ? undefined : unsafeNameReason(v);
@@ -73,6 +74,11 @@ export const VARIABLES: Readonly<Record<VariableName, VariableDoc>> = {
   INTERLINK_STATE_DIR: { meaning: 'the state root: mailboxes, outboxes, inboxes, pairing, failed deliveries, the local relay', accepts: 'a directory', default: '`$XDG_STATE_HOME/interlink`, else `~/.local/state/interlink`' },
   INTERLINK_URL: { meaning: 'the relays', accepts: 'relay URLs, comma-separated', default: `\`ws://${DEFAULT_LOCAL_RELAY}\`, the local relay (\`serve\` starts it if none answers)` },
   INTERLINK_LOCAL_RELAY: { meaning: "the zero-config local relay's address", accepts: '`HOST:PORT`', default: `\`${DEFAULT_LOCAL_RELAY}\`` },
+  INTERLINK_TLS_CA: {
+    meaning: '`wss://` relays: certificates trusted besides the public CAs Node ships (a self-signed relay certificate, a private CA)',
+    accepts: 'a PEM file path',
+    default: "none: only Node's CAs (and `NODE_EXTRA_CA_CERTS`)",
+  },
   INTERLINK_NAME: { meaning: 'the name a session announces (and claims when pairing)', accepts: `any text (up to ${MAX_ANNOUNCED_NAME} characters are used)`, default: '`user@host`' },
   INTERLINK_SESSION: {
     meaning: 'the session id, after `--session` (`cli` is reserved for `pair`)',
@@ -96,6 +102,8 @@ export interface Config {
   /** undefined: none configured, use (and if need be start) the local relay. */
   relays: readonly string[] | undefined;
   localRelay: string;
+  /** A PEM file of certificates `wss://` relays may present besides the public CAs (relay/tls.ts reads it). */
+  tlsCa: string | undefined;
   /** The announced name; undefined: `user@host`. */
   name: string | undefined;
   /** INTERLINK_SESSION, a safe name (agent/session.ts adds the rest of the session rule). */
@@ -122,6 +130,7 @@ export function loadConfig(env: Env): Config {
     stateDir: v.INTERLINK_STATE_DIR ?? join(nonEmpty(env.XDG_STATE_HOME) ?? join(homedir(), '.local', 'state'), 'interlink'),
     relays: v.INTERLINK_URL,
     localRelay: v.INTERLINK_LOCAL_RELAY ?? DEFAULT_LOCAL_RELAY,
+    tlsCa: v.INTERLINK_TLS_CA,
     name: v.INTERLINK_NAME,
     session: v.INTERLINK_SESSION,
     claudeSession: nonEmpty(env.CLAUDE_CODE_SESSION_ID),

@@ -10,6 +10,7 @@ import type { SigningKey } from '../identity/ed25519.js';
 import type { Announcement, Goodbye } from '../presence/announcement.js';
 import { signAuth } from './auth.js';
 import { connectError } from './reach.js';
+import { trustOptions, type ClientTls } from './tls.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RosterEntry } from './frames.js';
 import { messageOf, type RefusalCode, type SendFailureCode } from '../errors.js';
 
@@ -35,6 +36,8 @@ export interface RelayClientOptions {
   silenceMs?: number;
   /** Log each outage and recovery (default). A command that reports reachability itself turns it off. */
   logOutages?: boolean;
+  /** Certificates a `wss://` relay may present besides Node's CAs (INTERLINK_TLS_CA). */
+  tls?: ClientTls;
 }
 
 const DEFAULT_SILENCE_MS = 35_000;
@@ -182,7 +185,7 @@ export class RelayClient extends EventEmitter {
     if (this.closed) return;
     let socket: WebSocket;
     try {
-      socket = new WebSocket(this.options.url, { maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, handshakeTimeout: 5_000 });
+      socket = new WebSocket(this.options.url, { maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, handshakeTimeout: 5_000, ...trustOptions(this.options.tls) });
     } catch (err) {
       // A URL ws cannot use: no retry will change that.
       this.failedAttempt(`not a usable relay URL (${messageOf(err)})`);

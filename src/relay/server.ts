@@ -9,7 +9,8 @@
  * relay holds no keys and never parses payloads: it verifies only auth proofs,
  * announcements and goodbyes.
  */
-import { createServer, type Server as HttpServer } from 'node:http';
+import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import WebSocket, { WebSocketServer } from 'ws';
 import { errnoCode, InterlinkError, messageOf } from '../errors.js';
 import { MAX_HOLD_MS, MAX_PAST_MS } from '../gate/decide.js';
@@ -20,6 +21,7 @@ import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from './frames.js';
 import { DEFAULT_QUEUE_LIMITS } from './queues.js';
 import { Roster, ROSTER_MAX_ENTRIES, ROSTER_RETAIN_MS } from './roster.js';
 import { RelayStorage } from './storage.js';
+import type { ServerTls } from './tls.js';
 
 export interface RelayOptions {
   host: string;
@@ -39,6 +41,8 @@ export interface RelayOptions {
   /** How often messages older than `maxAgeMs` are looked for. */
   expireEveryMs?: number;
   now?: () => number;
+  /** Serve `wss://` with this certificate and key instead of plain `ws://`. */
+  tls?: ServerTls;
 }
 
 /**
@@ -81,10 +85,16 @@ function hostForUrl(host: string): string {
   return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
 }
 
-function plainHttpServer(): HttpServer {
-  return createServer((_req, res) => {
+/** The server the WebSocket upgrades arrive on: https with `tls` (the relay terminates TLS itself), else http. */
+function httpServer(tls: ServerTls | undefined): HttpServer {
+  const notWebSocket = (_req: IncomingMessage, res: ServerResponse) => {
     res.writeHead(426, { 'content-type': 'text/plain' }).end('interlink relay: connect with WebSocket\n');
-  });
+  };
+  if (tls === undefined) return createServer(notWebSocket);
+  const server = createHttpsServer(tls, notWebSocket);
+  // A client that does not trust the certificate breaks off the handshake: its business, not an error here.
+  server.on('tlsClientError', (err) => log.debug('relay_tls_refused', { error: err.message }));
+  return server;
 }
 
 export class RelayServer {
@@ -133,7 +143,7 @@ export class RelayServer {
    * at once with `address in use`; then opens the store; then accepts connections.
    */
   static async start(options: RelayOptions): Promise<RelayServer> {
-    const http = plainHttpServer();
+    const http = httpServer(options.tls);
     try {
       await listen(http, options.host, options.port);
       // Only after the bind: a failed bind is reported once, by the error thrown below.
@@ -164,7 +174,7 @@ export class RelayServer {
   }
 
   get url(): string {
-    return `ws://${hostForUrl(this.options.host)}:${this.port}`;
+    return `${this.options.tls === undefined ? 'ws' : 'wss'}://${hostForUrl(this.options.host)}:${this.port}`;
   }
 
   stats(): RelayStats {

@@ -22,12 +22,13 @@ export function freePort(): Promise<number> {
   });
 }
 
-export async function startRelay(options: { port?: number; db?: string } = {}): Promise<RelayProcess> {
-  const args = ['relay', '--addr', `127.0.0.1:${options.port ?? 0}`, ...(options.db !== undefined ? ['--db', options.db] : [])];
+/** `args` are further relay options (e.g. `--tls-cert`); the url is the one the relay prints, ws:// or wss://. */
+export async function startRelay(options: { port?: number; db?: string; args?: readonly string[] } = {}): Promise<RelayProcess> {
+  const args = ['relay', '--addr', `127.0.0.1:${options.port ?? 0}`, ...(options.db !== undefined ? ['--db', options.db] : []), ...(options.args ?? [])];
   const child = spawnNode(MAIN, args, { INTERLINK_LOG: 'warn' });
   await child.waitForLines(1, 15_000);
-  const match = /ws:\/\/127\.0\.0\.1:(\d+)/.exec(child.lines[0] ?? '');
+  const match = /(wss?):\/\/127\.0\.0\.1:(\d+)/.exec(child.lines[0] ?? '');
   if (!match) throw new Error(`unexpected relay output: ${child.lines[0]}; stderr: ${child.stderr()}`);
-  const port = Number(match[1]);
-  return { child, url: `ws://127.0.0.1:${port}`, port };
+  const port = Number(match[2]);
+  return { child, url: `${match[1]}://127.0.0.1:${port}`, port };
 }

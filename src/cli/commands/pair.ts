@@ -14,6 +14,7 @@ import { InterlinkError } from '../../errors.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
 import { loadPeers, readPeers } from '../../peers/peers.js';
 import { unreachableList } from '../../relay/reach.js';
+import { readClientTls } from '../../relay/tls.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { presenceInfo } from '../presence-info.js';
 import { forTerminal } from '../printable.js';
@@ -65,8 +66,9 @@ export async function pair(argv: readonly string[], config: Config): Promise<voi
     const { damage } = await readPeers(config.peersPath);
     if (damage !== undefined) throw new InterlinkError('corrupt', damage.message);
   }
+  const tls = readClientTls(config.tlsCa);
   const identity = await loadOrCreateIdentity(config.keyPath);
-  const agent = await Agent.start({ identity, session: CLI_SESSION, stateDir: config.stateDir, peersPath: config.peersPath, relayUrls: await relayUrls(config), presence: presenceInfo(config.name), logOutages: false });
+  const agent = await Agent.start({ identity, session: CLI_SESSION, stateDir: config.stateDir, peersPath: config.peersPath, relayUrls: await relayUrls(config), presence: presenceInfo(config.name), logOutages: false, ...(tls !== undefined && { tls }) });
   try {
     const { answered, unanswered } = await agent.reach(CONNECT_MS);
     // confirm and cancel change only this machine's files; the rest need a relay.

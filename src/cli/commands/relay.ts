@@ -13,9 +13,11 @@ import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../co
 import { InterlinkError } from '../../errors.js';
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
 import { MIN_MAX_AGE_MS, RelayServer } from '../../relay/server.js';
+import { readServerTls, type ServerTls } from '../../relay/tls.js';
 import { expectPositionals, parse, print } from '../args.js';
 
 export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]
+                          [--tls-cert FILE --tls-key FILE]
        interlink-mcp relay stop [--db DIR] [--json]
 
 Runs the relay that carries signed messages between sessions: it keeps each session's
@@ -28,8 +30,12 @@ messages until that session's reader, proving its key, acknowledges them.
   --max-age D       drop a message nobody acknowledged after D (default 8d; at least
                     7 days and 10 minutes, as long as receivers accept it): a route nobody
                     reads goes with its messages, so nothing fills the relay for good
+  --tls-cert FILE   serve wss:// (TLS) with this PEM certificate (chain) and the private
+  --tls-key FILE    key in the other file; both or neither (default: plain ws://, e.g.
+                    behind a reverse proxy that terminates TLS). Clients trust a
+                    self-signed or private-CA certificate with INTERLINK_TLS_CA=FILE.
 
-Prints one line once it listens:
+Prints one line once it listens (wss:// with --tls-cert):
   interlink relay listening on ws://HOST:PORT (durable: DIR)
 and stops cleanly on SIGTERM or SIGINT. Anyone who can reach the relay may send through
 it (only reading is authenticated), so listen beyond loopback only on purpose. With
@@ -126,17 +132,26 @@ function parseMaxAge(text: string): number {
   return ms;
 }
 
+/** `--tls-cert` and `--tls-key`: both, read and checked now, or neither. */
+function serverTls(cert: unknown, key: unknown): ServerTls | undefined {
+  if (typeof cert !== 'string' && typeof key !== 'string') return undefined;
+  if (typeof cert !== 'string') throw new InterlinkError('usage', '--tls-key needs --tls-cert: the certificate that goes with the key');
+  if (typeof key !== 'string') throw new InterlinkError('usage', '--tls-cert needs --tls-key: the private key of the certificate');
+  return readServerTls(cert, key);
+}
+
 export async function relay(argv: readonly string[], config: Config): Promise<void> {
   if (argv[0] === 'stop') return stop(argv.slice(1), config);
-  const args = parse(argv, { addr: { type: 'string' }, db: { type: 'string' }, 'max-age': { type: 'string' } });
-  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]');
+  const args = parse(argv, { addr: { type: 'string' }, db: { type: 'string' }, 'max-age': { type: 'string' }, 'tls-cert': { type: 'string' }, 'tls-key': { type: 'string' } });
+  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--tls-cert FILE --tls-key FILE]');
   const { host, port } = parseAddr(typeof args.values.addr === 'string' ? args.values.addr : DEFAULT_RELAY_ADDR);
   const db = typeof args.values.db === 'string' ? resolve(args.values.db) : undefined;
 
   const stopped = stopSignal();
   const maxAge = args.values['max-age'];
   const maxAgeMs = typeof maxAge === 'string' ? parseMaxAge(maxAge) : undefined;
-  const server = await RelayServer.start({ host, port, ...(db !== undefined && { dbDir: db }), ...(maxAgeMs !== undefined && { maxAgeMs }) });
+  const tls = serverTls(args.values['tls-cert'], args.values['tls-key']);
+  const server = await RelayServer.start({ host, port, ...(db !== undefined && { dbDir: db }), ...(maxAgeMs !== undefined && { maxAgeMs }), ...(tls !== undefined && { tls }) });
   // Warnings only once it listens: a relay that cannot start says one line, why.
   if (!isLoopback(host)) {
     warn(`listening on ${host}, beyond loopback: anyone who can reach it can send messages through it and fill its queues (only readers are authenticated)`);

@@ -6,6 +6,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { Agent } from '../../agent/agent.js';
 import { keepLocalRelay, relayUrls } from '../../agent/local-relay.js';
+import { readClientTls } from '../../relay/tls.js';
 import { serverSession } from '../../agent/session.js';
 import type { Config } from '../../config/env.js';
 import { ownedConfigEntries, stateFolders } from '../../config/layout.js';
@@ -75,6 +76,7 @@ export async function serve(argv: readonly string[], config: Config): Promise<vo
   const args = parse(argv, { session: { type: 'string' }, codex: { type: 'boolean' } });
   expectPositionals(args, 0, 'interlink-mcp serve [--session ID] [--codex]');
   const codexMode = args.values.codex === true || config.mode === 'codex';
+  const tls = readClientTls(config.tlsCa);
   const identity = await loadOrCreateIdentity(config.keyPath);
   const state = config.stateDir;
   tightenRoots(config.configDir, state);
@@ -88,6 +90,7 @@ export async function serve(argv: readonly string[], config: Config): Promise<vo
       peersPath: config.peersPath,
       relayUrls: urls,
       presence,
+      ...(tls !== undefined && { tls }),
     });
     keepLocalRelay(config, agent.relays);
     return agent;

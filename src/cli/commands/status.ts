@@ -9,6 +9,7 @@ import { probeRelay } from '../../agent/local-relay.js';
 import type { Config } from '../../config/env.js';
 import { identityDir, localRelayDir, mailboxPath, outboxPath, pairingPath, rejectedPath, sessionFileIn, sessionOfFile, SESSION_STORES } from '../../config/layout.js';
 import { isRunning, readRelayPid } from '../../relay/pid-file.js';
+import { readClientTls } from '../../relay/tls.js';
 import { unsafeNameReason } from '../../config/paths.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
@@ -67,7 +68,8 @@ export async function status(argv: readonly string[], config: Config): Promise<v
   const { table, damage } = await readPeers(config.peersPath);
   const damaged: Damage[] = damage === undefined ? [] : [damage];
   const urls = config.relays ?? [`ws://${config.localRelay}`];
-  const relays = await Promise.all(urls.map((url) => probeRelay(url, 1_000)));
+  const tls = readClientTls(config.tlsCa);
+  const relays = await Promise.all(urls.map((url) => probeRelay(url, 1_000, tls)));
   const state = config.stateDir;
   const sessions: {
     session: string;
