@@ -98,8 +98,10 @@ export function keepLocalRelay(config: Pick<Config, 'relays' | 'localRelay' | 's
   const attempt = async (): Promise<void> => {
     timer = undefined;
     if (client.unreachable === undefined || client.stopped) return;
-    if (existsSync(relayStopMarker(localRelayDir(config.stateDir)))) return;
-    if (!(await relayAnswers(url, 500))) {
+    const stoppedByPerson = () => existsSync(relayStopMarker(localRelayDir(config.stateDir)));
+    if (stoppedByPerson()) return;
+    // Looked at again after the probe: `relay stop` may have marked and stopped it meanwhile.
+    if (!(await relayAnswers(url, 500)) && !stoppedByPerson()) {
       log.warn('local_relay_restarting', { url, error: client.unreachable, message: `the local relay on ${url} is gone; starting it again` });
       startDetachedRelay(config.stateDir, config.localRelay);
     }

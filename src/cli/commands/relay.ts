@@ -106,16 +106,18 @@ async function stop(argv: readonly string[], config: Config): Promise<void> {
   if (!(await isRelayProcess(record))) {
     throw new InterlinkError('busy', `process ${record.pid} named in ${db}/relay.pid is not that relay any more (the relay died without cleaning up); nothing was stopped`);
   }
+  // Sessions still running restart a zero-config relay they find gone, unless a person stopped
+  // it: the marker goes down before the signal, or a session could see the relay gone first
+  // and start another one.
+  const marker = openSync(relayStopMarker(db), constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | NO_FOLLOW, PRIVATE_FILE);
+  writeSync(marker, `stopped by a person at ${new Date().toISOString()}\n`);
+  closeSync(marker);
   process.kill(record.pid, 'SIGTERM');
   const deadline = Date.now() + STOP_WAIT_MS;
   while (isRunning(record.pid)) {
     if (Date.now() > deadline) throw new InterlinkError('busy', `the relay (pid ${record.pid}) did not exit within ${STOP_WAIT_MS / 1000} s of SIGTERM`);
     await new Promise((r) => setTimeout(r, 50));
   }
-  // Sessions still running restart a zero-config relay they find gone, unless a person stopped it.
-  const marker = openSync(relayStopMarker(db), constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | NO_FOLLOW, PRIVATE_FILE);
-  writeSync(marker, `stopped by a person at ${new Date().toISOString()}\n`);
-  closeSync(marker);
   print(json, { stopped: true, pid: record.pid, url: record.url, db }, () => `stopped the relay on ${record.url} (pid ${record.pid}); its queued messages stay in ${db}`);
 }
 
