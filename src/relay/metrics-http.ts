@@ -2,7 +2,7 @@
  * The `--metrics` endpoint: plain HTTP on its own address, separate from the relay's, so
  * that the operator can keep it on loopback while the relay faces the network. It
  * answers GET /metrics with the exposition and nothing else (404; 405 for another method
- * on /metrics), and reads no request body.
+ * on /metrics; 503 while the relay is not ready), and reads no request body.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { errnoCode, InterlinkError, messageOf } from '../errors.js';
@@ -19,7 +19,7 @@ function urlHost(host: string): string {
   return host.includes(':') ? `[${host}]` : host;
 }
 
-function answer(req: IncomingMessage, res: ServerResponse, render: () => string): void {
+function answer(req: IncomingMessage, res: ServerResponse, render: () => string | undefined): void {
   const path = (req.url ?? '').split('?')[0];
   const plain = { 'content-type': 'text/plain; charset=utf-8' };
   if (path !== '/metrics') {
@@ -27,7 +27,7 @@ function answer(req: IncomingMessage, res: ServerResponse, render: () => string)
   } else if (req.method !== 'GET' && req.method !== 'HEAD') {
     res.writeHead(405, { ...plain, allow: 'GET, HEAD' }).end('only GET\n');
   } else {
-    let body: string;
+    let body: string | undefined;
     try {
       body = render();
     } catch (err) {
@@ -35,13 +35,20 @@ function answer(req: IncomingMessage, res: ServerResponse, render: () => string)
       res.writeHead(500, plain).end('the metrics could not be read\n');
       return;
     }
+    if (body === undefined) {
+      res.writeHead(503, plain).end('the relay is starting\n');
+      return;
+    }
     res.writeHead(200, { 'content-type': EXPOSITION_CONTENT_TYPE, 'content-length': Buffer.byteLength(body) });
     res.end(req.method === 'HEAD' ? undefined : body);
   }
 }
 
-/** Listens on `host:port` (0: a free port); a taken address is one `busy` error naming the flag. */
-export async function serveMetrics(host: string, port: number, render: () => string): Promise<MetricsEndpoint> {
+/**
+ * Listens on `host:port` (0: a free port); a taken address is one `busy` error naming the
+ * flag. `render` gives the exposition, or undefined while there is none yet.
+ */
+export async function serveMetrics(host: string, port: number, render: () => string | undefined): Promise<MetricsEndpoint> {
   const server = createServer((req, res) => answer(req, res, render));
   // Scrapers keep connections open between scrapes; a bounded header wait frees dead ones.
   server.headersTimeout = 10_000;

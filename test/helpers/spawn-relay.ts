@@ -22,9 +22,10 @@ export function freePort(): Promise<number> {
   });
 }
 
-export async function startRelay(options: { port?: number; db?: string } = {}): Promise<RelayProcess> {
-  const args = ['relay', '--addr', `127.0.0.1:${options.port ?? 0}`, ...(options.db !== undefined ? ['--db', options.db] : [])];
-  const child = spawnNode(MAIN, args, { INTERLINK_LOG: 'warn' });
+/** `args` are further relay options; `env` overrides the default INTERLINK_LOG=warn and more. */
+export async function startRelay(options: { port?: number; db?: string; args?: readonly string[]; env?: NodeJS.ProcessEnv } = {}): Promise<RelayProcess> {
+  const args = ['relay', '--addr', `127.0.0.1:${options.port ?? 0}`, ...(options.db !== undefined ? ['--db', options.db] : []), ...(options.args ?? [])];
+  const child = spawnNode(MAIN, args, { INTERLINK_LOG: 'warn', ...options.env });
   await child.waitForLines(1, 15_000);
   const match = /ws:\/\/127\.0\.0\.1:(\d+)/.exec(child.lines[0] ?? '');
   if (!match) throw new Error(`unexpected relay output: ${child.lines[0]}; stderr: ${child.stderr()}`);

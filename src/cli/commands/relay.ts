@@ -12,7 +12,7 @@ import { NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
-import { serveMetrics, type MetricsEndpoint } from '../../relay/metrics-http.js';
+import { serveMetrics } from '../../relay/metrics-http.js';
 import { MIN_MAX_AGE_MS, RelayServer } from '../../relay/server.js';
 import { expectPositionals, parse, print } from '../args.js';
 
@@ -142,16 +142,6 @@ function parseMaxAge(text: string): number {
   return ms;
 }
 
-/** The metrics endpoint; a relay whose endpoint cannot listen stops again, so the failure is one line. */
-async function serveMetricsOf(server: RelayServer, addr: { host: string; port: number }): Promise<MetricsEndpoint> {
-  try {
-    return await serveMetrics(addr.host, addr.port, () => server.renderMetrics());
-  } catch (err) {
-    await server.close();
-    throw err;
-  }
-}
-
 export async function relay(argv: readonly string[], config: Config): Promise<void> {
   if (argv[0] === 'stop') return stop(argv.slice(1), config);
   const args = parse(argv, { addr: { type: 'string' }, db: { type: 'string' }, 'max-age': { type: 'string' }, metrics: { type: 'string' }, 'summary-every': { type: 'string' } });
@@ -165,14 +155,21 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
   const stopped = stopSignal();
   const maxAge = args.values['max-age'];
   const maxAgeMs = typeof maxAge === 'string' ? parseMaxAge(maxAge) : undefined;
-  const server = await RelayServer.start({
-    host,
-    port,
-    ...(db !== undefined && { dbDir: db }),
-    ...(maxAgeMs !== undefined && { maxAgeMs }),
-    ...(summaryEveryMs !== undefined && { summaryEveryMs }),
-  });
-  const metrics = metricsAddr !== undefined ? await serveMetricsOf(server, metricsAddr) : undefined;
+  // The metrics address is bound before the relay starts, so that a taken one fails in one line.
+  let server: RelayServer | undefined;
+  const metrics = metricsAddr !== undefined ? await serveMetrics(metricsAddr.host, metricsAddr.port, () => server?.renderMetrics()) : undefined;
+  try {
+    server = await RelayServer.start({
+      host,
+      port,
+      ...(db !== undefined && { dbDir: db }),
+      ...(maxAgeMs !== undefined && { maxAgeMs }),
+      ...(summaryEveryMs !== undefined && { summaryEveryMs }),
+    });
+  } catch (err) {
+    await metrics?.close();
+    throw err;
+  }
   // Warnings only once it listens: a relay that cannot start says one line, why.
   if (!isLoopback(host)) {
     warn(`listening on ${host}, beyond loopback: anyone who can reach it can send messages through it and fill its queues (only readers are authenticated)`);
