@@ -56,6 +56,9 @@ function startDetachedRelay(stateDir: string, addr: string): void {
   const child = spawn(process.execPath, [main, 'relay', '--addr', addr, '--db', dir], {
     detached: true,
     stdio: ['ignore', logFd, logFd],
+    // relay.log only grows: the zero-config relay keeps the quiet default of the other
+    // commands (warnings) instead of the info level an operator's relay logs at.
+    env: { ...process.env, INTERLINK_LOG: process.env.INTERLINK_LOG?.trim() || 'warn' },
   });
   child.unref();
   log.info('local_relay_started', { pid: child.pid, db: dir });

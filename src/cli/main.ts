@@ -8,7 +8,7 @@
  */
 import { loadConfig, type Config } from '../config/env.js';
 import { InterlinkError, messageOf, type ErrorCode, type ToolCode } from '../errors.js';
-import { setLogLevel } from '../log.js';
+import { setLogLevel, type LogSetting } from '../log.js';
 import { reportDamageWith } from '../store/damage.js';
 import { resultPrinted } from './args.js';
 import { demo, demoHelp } from './commands/demo.js';
@@ -29,6 +29,8 @@ interface Command {
   run: (argv: readonly string[], config: Config) => Promise<void>;
   help: string;
   summary: string;
+  /** The log level when INTERLINK_LOG is unset (default `warn`). */
+  log?: LogSetting;
 }
 
 const commands: Record<string, Command> = {
@@ -39,7 +41,7 @@ const commands: Record<string, Command> = {
   pair: { run: pair, help: pairHelp, summary: 'pair with another identity: request, list, accept, reject, confirm, cancel (compare the code)' },
   status: { run: status, help: statusHelp, summary: 'identity, peers, relays (and the local one), unread and unsent messages' },
   inbox: { run: inbox, help: inboxHelp, summary: 'messages received (--unread) or sent (--sent) and their states (reads only)' },
-  relay: { run: relay, help: relayHelp, summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR); `relay stop` stops the local one' },
+  relay: { run: relay, help: relayHelp, summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR); `relay stop` stops the local one', log: 'info' },
   demo: { run: demo, help: demoHelp, summary: 'show a signed message go through the gate into a mailbox' },
   outbox: { run: outbox, help: outboxHelp, summary: 'drop a message no relay has accepted yet (outbox drop <msg_id>)' },
   'failed-deliveries': { run: failedDeliveries, help: failedHelp, summary: 'Codex notices codex queue did not take: list, read, retry, discard' },
@@ -124,7 +126,8 @@ async function main(argv: readonly string[]): Promise<number> {
     fail(name, err.code, err.cliMessage, json);
     return EXIT_USAGE;
   }
-  setLogLevel(config.log);
+  // A relay's log is what its operator reads (relay_summary); a session's goes to its host.
+  setLogLevel(config.log ?? command.log ?? 'warn');
   try {
     await command.run(rest, config);
     return 0;

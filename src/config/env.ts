@@ -88,7 +88,7 @@ export const VARIABLES: Readonly<Record<VariableName, VariableDoc>> = {
   INTERLINK_MODE: { meaning: 'which host `serve` serves (`serve --codex` also chooses Codex)', accepts: '`claude` or `codex`', default: '`claude`' },
   INTERLINK_CHANNELS: { meaning: 'Claude channels mode (`interlinked` turns it on); the listener then exits at once', accepts: '`1` (on) or `0` (off)', default: '`0`' },
   INTERLINK_CODEX_BIN: { meaning: 'the `codex` that Codex notices run', accepts: 'an executable name or path', default: '`codex` on `PATH`' },
-  INTERLINK_LOG: { meaning: 'what is logged to stderr (JSON lines)', accepts: '`debug`, `info`, `warn`, `error` or `silent` (in any case)', default: '`warn`' },
+  INTERLINK_LOG: { meaning: 'what is logged to stderr (JSON lines)', accepts: '`debug`, `info`, `warn`, `error` or `silent` (in any case)', default: '`warn`; `info` for `relay`' },
   INTERLINK_HOST_PID: { meaning: "the Claude process the listener serves (the plugin's hook passes `$PPID`); the listener stops when it is gone", accepts: 'a process id', default: 'none: the listener waits for notices or its renewal' },
   INTERLINK_CRASH_AT: { meaning: 'crash tests only: the named crash point at which the process kills itself', accepts: 'a crash point name, or `<name>@<n>` for its n-th passage', default: 'none: crash points do nothing' },
 };
@@ -113,7 +113,8 @@ export interface Config {
   mode: Mode;
   channels: boolean;
   codexBin: string;
-  log: LogSetting;
+  /** INTERLINK_LOG; undefined: the command's default (`info` for `relay`, `warn` for the others). */
+  log: LogSetting | undefined;
   hostPid: number | undefined;
 }
 
@@ -137,7 +138,7 @@ export function loadConfig(env: Env): Config {
     mode: v.INTERLINK_MODE ?? 'claude',
     channels: v.INTERLINK_CHANNELS === '1',
     codexBin: v.INTERLINK_CODEX_BIN ?? 'codex',
-    log: v.INTERLINK_LOG ?? 'warn',
+    log: v.INTERLINK_LOG,
     hostPid: v.INTERLINK_HOST_PID,
   };
 }

@@ -70,6 +70,8 @@ export interface ConnectionHooks {
   drained(conn: Connection): void;
   /** Bytes buffered right after a send. */
   buffered(bytes: number): void;
+  /** A frame was refused (counted for the operator, relay-metrics.ts). */
+  refused?(code: RefusalCode): void;
 }
 
 export class Connection {
@@ -108,6 +110,7 @@ export class Connection {
   }
 
   refuse(ref: string | undefined, code: RefusalCode, message: string): void {
+    this.hooks.refused?.(code);
     this.send({ v: PROTOCOL_VERSION, type: 'refused', ...(ref !== undefined && { ref }), code, message });
   }
 
@@ -142,6 +145,7 @@ export interface ConnectionEvents {
   frame(conn: Connection, data: WebSocket.RawData, isBinary: boolean): void;
   drained(conn: Connection): void;
   closed(conn: Connection): void;
+  refused?(code: RefusalCode): void;
 }
 
 export interface FrameBudget {
@@ -163,6 +167,7 @@ export class ConnectionSet {
   ) {
     this.hooks = {
       drained: (conn) => events.drained(conn),
+      refused: (code) => events.refused?.(code),
       buffered: (bytes) => {
         if (bytes > this.peakBufferedBytes) this.peakBufferedBytes = bytes;
       },

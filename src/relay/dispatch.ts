@@ -17,6 +17,7 @@ import { clientFrame, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, type ClientFrame } fr
 import { MAX_JSON_DEPTH, memberText, nestsDeeperThan } from './json-scan.js';
 import type { EnqueueResult, QueueLimits, QueueResult } from './queues.js';
 import type { Roster } from './roster.js';
+import type { RelayMetrics } from './relay-metrics.js';
 import type { RelayStorage } from './storage.js';
 import { messageOf } from '../errors.js';
 
@@ -31,6 +32,8 @@ export interface DispatchSettings {
   /** the frame rate named in a `rate_limited` refusal (the buckets enforce it) */
   frameRate: number;
   deliveryWindow: number;
+  /** Counts accepted, delivered and acknowledged messages for the operator. */
+  metrics?: RelayMetrics;
 }
 
 function queueFullMessage(route: string, result: Extract<EnqueueResult, { outcome: 'queue_full' }>, limits: QueueLimits): string {
@@ -163,6 +166,7 @@ export class Dispatcher {
   private afterEnqueue(conn: Connection, ref: string, route: string, result: QueueResult): void {
     if (result.outcome === 'enqueued') {
       this.storage.committed(result.id);
+      this.settings.metrics?.accepted();
       conn.send({ v: PROTOCOL_VERSION, type: 'accepted', ref, id: result.id });
       for (const subscriber of this.subscribers.get(route) ?? []) this.pump(subscriber, subscriber.subscriptions.get(route)!);
     } else if (result.outcome === 'queue_full') {
@@ -184,7 +188,8 @@ export class Dispatcher {
     const commit = this.storage.acknowledge(route, ids);
     this.track(
       commit.then(
-        () => {
+        (result) => {
+          if (result.outcome === 'acked') this.settings.metrics?.acknowledged(result.removed);
           for (const subscriber of this.subscribers.get(route) ?? []) {
             const sub = subscriber.subscriptions.get(route)!;
             for (const id of ids) sub.inFlight.delete(id);
@@ -215,6 +220,7 @@ export class Dispatcher {
       sub.cursor = message.id;
       sub.inFlight.add(message.id);
       conn.sendText(deliverText(sub.route, message.id, message.payload));
+      this.settings.metrics?.delivered();
     }
   }
 

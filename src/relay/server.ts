@@ -20,6 +20,7 @@ import { DEFAULT_DELIVERY_WINDOW, Dispatcher } from './dispatch.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from './frames.js';
 import { DEFAULT_QUEUE_LIMITS } from './queues.js';
 import { Roster, ROSTER_MAX_ENTRIES, ROSTER_RETAIN_MS } from './roster.js';
+import { RelayMetrics } from './relay-metrics.js';
 import { RelayStorage } from './storage.js';
 import type { ServerTls } from './tls.js';
 
@@ -40,6 +41,8 @@ export interface RelayOptions {
   maxAgeMs?: number;
   /** How often messages older than `maxAgeMs` are looked for. */
   expireEveryMs?: number;
+  /** How often the `relay_summary` line is logged (when something moved since the last one). */
+  summaryEveryMs?: number;
   now?: () => number;
   /** Serve `wss://` with this certificate and key instead of plain `ws://`. */
   tls?: ServerTls;
@@ -53,6 +56,7 @@ export const MIN_MAX_AGE_MS = MAX_PAST_MS + MAX_HOLD_MS;
 /** A day past the window, so a receiver's clock that is a little behind still gets it. */
 export const DEFAULT_MAX_AGE_MS = MAX_PAST_MS + 24 * 60 * 60 * 1000;
 const EXPIRE_EVERY_MS = 60_000;
+export const DEFAULT_SUMMARY_EVERY_MS = 5 * 60_000;
 
 export interface RelayStats {
   connections: number;
@@ -103,6 +107,7 @@ export class RelayServer {
   private readonly dispatcher: Dispatcher;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly expiry: NodeJS.Timeout;
+  private readonly summary: NodeJS.Timeout;
   /** The expiry pass under way, which shutdown waits for before releasing the store. */
   private expiring: Promise<void> = Promise.resolve();
   private closing: Promise<void> | undefined;
@@ -112,15 +117,17 @@ export class RelayServer {
     private readonly http: HttpServer,
     private readonly storage: RelayStorage,
     readonly port: number,
+    private readonly metrics: RelayMetrics,
   ) {
     const now = options.now ?? Date.now;
     const frameRate = options.frameRate ?? DEFAULT_FRAME_RATE;
     const roster = new Roster(now, { maxEntries: options.rosterMaxEntries ?? ROSTER_MAX_ENTRIES, retainMs: ROSTER_RETAIN_MS });
-    this.dispatcher = new Dispatcher(storage, roster, { frameRate, deliveryWindow: options.deliveryWindow ?? DEFAULT_DELIVERY_WINDOW }, now);
+    this.dispatcher = new Dispatcher(storage, roster, { frameRate, deliveryWindow: options.deliveryWindow ?? DEFAULT_DELIVERY_WINDOW, metrics }, now);
     this.connections = new ConnectionSet({ frameRate, frameBurst: options.frameBurst ?? DEFAULT_FRAME_BURST }, now, {
       frame: (conn, data, isBinary) => this.dispatcher.onFrame(conn, data, isBinary),
       drained: (conn) => this.dispatcher.onDrained(conn),
       closed: (conn) => this.dispatcher.onClosed(conn),
+      refused: (code) => metrics.refused(code),
     });
     this.wss.on('error', (err) => log.error('relay_ws_error', { error: err.message }));
     http.on('upgrade', (req, socket, head) => {
@@ -136,6 +143,8 @@ export class RelayServer {
     this.expiry = setInterval(() => (this.expiring = this.expireOld()), options.expireEveryMs ?? EXPIRE_EVERY_MS);
     this.expiry.unref();
     this.expiring = this.expireOld();
+    this.summary = setInterval(() => this.logSummary(), options.summaryEveryMs ?? DEFAULT_SUMMARY_EVERY_MS);
+    this.summary.unref();
   }
 
   /**
@@ -161,14 +170,15 @@ export class RelayServer {
       messages: options.maxMessages ?? DEFAULT_QUEUE_LIMITS.messages,
       bytes: options.maxBytes ?? DEFAULT_QUEUE_LIMITS.bytes,
     };
+    const metrics = new RelayMetrics();
     let storage: RelayStorage;
     try {
-      storage = await RelayStorage.open(options.dbDir, limits, options.now ?? Date.now);
+      storage = await RelayStorage.open(options.dbDir, limits, options.now ?? Date.now, (seconds) => metrics.committed(seconds));
     } catch (err) {
       await new Promise<void>((r) => http.close(() => r()));
       throw err;
     }
-    const relay = new RelayServer(options, http, storage, port);
+    const relay = new RelayServer(options, http, storage, port, metrics);
     log.info('relay_listening', { url: relay.url, durable: options.dbDir !== undefined, ...storage.stats });
     return relay;
   }
@@ -179,6 +189,11 @@ export class RelayServer {
 
   stats(): RelayStats {
     return { ...this.connections.stats(), ...this.storage.stats };
+  }
+
+  /** The Prometheus text exposition of the relay's counters and state (`--metrics`). */
+  renderMetrics(): string {
+    return this.metrics.render(this.stats());
   }
 
   /** Stops accepting, closes every connection, waits for commits in progress to finish. */
@@ -192,15 +207,23 @@ export class RelayServer {
     if (this.closing) return;
     try {
       const removed = await this.storage.expire(this.options.maxAgeMs ?? DEFAULT_MAX_AGE_MS);
+      this.metrics.expired(removed);
       if (removed > 0) log.info('relay_expired', { removed, max_age_ms: this.options.maxAgeMs ?? DEFAULT_MAX_AGE_MS, ...this.storage.stats });
     } catch (err) {
       log.error('relay_commit_failed', { error: messageOf(err) });
     }
   }
 
+  /** One line for the operator every few minutes, at info: the relay's default level. */
+  private logSummary(): void {
+    const summary = this.metrics.summary(this.stats());
+    if (summary !== undefined) log.info('relay_summary', { ...summary });
+  }
+
   private async shutdown(): Promise<void> {
     clearInterval(this.heartbeat);
     clearInterval(this.expiry);
+    clearInterval(this.summary);
     await this.expiring;
     const httpClosed = new Promise<void>((r) => this.http.close(() => r()));
     this.http.closeAllConnections();

@@ -66,13 +66,17 @@ export class RelayStorage {
   private constructor(
     readonly limits: QueueLimits,
     private readonly now: () => number,
+    private readonly onCommit: ((seconds: number) => void) | undefined,
   ) {
     this.queues = new RelayQueueState(limits);
   }
 
-  /** The queues under `dbDir` (created if missing), or in memory without it. */
-  static async open(dbDir: string | undefined, limits: QueueLimits, now: () => number): Promise<RelayStorage> {
-    const storage = new RelayStorage(limits, now);
+  /**
+   * The queues under `dbDir` (created if missing), or in memory without it. `onCommit` is
+   * told how long each commit took, in seconds of the monotonic clock.
+   */
+  static async open(dbDir: string | undefined, limits: QueueLimits, now: () => number, onCommit?: (seconds: number) => void): Promise<RelayStorage> {
+    const storage = new RelayStorage(limits, now, onCommit);
     storage.backend = dbDir === undefined ? storage.inMemory() : await storage.durable(resolve(dbDir));
     // Ids continue from the clock (in microseconds) when that is ahead of the store: a
     // relay restarted without its queues never reissues an id a client may still hold.
@@ -119,17 +123,17 @@ export class RelayStorage {
 
   /** Commits (with `--db`: fsyncs) the message under an id from `issueId`. */
   enqueue(route: string, id: number, payload: string): Promise<QueueResult> {
-    return this.backend.submit({ op: 'enq', at: this.now(), route, id, payload });
+    return this.submit({ op: 'enq', at: this.now(), route, id, payload });
   }
 
   acknowledge(route: string, ids: readonly number[]): Promise<QueueResult> {
-    return this.backend.submit({ op: 'ack', at: this.now(), route, ids: [...ids] });
+    return this.submit({ op: 'ack', at: this.now(), route, ids: [...ids] });
   }
 
   /** Drops every message accepted more than `maxAgeMs` ago; resolves with how many went. */
   async expire(maxAgeMs: number): Promise<number> {
     const now = this.now();
-    const result = await this.backend.submit({ op: 'expire', at: now, before: now - maxAgeMs });
+    const result = await this.submit({ op: 'expire', at: now, before: now - maxAgeMs });
     return result.outcome === 'expired' ? result.removed : 0;
   }
 
@@ -145,6 +149,14 @@ export class RelayStorage {
   /** The route's first committed message after `cursor`, in id order. */
   nextDeliverable(route: string, cursor: number): QueuedMessage | undefined {
     return this.queues.nextAfter(route, cursor, this.deliverableBelow);
+  }
+
+  private submit(op: QueueOp): Promise<QueueResult> {
+    const started = performance.now();
+    const commit = this.backend.submit(op);
+    const onCommit = this.onCommit;
+    if (onCommit !== undefined) void commit.then(() => onCommit((performance.now() - started) / 1000), () => undefined);
+    return commit;
   }
 
   /** After the last commit settled. */

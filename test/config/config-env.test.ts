@@ -81,7 +81,7 @@ describe('loadConfig', () => {
       mode: 'claude',
       channels: false,
       codexBin: 'codex',
-      log: 'warn',
+      log: undefined,
       hostPid: undefined,
     });
   });

@@ -22,10 +22,10 @@ export function freePort(): Promise<number> {
   });
 }
 
-/** `args` are further relay options (e.g. `--tls-cert`); the url is the one the relay prints, ws:// or wss://. */
-export async function startRelay(options: { port?: number; db?: string; args?: readonly string[] } = {}): Promise<RelayProcess> {
+/** `args` are further relay options (e.g. `--tls-cert`); `env` overrides the default INTERLINK_LOG=warn and more. The url is the one the relay prints, ws:// or wss://. */
+export async function startRelay(options: { port?: number; db?: string; args?: readonly string[]; env?: NodeJS.ProcessEnv } = {}): Promise<RelayProcess> {
   const args = ['relay', '--addr', `127.0.0.1:${options.port ?? 0}`, ...(options.db !== undefined ? ['--db', options.db] : []), ...(options.args ?? [])];
-  const child = spawnNode(MAIN, args, { INTERLINK_LOG: 'warn' });
+  const child = spawnNode(MAIN, args, { INTERLINK_LOG: 'warn', ...options.env });
   await child.waitForLines(1, 15_000);
   const match = /(wss?):\/\/127\.0\.0\.1:(\d+)/.exec(child.lines[0] ?? '');
   if (!match) throw new Error(`unexpected relay output: ${child.lines[0]}; stderr: ${child.stderr()}`);

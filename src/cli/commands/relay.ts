@@ -12,12 +12,14 @@ import { NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
+import { serveMetrics } from '../../relay/metrics-http.js';
 import { MIN_MAX_AGE_MS, RelayServer } from '../../relay/server.js';
 import { readServerTls, type ServerTls } from '../../relay/tls.js';
 import { expectPositionals, parse, print } from '../args.js';
 
 export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]
                           [--tls-cert FILE --tls-key FILE]
+                          [--metrics HOST:PORT] [--summary-every DURATION]
        interlink-mcp relay stop [--db DIR] [--json]
 
 Runs the relay that carries signed messages between sessions: it keeps each session's
@@ -34,9 +36,18 @@ messages until that session's reader, proving its key, acknowledges them.
   --tls-key FILE    key in the other file; both or neither (default: plain ws://, e.g.
                     behind a reverse proxy that terminates TLS). Clients trust a
                     self-signed or private-CA certificate with INTERLINK_TLS_CA=FILE.
+  --metrics HOST:PORT
+                    serve Prometheus text metrics on GET http://HOST:PORT/metrics (off by
+                    default; keep it on loopback, e.g. 127.0.0.1:9441; port 0 picks one)
+  --summary-every D log a relay_summary line every D when something changed (default 5m):
+                    connections, routes, queued messages and bytes, and what was
+                    accepted, delivered, acknowledged, expired and refused since the last
 
-Prints one line once it listens (wss:// with --tls-cert):
+Logs JSON lines on stderr at info level unless INTERLINK_LOG says otherwise. Prints one
+line once it listens (wss:// with --tls-cert):
   interlink relay listening on ws://HOST:PORT (durable: DIR)
+and with --metrics a second one:
+  metrics on http://HOST:PORT/metrics
 and stops cleanly on SIGTERM or SIGINT. Anyone who can reach the relay may send through
 it (only reading is authenticated), so listen beyond loopback only on purpose. With
 --db it records its pid in DIR/relay.pid while it runs.
@@ -45,9 +56,9 @@ relay stop: stops the relay whose store is DIR (default: the zero-config relay t
 starts under <state>/relay) and waits until it has exited. Its queued messages stay in
 DIR; the next serve starts it again. Nothing running is not an error.`;
 
-/** `HOST:PORT`, with an IPv6 host in brackets. */
-export function parseAddr(text: string): { host: string; port: number } {
-  const bad = (why: string) => new InterlinkError('usage', `--addr ${JSON.stringify(text)}: ${why}`);
+/** `HOST:PORT`, with an IPv6 host in brackets; `flag` names the option in errors. */
+export function parseAddr(text: string, flag = '--addr'): { host: string; port: number } {
+  const bad = (why: string) => new InterlinkError('usage', `${flag} ${JSON.stringify(text)}: ${why}`);
   let host: string;
   let portText: string;
   if (text.startsWith('[')) {
@@ -123,11 +134,16 @@ async function stop(argv: readonly string[], config: Config): Promise<void> {
 
 const UNITS: Record<string, number> = { d: 86_400_000, h: 3_600_000, m: 60_000, s: 1_000 };
 
+/** `8d`, `5m`: a number and a unit; `flag` and `example` name the option in errors. */
+function parseDuration(flag: string, text: string, example: string): number {
+  const match = /^([1-9][0-9]{0,6})([dhms])$/.exec(text);
+  if (match === null) throw new InterlinkError('usage', `${flag} ${JSON.stringify(text)} is not a duration: a number and a unit, d, h, m or s (e.g. ${example})`);
+  return Number(match[1]) * UNITS[match[2]!]!;
+}
+
 /** `8d`, `200h`: how long a message may wait; never less than the receivers' window. */
 function parseMaxAge(text: string): number {
-  const match = /^([1-9][0-9]{0,6})([dhms])$/.exec(text);
-  if (match === null) throw new InterlinkError('usage', `--max-age ${JSON.stringify(text)} is not a duration: a number and a unit, d, h, m or s (e.g. 8d)`);
-  const ms = Number(match[1]) * UNITS[match[2]!]!;
+  const ms = parseDuration('--max-age', text, '8d');
   if (ms < MIN_MAX_AGE_MS) {
     throw new InterlinkError('usage', `--max-age ${text} is shorter than receivers accept messages (7 days and 10 minutes): a relay must keep mail at least that long`);
   }
@@ -144,25 +160,56 @@ function serverTls(cert: unknown, key: unknown): ServerTls | undefined {
 
 export async function relay(argv: readonly string[], config: Config): Promise<void> {
   if (argv[0] === 'stop') return stop(argv.slice(1), config);
-  const args = parse(argv, { addr: { type: 'string' }, db: { type: 'string' }, 'max-age': { type: 'string' }, 'tls-cert': { type: 'string' }, 'tls-key': { type: 'string' } });
-  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--tls-cert FILE --tls-key FILE]');
+  const args = parse(argv, {
+    addr: { type: 'string' },
+    db: { type: 'string' },
+    'max-age': { type: 'string' },
+    'tls-cert': { type: 'string' },
+    'tls-key': { type: 'string' },
+    metrics: { type: 'string' },
+    'summary-every': { type: 'string' },
+  });
+  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--tls-cert FILE --tls-key FILE] [--metrics HOST:PORT] [--summary-every DURATION]');
   const { host, port } = parseAddr(typeof args.values.addr === 'string' ? args.values.addr : DEFAULT_RELAY_ADDR);
   const db = typeof args.values.db === 'string' ? resolve(args.values.db) : undefined;
+  const metricsAddr = typeof args.values.metrics === 'string' ? parseAddr(args.values.metrics, '--metrics') : undefined;
+  const summaryEvery = args.values['summary-every'];
+  const summaryEveryMs = typeof summaryEvery === 'string' ? parseDuration('--summary-every', summaryEvery, '5m') : undefined;
 
   const stopped = stopSignal();
   const maxAge = args.values['max-age'];
   const maxAgeMs = typeof maxAge === 'string' ? parseMaxAge(maxAge) : undefined;
   const tls = serverTls(args.values['tls-cert'], args.values['tls-key']);
-  const server = await RelayServer.start({ host, port, ...(db !== undefined && { dbDir: db }), ...(maxAgeMs !== undefined && { maxAgeMs }), ...(tls !== undefined && { tls }) });
+  // The metrics address is bound before the relay starts, so that a taken one fails in one line.
+  let server: RelayServer | undefined;
+  const metrics = metricsAddr !== undefined ? await serveMetrics(metricsAddr.host, metricsAddr.port, () => server?.renderMetrics()) : undefined;
+  try {
+    server = await RelayServer.start({
+      host,
+      port,
+      ...(db !== undefined && { dbDir: db }),
+      ...(maxAgeMs !== undefined && { maxAgeMs }),
+      ...(summaryEveryMs !== undefined && { summaryEveryMs }),
+      ...(tls !== undefined && { tls }),
+    });
+  } catch (err) {
+    await metrics?.close();
+    throw err;
+  }
   // Warnings only once it listens: a relay that cannot start says one line, why.
   if (!isLoopback(host)) {
     warn(`listening on ${host}, beyond loopback: anyone who can reach it can send messages through it and fill its queues (only readers are authenticated)`);
+  }
+  if (metricsAddr !== undefined && !isLoopback(metricsAddr.host)) {
+    warn(`metrics on ${metricsAddr.host}, beyond loopback: anyone who can reach it sees the relay's traffic counts`);
   }
   if (db === undefined) warn('no --db: queued messages live in memory and are lost when the relay stops');
   if (db !== undefined) await writeRelayPid({ pid: process.pid, url: server.url, db, started_at: Date.now() });
   const mode = db !== undefined ? `durable: ${db}` : 'in memory: queued messages are lost on restart';
   process.stdout.write(`interlink relay listening on ${server.url} (${mode})\n`);
+  if (metrics !== undefined) process.stdout.write(`metrics on ${metrics.url}\n`);
   await stopped;
+  await metrics?.close();
   await server.close();
   if (db !== undefined) await removeRelayPid(db, process.pid);
 }
