@@ -19,6 +19,7 @@ import { DEFAULT_DELIVERY_WINDOW, Dispatcher } from './dispatch.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from './frames.js';
 import { DEFAULT_QUEUE_LIMITS } from './queues.js';
 import { Roster, ROSTER_MAX_ENTRIES, ROSTER_RETAIN_MS } from './roster.js';
+import { shareLimits } from './shares.js';
 import { RelayStorage } from './storage.js';
 
 export interface RelayOptions {
@@ -38,6 +39,10 @@ export interface RelayOptions {
   maxAgeMs?: number;
   /** How often messages older than `maxAgeMs` are looked for. */
   expireEveryMs?: number;
+  /** Messages one source address (IPv6: its /64) may hold queued, with that fraction of `maxBytes` (shares.ts has the defaults). */
+  maxPerAddress?: number;
+  /** Messages one connection may hold queued, with that fraction of `maxBytes`. */
+  maxPerConnection?: number;
   now?: () => number;
 }
 
@@ -119,7 +124,7 @@ export class RelayServer {
         socket.destroy();
         return;
       }
-      this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws));
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, req.socket.remoteAddress));
     });
     this.heartbeat = setInterval(() => this.connections.beat(), options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
     this.heartbeat.unref();
@@ -146,10 +151,11 @@ export class RelayServer {
     }
     const address = http.address();
     const port = typeof address === 'object' && address !== null ? address.port : options.port;
+    const total = { messages: options.maxMessages ?? DEFAULT_QUEUE_LIMITS.messages, bytes: options.maxBytes ?? DEFAULT_QUEUE_LIMITS.bytes };
     const limits = {
       routeMessages: options.maxRouteMessages ?? DEFAULT_QUEUE_LIMITS.routeMessages,
-      messages: options.maxMessages ?? DEFAULT_QUEUE_LIMITS.messages,
-      bytes: options.maxBytes ?? DEFAULT_QUEUE_LIMITS.bytes,
+      ...total,
+      ...shareLimits(total, options.host, { perAddress: options.maxPerAddress, perConnection: options.maxPerConnection }),
     };
     let storage: RelayStorage;
     try {
@@ -201,13 +207,13 @@ export class RelayServer {
     log.info('relay_closed', { url: this.url });
   }
 
-  private accept(ws: WebSocket): void {
+  private accept(ws: WebSocket, address: string | undefined): void {
     if (this.closing) {
       ws.on('error', () => undefined);
       ws.terminate();
       return;
     }
-    const conn = this.connections.add(ws);
+    const conn = this.connections.add(ws, address);
     conn.send({ v: PROTOCOL_VERSION, type: 'challenge', nonce: conn.nonce });
   }
 }

@@ -13,9 +13,11 @@ import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../co
 import { InterlinkError } from '../../errors.js';
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
 import { MIN_MAX_AGE_MS, RelayServer } from '../../relay/server.js';
+import { isLoopback } from '../../relay/shares.js';
 import { expectPositionals, parse, print } from '../args.js';
 
 export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]
+                         [--max-per-address N] [--max-per-connection N]
        interlink-mcp relay stop [--db DIR] [--json]
 
 Runs the relay that carries signed messages between sessions: it keeps each session's
@@ -28,6 +30,15 @@ messages until that session's reader, proving its key, acknowledges them.
   --max-age D       drop a message nobody acknowledged after D (default 8d; at least
                     7 days and 10 minutes, as long as receivers accept it): a route nobody
                     reads goes with its messages, so nothing fills the relay for good
+  --max-per-address N
+                    messages one sender's address (IPv6: its /64) may have queued,
+                    with the same fraction of the relay's 512 MiB of payload; beyond it
+                    its sends are refused queue_full while others' are still accepted
+                    (default 10000, a tenth of the relay; listening on loopback, where
+                    every client is this machine or a proxy in front, 100000: the whole
+                    relay)
+  --max-per-connection N
+                    the same for one connection (default 5000, a twentieth)
 
 Prints one line once it listens:
   interlink relay listening on ws://HOST:PORT (durable: DIR)
@@ -60,12 +71,6 @@ export function parseAddr(text: string): { host: string; port: number } {
   if (host === '') throw bad('the host is empty');
   if (!/^\d{1,5}$/.test(portText) || Number(portText) > 65535) throw bad('the port must be a number from 0 to 65535');
   return { host, port: Number(portText) };
-}
-
-export function isLoopback(host: string): boolean {
-  if (host === 'localhost' || host === '::1') return true;
-  if (isIP(host) === 4) return host.startsWith('127.');
-  return isIP(host) === 6 && host.toLowerCase().startsWith('::ffff:127.');
 }
 
 function warn(text: string): void {
@@ -126,17 +131,39 @@ function parseMaxAge(text: string): number {
   return ms;
 }
 
+/** A count of messages for a share flag. */
+function parseShare(flag: string, text: string | boolean | undefined): number | undefined {
+  if (typeof text !== 'string') return undefined;
+  if (!/^[1-9][0-9]{0,8}$/.test(text)) throw new InterlinkError('usage', `--${flag} ${JSON.stringify(text)} is not a number of messages (1 or more)`);
+  return Number(text);
+}
+
 export async function relay(argv: readonly string[], config: Config): Promise<void> {
   if (argv[0] === 'stop') return stop(argv.slice(1), config);
-  const args = parse(argv, { addr: { type: 'string' }, db: { type: 'string' }, 'max-age': { type: 'string' } });
-  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]');
+  const args = parse(argv, {
+    addr: { type: 'string' },
+    db: { type: 'string' },
+    'max-age': { type: 'string' },
+    'max-per-address': { type: 'string' },
+    'max-per-connection': { type: 'string' },
+  });
+  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--max-per-address N] [--max-per-connection N]');
   const { host, port } = parseAddr(typeof args.values.addr === 'string' ? args.values.addr : DEFAULT_RELAY_ADDR);
   const db = typeof args.values.db === 'string' ? resolve(args.values.db) : undefined;
 
   const stopped = stopSignal();
   const maxAge = args.values['max-age'];
   const maxAgeMs = typeof maxAge === 'string' ? parseMaxAge(maxAge) : undefined;
-  const server = await RelayServer.start({ host, port, ...(db !== undefined && { dbDir: db }), ...(maxAgeMs !== undefined && { maxAgeMs }) });
+  const maxPerAddress = parseShare('max-per-address', args.values['max-per-address']);
+  const maxPerConnection = parseShare('max-per-connection', args.values['max-per-connection']);
+  const server = await RelayServer.start({
+    host,
+    port,
+    ...(db !== undefined && { dbDir: db }),
+    ...(maxAgeMs !== undefined && { maxAgeMs }),
+    ...(maxPerAddress !== undefined && { maxPerAddress }),
+    ...(maxPerConnection !== undefined && { maxPerConnection }),
+  });
   // Warnings only once it listens: a relay that cannot start says one line, why.
   if (!isLoopback(host)) {
     warn(`listening on ${host}, beyond loopback: anyone who can reach it can send messages through it and fill its queues (only readers are authenticated)`);
