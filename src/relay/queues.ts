@@ -18,7 +18,7 @@
 import { z } from 'zod';
 import { routeText as route } from '../envelope/route.js';
 import type { JournalFormat } from '../store/journal.js';
-import { ShareLedger, type Share } from './shares.js';
+import type { Share } from './shares.js';
 
 export interface QueueLimits {
   /** messages queued for one route */
@@ -97,6 +97,32 @@ export interface ExpireResult {
   removed: number;
 }
 export type QueueResult = EnqueueResult | AckResult | ExpireResult;
+
+/** What each holder has queued. A holder leaves the ledger when it holds nothing. */
+class ShareLedger<Holder> {
+  private readonly held = new Map<Holder, Share>();
+
+  get(holder: Holder): Share {
+    return this.held.get(holder) ?? { messages: 0, bytes: 0 };
+  }
+
+  /** Whether one more message of `bytes` stays within `limit`. */
+  fits(holder: Holder, bytes: number, limit: Share): boolean {
+    const share = this.get(holder);
+    return share.messages < limit.messages && share.bytes + bytes <= limit.bytes;
+  }
+
+  add(holder: Holder, bytes: number): void {
+    const share = this.get(holder);
+    this.held.set(holder, { messages: share.messages + 1, bytes: share.bytes + bytes });
+  }
+
+  remove(holder: Holder, bytes: number): void {
+    const share = this.get(holder);
+    if (share.messages <= 1) this.held.delete(holder);
+    else this.held.set(holder, { messages: share.messages - 1, bytes: share.bytes - bytes });
+  }
+}
 
 /** One route's messages. Ids arrive in increasing order; acknowledgements remove any of them. */
 class RouteQueue {
@@ -238,16 +264,16 @@ export class RelayQueueState {
     return { outcome: 'expired', removed };
   }
 
-  /** The sender's own shares are checked before the relay's: the refusal names what the sender can change. */
+  /** The relay's bounds first, then the sender's shares: a share can be the whole relay. */
   private enqueue(op: EnqueueOp, connection: number | undefined): EnqueueResult {
     if (op.id < this.next) return { outcome: 'id_reused', id: op.id };
     const size = payloadBytes(op.payload);
     const { perAddress, perConnection } = this.limits;
     if (this.size(op.route) >= this.limits.routeMessages) return { outcome: 'queue_full', limit: 'routeMessages' };
-    if (perConnection && connection !== undefined && !this.byConnection.fits(connection, size, perConnection)) return { outcome: 'queue_full', limit: 'perConnection' };
-    if (perAddress && op.src !== undefined && !this.byAddress.fits(op.src, size, perAddress)) return { outcome: 'queue_full', limit: 'perAddress' };
     if (this.count >= this.limits.messages) return { outcome: 'queue_full', limit: 'messages' };
     if (this.bytes + size > this.limits.bytes) return { outcome: 'queue_full', limit: 'bytes' };
+    if (perConnection && connection !== undefined && !this.byConnection.fits(connection, size, perConnection)) return { outcome: 'queue_full', limit: 'perConnection' };
+    if (perAddress && op.src !== undefined && !this.byAddress.fits(op.src, size, perAddress)) return { outcome: 'queue_full', limit: 'perAddress' };
     this.insert(op.route, { id: op.id, at: op.at, payload: op.payload, bytes: size, src: op.src, connection });
     this.next = op.id + 1;
     return { outcome: 'enqueued', id: op.id };

@@ -2,9 +2,11 @@
  * Fair shares (DESIGN.md "The relay": "Bounded by construction"): what one sender may
  * hold queued, so that an abuser fills its own share and not the relay. A sender is
  * counted twice, by the connection it sent on and by its source address; an IPv6 address
- * counts by its /64, the smallest block a provider hands one customer. No I/O.
+ * counts by its /64, the smallest block a provider hands one customer. No I/O; the
+ * counting itself is in `RelayQueueState` (queues.ts).
  */
 import { isIP } from 'node:net';
+import { DEFAULT_QUEUE_LIMITS } from './queues.js';
 
 /** What one holder has queued, or may have. */
 export interface Share {
@@ -18,10 +20,12 @@ export interface ShareLimits {
   perConnection: Share;
 }
 
-/** A tenth of the relay's messages and bytes per source address (beyond loopback)... */
-export const ADDRESS_SHARE_DIVISOR = 10;
+/** A tenth of a default relay per source address (beyond loopback)... */
+export const DEFAULT_PER_ADDRESS = 10_000;
 /** ...and a twentieth per connection: two connections fill an address's share. */
-export const CONNECTION_SHARE_DIVISOR = 20;
+export const DEFAULT_PER_CONNECTION = 5_000;
+/** A share of N messages holds N times the default relay's bytes per message (512 MiB / 100,000: about 5.2 KiB). */
+const BYTES_PER_MESSAGE = DEFAULT_QUEUE_LIMITS.bytes / DEFAULT_QUEUE_LIMITS.messages;
 
 export function isLoopback(host: string): boolean {
   if (host === 'localhost' || host === '::1') return true;
@@ -29,10 +33,9 @@ export function isLoopback(host: string): boolean {
   return isIP(host) === 6 && host.toLowerCase().startsWith('::ffff:127.');
 }
 
-/** `count` messages, with the same fraction of the relay's bytes. */
+/** `count` messages and their bytes, never more than the whole relay. */
 export function shareOf(total: Share, count: number): Share {
-  const messages = Math.min(count, total.messages);
-  return { messages, bytes: Math.floor((total.bytes * messages) / total.messages) };
+  return { messages: Math.min(count, total.messages), bytes: Math.min(Math.floor(count * BYTES_PER_MESSAGE), total.bytes) };
 }
 
 /**
@@ -43,11 +46,8 @@ export function shareOf(total: Share, count: number): Share {
  * taking it all.
  */
 export function shareLimits(total: Share, host: string, configured: { perAddress?: number; perConnection?: number } = {}): ShareLimits {
-  const addressDefault = isLoopback(host) ? total.messages : Math.floor(total.messages / ADDRESS_SHARE_DIVISOR);
-  return {
-    perAddress: shareOf(total, configured.perAddress ?? addressDefault),
-    perConnection: shareOf(total, configured.perConnection ?? Math.floor(total.messages / CONNECTION_SHARE_DIVISOR)),
-  };
+  const perAddress = configured.perAddress === undefined && isLoopback(host) ? total : shareOf(total, configured.perAddress ?? DEFAULT_PER_ADDRESS);
+  return { perAddress, perConnection: shareOf(total, configured.perConnection ?? DEFAULT_PER_CONNECTION) };
 }
 
 /** Eight hex digits per group: `2001:db8::1` → `2001:0db8:0000:0000:0000:0000:0000:0001`. */
@@ -78,30 +78,4 @@ export function sourceGroup(remote: string | undefined): string | undefined {
   if (mapped !== null) return mapped[1]!;
   if (isIP(address) !== 6) return address;
   return `${expandIpv6(address).slice(0, 4).join(':')}::/64`;
-}
-
-/** What each holder has queued. A holder leaves the ledger when it holds nothing. */
-export class ShareLedger<Holder> {
-  private readonly held = new Map<Holder, Share>();
-
-  get(holder: Holder): Share {
-    return this.held.get(holder) ?? { messages: 0, bytes: 0 };
-  }
-
-  /** Whether one more message of `bytes` stays within `limit`. */
-  fits(holder: Holder, bytes: number, limit: Share): boolean {
-    const share = this.get(holder);
-    return share.messages < limit.messages && share.bytes + bytes <= limit.bytes;
-  }
-
-  add(holder: Holder, bytes: number): void {
-    const share = this.get(holder);
-    this.held.set(holder, { messages: share.messages + 1, bytes: share.bytes + bytes });
-  }
-
-  remove(holder: Holder, bytes: number): void {
-    const share = this.get(holder);
-    if (share.messages <= 1) this.held.delete(holder);
-    else this.held.set(holder, { messages: share.messages - 1, bytes: share.bytes - bytes });
-  }
 }

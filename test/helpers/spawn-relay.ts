@@ -22,8 +22,9 @@ export function freePort(): Promise<number> {
   });
 }
 
-export async function startRelay(options: { port?: number; db?: string } = {}): Promise<RelayProcess> {
-  const args = ['relay', '--addr', `127.0.0.1:${options.port ?? 0}`, ...(options.db !== undefined ? ['--db', options.db] : [])];
+/** `flags`: more `relay` flags, e.g. `['--max-per-address', '40']`. */
+export async function startRelay(options: { port?: number; db?: string; flags?: readonly string[] } = {}): Promise<RelayProcess> {
+  const args = ['relay', '--addr', `127.0.0.1:${options.port ?? 0}`, ...(options.db !== undefined ? ['--db', options.db] : []), ...(options.flags ?? [])];
   const child = spawnNode(MAIN, args, { INTERLINK_LOG: 'warn' });
   await child.waitForLines(1, 15_000);
   const match = /ws:\/\/127\.0\.0\.1:(\d+)/.exec(child.lines[0] ?? '');

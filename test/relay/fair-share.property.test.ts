@@ -62,10 +62,10 @@ const refusals = new Map<string, number>();
 /** What the model expects of an enqueue, in the state's order of checks. */
 function expectedEnqueue(model: readonly Held[], m: Held): QueueResult {
   if (model.filter((x) => x.route === m.route).length >= LIMITS.routeMessages) return { outcome: 'queue_full', limit: 'routeMessages' };
-  if (m.conn !== undefined && !fits(model.filter((x) => x.conn === m.conn), m.bytes, LIMITS.perConnection!)) return { outcome: 'queue_full', limit: 'perConnection' };
-  if (m.src !== undefined && !fits(model.filter((x) => x.src === m.src), m.bytes, LIMITS.perAddress!)) return { outcome: 'queue_full', limit: 'perAddress' };
   if (model.length >= LIMITS.messages) return { outcome: 'queue_full', limit: 'messages' };
   if (sum(model).bytes + m.bytes > LIMITS.bytes) return { outcome: 'queue_full', limit: 'bytes' };
+  if (m.conn !== undefined && !fits(model.filter((x) => x.conn === m.conn), m.bytes, LIMITS.perConnection!)) return { outcome: 'queue_full', limit: 'perConnection' };
+  if (m.src !== undefined && !fits(model.filter((x) => x.src === m.src), m.bytes, LIMITS.perAddress!)) return { outcome: 'queue_full', limit: 'perAddress' };
   return { outcome: 'enqueued', id: m.id };
 }
 
@@ -197,8 +197,9 @@ describe('source addresses', () => {
     expect(sourceGroup(undefined)).toBeUndefined();
   });
 
-  it('share a tenth of the relay per address and a twentieth per connection, and the whole relay per address on loopback', () => {
+  it('share a tenth of the relay per address and a twentieth per connection, the whole relay per address on loopback, never more than the relay', () => {
     const total = { messages: 100_000, bytes: 512 * 1024 * 1024 };
+    expect(shareLimits({ messages: 5, bytes: 100 }, '0.0.0.0')).toEqual({ perAddress: { messages: 5, bytes: 100 }, perConnection: { messages: 5, bytes: 100 } });
     expect(shareLimits(total, '0.0.0.0')).toEqual({ perAddress: { messages: 10_000, bytes: 53_687_091 }, perConnection: { messages: 5_000, bytes: 26_843_545 } });
     expect(shareLimits(total, '127.0.0.1').perAddress).toEqual(total);
     expect(shareLimits(total, '127.0.0.1').perConnection.messages).toBe(5_000);

@@ -31,14 +31,13 @@ messages until that session's reader, proving its key, acknowledges them.
                     7 days and 10 minutes, as long as receivers accept it): a route nobody
                     reads goes with its messages, so nothing fills the relay for good
   --max-per-address N
-                    messages one sender's address (IPv6: its /64) may have queued,
-                    with the same fraction of the relay's 512 MiB of payload; beyond it
-                    its sends are refused queue_full while others' are still accepted
-                    (default 10000, a tenth of the relay; listening on loopback, where
-                    every client is this machine or a proxy in front, 100000: the whole
-                    relay)
+                    messages one sender's address (IPv6: its /64) may have queued, and
+                    N x 5 KiB of payload; beyond it its sends are refused queue_full
+                    while others' are still accepted (default 10000, a tenth of the
+                    relay's 100000 messages and 512 MiB; listening on loopback, where
+                    every client is this machine or a proxy in front, the whole relay)
   --max-per-connection N
-                    the same for one connection (default 5000, a twentieth)
+                    the same for one connection (default 5000: a twentieth)
 
 Prints one line once it listens:
   interlink relay listening on ws://HOST:PORT (durable: DIR)
