@@ -63,7 +63,7 @@ export const CODE_MEANINGS = {
   stale: 'the timestamp is more than 7 days old',
   replay: 'the message was already admitted',
   // relay refusals (docs/PROTOCOL.md "Refusal codes")
-  queue_full: 'the route or the relay holds as many messages as it may',
+  queue_full: "the route, the relay, or the sender's share of it (per connection, per address) holds as many messages as it may",
   rate_limited: "more frames than the connection's rate allows",
   bad_frame: 'not a valid frame of the protocol version',
   auth_failed: 'the auth proof does not verify, or the connection has too many routes',

@@ -91,6 +91,8 @@ export class Connection {
     readonly ws: RelaySocket,
     readonly bucket: TokenBucket,
     private readonly hooks: ConnectionHooks,
+    /** the peer's IP address, which its sends are counted by (fair shares) */
+    readonly address?: string,
   ) {
     this.closed = new Promise((resolve) => ws.once('close', () => resolve()));
     this.flushed = () => {
@@ -174,8 +176,8 @@ export class ConnectionSet {
     };
   }
 
-  add(ws: WebSocket): Connection {
-    const conn = new Connection(this.nextId++, ws, new TokenBucket(this.budget.frameRate, this.budget.frameBurst, this.now()), this.hooks);
+  add(ws: WebSocket, address?: string): Connection {
+    const conn = new Connection(this.nextId++, ws, new TokenBucket(this.budget.frameRate, this.budget.frameBurst, this.now()), this.hooks, address);
     ws.on('error', (err) => log.debug('relay_socket_error', { conn: conn.id, error: err.message }));
     ws.on('pong', () => (conn.alive = true));
     ws.on('message', (data, isBinary) => {

@@ -16,6 +16,7 @@ import { ackRouteOf, deliverText, frameText, NOT_JSON, parseJson, refOf, rosterT
 import { clientFrame, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, type ClientFrame } from './frames.js';
 import { MAX_JSON_DEPTH, memberText, nestsDeeperThan } from './json-scan.js';
 import type { EnqueueResult, QueueLimits, QueueResult } from './queues.js';
+import type { Share } from './shares.js';
 import type { Roster } from './roster.js';
 import type { RelayMetrics } from './relay-metrics.js';
 import type { RelayStorage } from './storage.js';
@@ -36,8 +37,17 @@ export interface DispatchSettings {
   metrics?: RelayMetrics;
 }
 
-function queueFullMessage(route: string, result: Extract<EnqueueResult, { outcome: 'queue_full' }>, limits: QueueLimits): string {
+function shareText(share: Share): string {
+  return `${share.messages} messages or ${share.bytes} bytes of payload`;
+}
+
+/** What the sender holds is read when the refusal is written: the commit that decided it has just applied. */
+function queueFullMessage(route: string, result: Extract<EnqueueResult, { outcome: 'queue_full' }>, limits: QueueLimits, held: () => { address: Share; connection: Share }): string {
   switch (result.limit) {
+    case 'perConnection':
+      return `this connection's share of the relay is full (it holds ${shareText(held().connection)} queued; its share is ${shareText(limits.perConnection!)}); try again once they are read or expire`;
+    case 'perAddress':
+      return `your address's share of the relay is full (it holds ${shareText(held().address)} queued; its share is ${shareText(limits.perAddress!)}); try again once they are read or expire`;
     case 'routeMessages':
       return `the queue of ${route} is full (${limits.routeMessages} messages waiting for its reader); try again later`;
     case 'messages':
@@ -150,7 +160,7 @@ export class Dispatcher {
     }
     const id = this.storage.issueId();
     conn.uncommittedBytes += bytes;
-    const commit = this.storage.enqueue(to, id, payload);
+    const commit = this.storage.enqueue(to, id, payload, { address: conn.address, connection: conn.id });
     void commit.finally(() => (conn.uncommittedBytes -= bytes)).catch(() => undefined);
     this.track(
       commit.then(
@@ -170,7 +180,8 @@ export class Dispatcher {
       conn.send({ v: PROTOCOL_VERSION, type: 'accepted', ref, id: result.id });
       for (const subscriber of this.subscribers.get(route) ?? []) this.pump(subscriber, subscriber.subscriptions.get(route)!);
     } else if (result.outcome === 'queue_full') {
-      conn.refuse(ref, 'queue_full', queueFullMessage(route, result, this.storage.limits));
+      const held = () => this.storage.held({ address: conn.address, connection: conn.id });
+      conn.refuse(ref, 'queue_full', queueFullMessage(route, result, this.storage.limits, held));
     } else {
       log.error('relay_id_reused', { result });
       conn.refuse(ref, 'storage', 'the relay could not store the message (internal id conflict); send it again');

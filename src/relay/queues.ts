@@ -7,11 +7,18 @@
  * Message ids come from one counter per state: increasing across all routes and never
  * reused, also after every message was acknowledged (the snapshot keeps the counter).
  * An enqueue beyond a bound is refused (`queue_full`); an accepted message is never
- * dropped to make room. Only an acknowledgement removes one.
+ * dropped to make room. Only an acknowledgement or expiry removes one.
+ *
+ * Fair shares (`shares.ts`): each message counts against its sender's address — `src`,
+ * journaled, so a restart keeps the count — and its connection, which lives in memory
+ * only (a connection does not survive a restart, and replayed messages count against
+ * none). A message without `src` (journaled before shares existed) counts against no
+ * address.
  */
 import { z } from 'zod';
 import { routeText as route } from '../envelope/route.js';
 import type { JournalFormat } from '../store/journal.js';
+import type { Share } from './shares.js';
 
 export interface QueueLimits {
   /** messages queued for one route */
@@ -20,6 +27,10 @@ export interface QueueLimits {
   messages: number;
   /** bytes of payload JSON (UTF-8) queued in all */
   bytes: number;
+  /** what one source address may hold (none: no bound) */
+  perAddress?: Share;
+  /** what one connection may hold (none: no bound) */
+  perConnection?: Share;
 }
 
 export const DEFAULT_QUEUE_LIMITS: Readonly<QueueLimits> = { routeMessages: 10_000, messages: 100_000, bytes: 512 * 1024 * 1024 };
@@ -29,7 +40,10 @@ const id = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 /** The JSON text of the `send` frame's payload object, delivered exactly as stored. */
 const payload = z.string().refine((s) => s.startsWith('{') && s.endsWith('}'), 'must be the JSON text of an object');
 
-const enqOpSchema = z.object({ op: z.literal('enq'), at, route, id, payload });
+/** The sender's address, as the relay keeps it: a keyed hash (storage.ts), never the address itself. */
+const src = z.string().min(1).max(64);
+
+const enqOpSchema = z.object({ op: z.literal('enq'), at, route, id, payload, src: src.optional() });
 const ackOpSchema = z.object({ op: z.literal('ack'), at, route, ids: z.array(id).min(1) });
 /** Every message accepted before `before` (relay clock) leaves; a route left empty goes with it. */
 const expireOpSchema = z.object({ op: z.literal('expire'), at, before: at });
@@ -39,7 +53,7 @@ export type EnqueueOp = z.infer<typeof enqOpSchema>;
 export type AckOp = z.infer<typeof ackOpSchema>;
 export type ExpireOp = z.infer<typeof expireOpSchema>;
 
-const queuedSchema = z.object({ id, at, payload });
+const queuedSchema = z.object({ id, at, payload, src: src.optional() });
 /** The snapshot: the id counter and every queued message, per route in id order. */
 export const queueDataSchema = z
   .object({ next_id: id, routes: z.array(z.object({ route, messages: z.array(queuedSchema).min(1) })) })
@@ -57,6 +71,16 @@ export interface QueuedMessage {
   readonly payload: string;
   /** UTF-8 bytes of `payload`: the unit of the byte bound */
   readonly bytes: number;
+  /** the sender's address (`src`), if known */
+  readonly src?: string;
+  /** the connection it came on, in this run of the relay only */
+  readonly connection?: number;
+}
+
+/** Who sent a message: its address (`src`) and its connection, either unknown. */
+export interface Sender {
+  src?: string;
+  connection?: number;
 }
 
 export type EnqueueResult =
@@ -73,6 +97,32 @@ export interface ExpireResult {
   removed: number;
 }
 export type QueueResult = EnqueueResult | AckResult | ExpireResult;
+
+/** What each holder has queued. A holder leaves the ledger when it holds nothing. */
+class ShareLedger<Holder> {
+  private readonly held = new Map<Holder, Share>();
+
+  get(holder: Holder): Share {
+    return this.held.get(holder) ?? { messages: 0, bytes: 0 };
+  }
+
+  /** Whether one more message of `bytes` stays within `limit`. */
+  fits(holder: Holder, bytes: number, limit: Share): boolean {
+    const share = this.get(holder);
+    return share.messages < limit.messages && share.bytes + bytes <= limit.bytes;
+  }
+
+  add(holder: Holder, bytes: number): void {
+    const share = this.get(holder);
+    this.held.set(holder, { messages: share.messages + 1, bytes: share.bytes + bytes });
+  }
+
+  remove(holder: Holder, bytes: number): void {
+    const share = this.get(holder);
+    if (share.messages <= 1) this.held.delete(holder);
+    else this.held.set(holder, { messages: share.messages - 1, bytes: share.bytes - bytes });
+  }
+}
 
 /** One route's messages. Ids arrive in increasing order; acknowledgements remove any of them. */
 class RouteQueue {
@@ -134,6 +184,8 @@ export class RelayQueueState {
   private next = 0;
   private count = 0;
   private bytes = 0;
+  private readonly byAddress = new ShareLedger<string>();
+  private readonly byConnection = new ShareLedger<number>();
 
   constructor(readonly limits: Readonly<QueueLimits> = DEFAULT_QUEUE_LIMITS) {}
 
@@ -141,12 +193,15 @@ export class RelayQueueState {
   static fromData(data: QueueData, limits: Readonly<QueueLimits> = DEFAULT_QUEUE_LIMITS): RelayQueueState {
     const state = new RelayQueueState(limits);
     state.next = data.next_id;
-    for (const r of data.routes) for (const m of r.messages) state.insert(r.route, m.id, m.at, m.payload);
+    for (const r of data.routes) for (const m of r.messages) state.insert(r.route, { id: m.id, at: m.at, payload: m.payload, bytes: payloadBytes(m.payload), src: m.src });
     return state;
   }
 
   toData(): QueueData {
-    const routes = [...this.routes].map(([route, queue]) => ({ route, messages: [...queue.messages()].map((m) => ({ id: m.id, at: m.at, payload: m.payload })) }));
+    const routes = [...this.routes].map(([route, queue]) => ({
+      route,
+      messages: [...queue.messages()].map((m) => ({ id: m.id, at: m.at, payload: m.payload, ...(m.src !== undefined && { src: m.src }) })),
+    }));
     return { next_id: this.next, routes };
   }
 
@@ -157,6 +212,15 @@ export class RelayQueueState {
 
   get stats(): { routes: number; messages: number; bytes: number } {
     return { routes: this.routes.size, messages: this.count, bytes: this.bytes };
+  }
+
+  /** What the sender holds queued: by its address and by its connection. */
+  held(sender: Sender): { address: Share; connection: Share } {
+    const none = { messages: 0, bytes: 0 };
+    return {
+      address: sender.src === undefined ? none : this.byAddress.get(sender.src),
+      connection: sender.connection === undefined ? none : this.byConnection.get(sender.connection),
+    };
   }
 
   size(route: string): number {
@@ -178,10 +242,11 @@ export class RelayQueueState {
     return queue ? [...queue.messages()] : [];
   }
 
-  apply(op: QueueOp): QueueResult {
+  /** `connection`: who sent an `enq`, known only in the run that received it (never journaled). */
+  apply(op: QueueOp, connection?: number): QueueResult {
     switch (op.op) {
       case 'enq':
-        return this.enqueue(op);
+        return this.enqueue(op, connection);
       case 'ack':
         return this.acknowledge(op);
       case 'expire':
@@ -199,13 +264,17 @@ export class RelayQueueState {
     return { outcome: 'expired', removed };
   }
 
-  private enqueue(op: EnqueueOp): EnqueueResult {
+  /** The relay's bounds first, then the sender's shares: a share can be the whole relay. */
+  private enqueue(op: EnqueueOp, connection: number | undefined): EnqueueResult {
     if (op.id < this.next) return { outcome: 'id_reused', id: op.id };
     const size = payloadBytes(op.payload);
+    const { perAddress, perConnection } = this.limits;
     if (this.size(op.route) >= this.limits.routeMessages) return { outcome: 'queue_full', limit: 'routeMessages' };
     if (this.count >= this.limits.messages) return { outcome: 'queue_full', limit: 'messages' };
     if (this.bytes + size > this.limits.bytes) return { outcome: 'queue_full', limit: 'bytes' };
-    this.insert(op.route, op.id, op.at, op.payload, size);
+    if (perConnection && connection !== undefined && !this.byConnection.fits(connection, size, perConnection)) return { outcome: 'queue_full', limit: 'perConnection' };
+    if (perAddress && op.src !== undefined && !this.byAddress.fits(op.src, size, perAddress)) return { outcome: 'queue_full', limit: 'perAddress' };
+    this.insert(op.route, { id: op.id, at: op.at, payload: op.payload, bytes: size, src: op.src, connection });
     this.next = op.id + 1;
     return { outcome: 'enqueued', id: op.id };
   }
@@ -220,20 +289,24 @@ export class RelayQueueState {
       removed++;
       this.count--;
       this.bytes -= message.bytes;
+      if (message.src !== undefined) this.byAddress.remove(message.src, message.bytes);
+      if (message.connection !== undefined) this.byConnection.remove(message.connection, message.bytes);
     }
     if (queue.size === 0) this.routes.delete(op.route);
     return { outcome: 'acked', removed };
   }
 
-  private insert(route: string, id: number, at: number, payload: string, bytes = payloadBytes(payload)): void {
+  private insert(route: string, message: QueuedMessage): void {
     let queue = this.routes.get(route);
     if (queue === undefined) {
       queue = new RouteQueue();
       this.routes.set(route, queue);
     }
-    queue.push({ id, at, payload, bytes });
+    queue.push(message);
     this.count++;
-    this.bytes += bytes;
+    this.bytes += message.bytes;
+    if (message.src !== undefined) this.byAddress.add(message.src, message.bytes);
+    if (message.connection !== undefined) this.byConnection.add(message.connection, message.bytes);
   }
 }
 
@@ -247,8 +320,14 @@ export type RelayQueueFormat = JournalFormat<RelayQueueState, QueueOp, QueueResu
  * The durable form (`<db>/queues.json` + `queues.journal`). `onState` sees every state
  * the store builds — at open, and again if it reloads the files after a failed write —
  * which is the object its later commits change: the relay reads deliveries from it.
+ * `connectionOf` names the connection an `enq` came on while the relay still knows it
+ * (memory only: an op replayed from the files counts against no connection).
  */
-export function relayQueueFormat(limits: Readonly<QueueLimits> = DEFAULT_QUEUE_LIMITS, onState: (state: RelayQueueState) => void = () => {}): RelayQueueFormat {
+export function relayQueueFormat(
+  limits: Readonly<QueueLimits> = DEFAULT_QUEUE_LIMITS,
+  onState: (state: RelayQueueState) => void = () => {},
+  connectionOf: (id: number) => number | undefined = () => undefined,
+): RelayQueueFormat {
   const track = (state: RelayQueueState): RelayQueueState => {
     onState(state);
     return state;
@@ -262,7 +341,7 @@ export function relayQueueFormat(limits: Readonly<QueueLimits> = DEFAULT_QUEUE_L
     empty: () => track(new RelayQueueState(limits)),
     fromData: (data) => track(RelayQueueState.fromData(data, limits)),
     toData: (state) => state.toData(),
-    apply: (state, op) => state.apply(op),
+    apply: (state, op) => state.apply(op, op.op === 'enq' ? connectionOf(op.id) : undefined),
     changes: (result) => (result.outcome === 'enqueued' ? true : (result.outcome === 'acked' || result.outcome === 'expired') && result.removed > 0),
   };
 }

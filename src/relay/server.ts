@@ -21,6 +21,7 @@ import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from './frames.js';
 import { DEFAULT_QUEUE_LIMITS } from './queues.js';
 import { Roster, ROSTER_MAX_ENTRIES, ROSTER_RETAIN_MS } from './roster.js';
 import { RelayMetrics } from './relay-metrics.js';
+import { shareLimits } from './shares.js';
 import { RelayStorage } from './storage.js';
 import type { ServerTls } from './tls.js';
 
@@ -43,6 +44,10 @@ export interface RelayOptions {
   expireEveryMs?: number;
   /** How often the `relay_summary` line is logged (when something moved since the last one). */
   summaryEveryMs?: number;
+  /** Messages one source address (IPv6: its /64) may hold queued, with that fraction of `maxBytes` (shares.ts has the defaults). */
+  maxPerAddress?: number;
+  /** Messages one connection may hold queued, with that fraction of `maxBytes`. */
+  maxPerConnection?: number;
   now?: () => number;
   /** Serve `wss://` with this certificate and key instead of plain `ws://`. */
   tls?: ServerTls;
@@ -136,7 +141,7 @@ export class RelayServer {
         socket.destroy();
         return;
       }
-      this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws));
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, req.socket.remoteAddress));
     });
     this.heartbeat = setInterval(() => this.connections.beat(), options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
     this.heartbeat.unref();
@@ -165,10 +170,11 @@ export class RelayServer {
     }
     const address = http.address();
     const port = typeof address === 'object' && address !== null ? address.port : options.port;
+    const total = { messages: options.maxMessages ?? DEFAULT_QUEUE_LIMITS.messages, bytes: options.maxBytes ?? DEFAULT_QUEUE_LIMITS.bytes };
     const limits = {
       routeMessages: options.maxRouteMessages ?? DEFAULT_QUEUE_LIMITS.routeMessages,
-      messages: options.maxMessages ?? DEFAULT_QUEUE_LIMITS.messages,
-      bytes: options.maxBytes ?? DEFAULT_QUEUE_LIMITS.bytes,
+      ...total,
+      ...shareLimits(total, options.host, { perAddress: options.maxPerAddress, perConnection: options.maxPerConnection }),
     };
     const metrics = new RelayMetrics();
     let storage: RelayStorage;
@@ -234,13 +240,13 @@ export class RelayServer {
     log.info('relay_closed', { url: this.url });
   }
 
-  private accept(ws: WebSocket): void {
+  private accept(ws: WebSocket, address: string | undefined): void {
     if (this.closing) {
       ws.on('error', () => undefined);
       ws.terminate();
       return;
     }
-    const conn = this.connections.add(ws);
+    const conn = this.connections.add(ws, address);
     conn.send({ v: PROTOCOL_VERSION, type: 'challenge', nonce: conn.nonce });
   }
 }

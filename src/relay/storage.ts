@@ -2,18 +2,62 @@
  * The relay's queues as the server uses them: in memory, or with `--db` a journaled
  * store held under `<db>/relay.lock`; the ids it issues; and which of them are committed,
  * and so deliverable (DESIGN.md "The relay": "What it guarantees" and "The durable
- * store"). The queue rules themselves are the pure `RelayQueueState` in `queues.ts`.
+ * store"); and the key that turns a sender's address into the `src` its messages are
+ * counted by (fair shares). The queue rules themselves are the pure `RelayQueueState` in
+ * `queues.ts`.
  */
+import { createHmac, randomBytes } from 'node:crypto';
+import { constants } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { InterlinkError, messageOf } from '../errors.js';
+import { errnoCode, InterlinkError, messageOf } from '../errors.js';
 import { log } from '../log.js';
 import { JournalStore } from '../store/journal-store.js';
 import { withFileLock } from '../store/lock.js';
-import { makePrivateDir } from '../store/private.js';
+import { writeFileAtomic } from '../store/atomic.js';
+import { makePrivateDir, NO_FOLLOW } from '../store/private.js';
 import { RelayQueueState, relayQueueFormat, type QueuedMessage, type QueueLimits, type QueueOp, type QueueResult } from './queues.js';
+import { sourceGroup, type Share } from './shares.js';
 
 /** How long a new relay waits for another relay that holds the same --db. */
 const DB_LOCK_TIMEOUT_MS = 2_000;
+const SOURCE_KEY_BYTES = 32;
+
+/** Who sent a message, as the connection knows it. */
+export interface Origin {
+  /** the remote address of the connection, if the socket still had one */
+  address: string | undefined;
+  connection: number;
+}
+
+async function readNoFollow(path: string): Promise<Buffer> {
+  const handle = await open(path, constants.O_RDONLY | NO_FOLLOW);
+  try {
+    return await handle.readFile();
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * `<db>/sources.key`, made on first use: the HMAC key of `src`. The files keep no
+ * sender's address in the clear, while the same address still maps to the same `src`
+ * after a restart. (With this key an IPv4 address can be found again by trying all of
+ * them: it keeps addresses out of copies of the queues, not from whoever holds the key.)
+ */
+async function loadSourceKey(dir: string): Promise<Buffer> {
+  const path = join(dir, 'sources.key');
+  const existing = await readNoFollow(path).catch((err: unknown) => {
+    if (errnoCode(err) === 'ENOENT') return undefined;
+    throw err;
+  });
+  if (existing?.length === SOURCE_KEY_BYTES) return existing;
+  // A damaged key only restarts every address's count: the messages stay queued.
+  if (existing !== undefined) log.warn('relay_source_key_replaced', { path, bytes: existing.length });
+  const key = randomBytes(SOURCE_KEY_BYTES);
+  await writeFileAtomic(path, key);
+  return key;
+}
 
 interface QueueBackend {
   submit(op: QueueOp): Promise<QueueResult>;
@@ -62,6 +106,10 @@ export class RelayStorage {
   private nextId = 0;
   /** Only ids below this are committed, and so deliverable. */
   private deliverableBelow = 0;
+  /** The connection each id was sent on, until its commit settles (memory only). */
+  private readonly connectionOf = new Map<number, number>();
+  /** In memory a fresh key per run: nothing outlives it. */
+  private sourceKey: Buffer = randomBytes(SOURCE_KEY_BYTES);
 
   private constructor(
     readonly limits: QueueLimits,
@@ -87,14 +135,19 @@ export class RelayStorage {
 
   private inMemory(): QueueBackend {
     const state = this.queues;
-    return { submit: async (op) => state.apply(op), release: async () => {} };
+    return { submit: async (op) => state.apply(op, op.op === 'enq' ? this.connectionOf.get(op.id) : undefined), release: async () => {} };
   }
 
   private async durable(dir: string): Promise<QueueBackend> {
     await makePrivateDir(dir);
     const releaseLock = await holdDbLock(dir);
     try {
-      const format = relayQueueFormat(this.limits, (state) => (this.queues = state));
+      this.sourceKey = await loadSourceKey(dir);
+      const format = relayQueueFormat(
+        this.limits,
+        (state) => (this.queues = state),
+        (id) => this.connectionOf.get(id),
+      );
       const store = await JournalStore.open(join(dir, 'queues.json'), format);
       for (const r of store.recoveries) log.error('relay_store_recovered', { ...r });
       return {
@@ -121,9 +174,26 @@ export class RelayStorage {
     return id;
   }
 
-  /** Commits (with `--db`: fsyncs) the message under an id from `issueId`. */
-  enqueue(route: string, id: number, payload: string): Promise<QueueResult> {
-    return this.submit({ op: 'enq', at: this.now(), route, id, payload });
+  /** Commits (with `--db`: fsyncs) the message under an id from `issueId`, counted against its sender's shares. */
+  async enqueue(route: string, id: number, payload: string, origin: Origin): Promise<QueueResult> {
+    const src = this.srcOf(origin.address);
+    this.connectionOf.set(id, origin.connection);
+    try {
+      return await this.submit({ op: 'enq', at: this.now(), route, id, payload, ...(src !== undefined && { src }) });
+    } finally {
+      this.connectionOf.delete(id);
+    }
+  }
+
+  /** What a sender holds queued, by its address and by its connection. */
+  held(origin: Origin): { address: Share; connection: Share } {
+    return this.queues.held({ src: this.srcOf(origin.address), connection: origin.connection });
+  }
+
+  /** The `src` a message from `address` is counted by: a keyed hash of the address (IPv6: its /64). */
+  private srcOf(address: string | undefined): string | undefined {
+    const group = sourceGroup(address);
+    return group === undefined ? undefined : createHmac('sha256', this.sourceKey).update(group).digest('base64url').slice(0, 22);
   }
 
   acknowledge(route: string, ids: readonly number[]): Promise<QueueResult> {

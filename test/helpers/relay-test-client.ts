@@ -90,9 +90,17 @@ export class TestClient {
     }
   }
 
-  /** Connects and waits for the challenge. With `autoAck`, every delivery is acknowledged on arrival. */
-  static async connect(url: string, options: { autoPong?: boolean; autoAck?: boolean } = {}): Promise<TestClient> {
-    const ws = new WebSocket(url, { maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, autoPong: options.autoPong ?? true });
+  /**
+   * Connects and waits for the challenge. With `autoAck`, every delivery is acknowledged on
+   * arrival; `localAddress` (e.g. 127.0.0.2) makes the relay see another source address.
+   */
+  static async connect(url: string, options: { autoPong?: boolean; autoAck?: boolean; localAddress?: string } = {}): Promise<TestClient> {
+    const ws = new WebSocket(url, {
+      maxPayload: MAX_FRAME_BYTES,
+      perMessageDeflate: false,
+      autoPong: options.autoPong ?? true,
+      ...(options.localAddress !== undefined && { localAddress: options.localAddress }),
+    });
     ws.on('error', () => undefined);
     const challenge = await new Promise<string>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('no challenge within 5 s')), 5_000);

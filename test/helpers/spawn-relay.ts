@@ -22,9 +22,9 @@ export function freePort(): Promise<number> {
   });
 }
 
-/** `args` are further relay options (e.g. `--tls-cert`); `env` overrides the default INTERLINK_LOG=warn and more. The url is the one the relay prints, ws:// or wss://. */
-export async function startRelay(options: { port?: number; db?: string; args?: readonly string[]; env?: NodeJS.ProcessEnv } = {}): Promise<RelayProcess> {
-  const args = ['relay', '--addr', `127.0.0.1:${options.port ?? 0}`, ...(options.db !== undefined ? ['--db', options.db] : []), ...(options.args ?? [])];
+/** `args` (or `flags`) are further relay options (e.g. `--tls-cert`, `--max-per-address 40`); `env` overrides the default INTERLINK_LOG=warn and more. The url is the one the relay prints, ws:// or wss://. */
+export async function startRelay(options: { port?: number; db?: string; args?: readonly string[]; flags?: readonly string[]; env?: NodeJS.ProcessEnv } = {}): Promise<RelayProcess> {
+  const args = ['relay', '--addr', `127.0.0.1:${options.port ?? 0}`, ...(options.db !== undefined ? ['--db', options.db] : []), ...(options.args ?? []), ...(options.flags ?? [])];
   const child = spawnNode(MAIN, args, { INTERLINK_LOG: 'warn', ...options.env });
   await child.waitForLines(1, 15_000);
   const match = /(wss?):\/\/127\.0\.0\.1:(\d+)/.exec(child.lines[0] ?? '');

@@ -14,10 +14,12 @@ import { InterlinkError } from '../../errors.js';
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
 import { serveMetrics } from '../../relay/metrics-http.js';
 import { MIN_MAX_AGE_MS, RelayServer } from '../../relay/server.js';
+import { isLoopback } from '../../relay/shares.js';
 import { readServerTls, type ServerTls } from '../../relay/tls.js';
 import { expectPositionals, parse, print } from '../args.js';
 
 export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]
+                          [--max-per-address N] [--max-per-connection N]
                           [--tls-cert FILE --tls-key FILE]
                           [--metrics HOST:PORT] [--summary-every DURATION]
        interlink-mcp relay stop [--db DIR] [--json]
@@ -32,6 +34,14 @@ messages until that session's reader, proving its key, acknowledges them.
   --max-age D       drop a message nobody acknowledged after D (default 8d; at least
                     7 days and 10 minutes, as long as receivers accept it): a route nobody
                     reads goes with its messages, so nothing fills the relay for good
+  --max-per-address N
+                    messages one sender's address (IPv6: its /64) may have queued, and
+                    N x 5 KiB of payload; beyond it its sends are refused queue_full
+                    while others' are still accepted (default 10000, a tenth of the
+                    relay's 100000 messages and 512 MiB; listening on loopback, where
+                    every client is this machine or a proxy in front, the whole relay)
+  --max-per-connection N
+                    the same for one connection (default 5000: a twentieth)
   --tls-cert FILE   serve wss:// (TLS) with this PEM certificate (chain) and the private
   --tls-key FILE    key in the other file; both or neither (default: plain ws://, e.g.
                     behind a reverse proxy that terminates TLS). Clients trust a
@@ -77,12 +87,6 @@ export function parseAddr(text: string, flag = '--addr'): { host: string; port: 
   if (host === '') throw bad('the host is empty');
   if (!/^\d{1,5}$/.test(portText) || Number(portText) > 65535) throw bad('the port must be a number from 0 to 65535');
   return { host, port: Number(portText) };
-}
-
-export function isLoopback(host: string): boolean {
-  if (host === 'localhost' || host === '::1') return true;
-  if (isIP(host) === 4) return host.startsWith('127.');
-  return isIP(host) === 6 && host.toLowerCase().startsWith('::ffff:127.');
 }
 
 function warn(text: string): void {
@@ -158,18 +162,27 @@ function serverTls(cert: unknown, key: unknown): ServerTls | undefined {
   return readServerTls(cert, key);
 }
 
+/** A count of messages for a share flag. */
+function parseShare(flag: string, text: string | boolean | undefined): number | undefined {
+  if (typeof text !== 'string') return undefined;
+  if (!/^[1-9][0-9]{0,8}$/.test(text)) throw new InterlinkError('usage', `--${flag} ${JSON.stringify(text)} is not a number of messages (1 or more)`);
+  return Number(text);
+}
+
 export async function relay(argv: readonly string[], config: Config): Promise<void> {
   if (argv[0] === 'stop') return stop(argv.slice(1), config);
   const args = parse(argv, {
     addr: { type: 'string' },
     db: { type: 'string' },
     'max-age': { type: 'string' },
+    'max-per-address': { type: 'string' },
+    'max-per-connection': { type: 'string' },
     'tls-cert': { type: 'string' },
     'tls-key': { type: 'string' },
     metrics: { type: 'string' },
     'summary-every': { type: 'string' },
   });
-  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--tls-cert FILE --tls-key FILE] [--metrics HOST:PORT] [--summary-every DURATION]');
+  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--max-per-address N] [--max-per-connection N] [--tls-cert FILE --tls-key FILE] [--metrics HOST:PORT] [--summary-every DURATION]');
   const { host, port } = parseAddr(typeof args.values.addr === 'string' ? args.values.addr : DEFAULT_RELAY_ADDR);
   const db = typeof args.values.db === 'string' ? resolve(args.values.db) : undefined;
   const metricsAddr = typeof args.values.metrics === 'string' ? parseAddr(args.values.metrics, '--metrics') : undefined;
@@ -179,6 +192,8 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
   const stopped = stopSignal();
   const maxAge = args.values['max-age'];
   const maxAgeMs = typeof maxAge === 'string' ? parseMaxAge(maxAge) : undefined;
+  const maxPerAddress = parseShare('max-per-address', args.values['max-per-address']);
+  const maxPerConnection = parseShare('max-per-connection', args.values['max-per-connection']);
   const tls = serverTls(args.values['tls-cert'], args.values['tls-key']);
   // The metrics address is bound before the relay starts, so that a taken one fails in one line.
   let server: RelayServer | undefined;
@@ -191,6 +206,8 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
       ...(maxAgeMs !== undefined && { maxAgeMs }),
       ...(summaryEveryMs !== undefined && { summaryEveryMs }),
       ...(tls !== undefined && { tls }),
+      ...(maxPerAddress !== undefined && { maxPerAddress }),
+      ...(maxPerConnection !== undefined && { maxPerConnection }),
     });
   } catch (err) {
     await metrics?.close();

@@ -1,0 +1,165 @@
+/**
+ * Fair shares on a real relay (DESIGN.md "The relay": "Bounded by construction"): an
+ * abuser sending to throwaway routes over four connections from one address fills its
+ * own shares — first its connection's, then its address's — and is refused `queue_full`,
+ * while an honest sender on another connection from another address is still accepted;
+ * with `--db` the address's count survives a restart (and the files keep no address in
+ * the clear); an acknowledgement or expiry gives the share back. Distinct loopback
+ * addresses (127.0.0.2, 127.0.0.3) stand for distinct senders.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { RelayServer, type RelayOptions } from '../../src/relay/server.js';
+import { tempDir } from '../helpers/fixtures.js';
+import { reapAll } from '../helpers/process.js';
+import { startRelay as startRelayProcess } from '../helpers/spawn-relay.js';
+import { newReader, TestClient, until, type Accepted, type Reader, type Refused } from '../helpers/relay-test-client.js';
+
+const ABUSER = '127.0.0.2';
+const HONEST = '127.0.0.3';
+const PER_ADDRESS = 40;
+const PER_CONNECTION = 12;
+const DAY = 86_400_000;
+const CONNECTION_FULL = /this connection's share of the relay is full/;
+const ADDRESS_FULL = /your address's share of the relay is full \(it holds 40 messages/;
+
+const relays: RelayServer[] = [];
+const clients: TestClient[] = [];
+const dirs: { remove: () => Promise<void> }[] = [];
+
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((c) => c.terminate()));
+  await Promise.all(relays.splice(0).map((r) => r.close()));
+  await reapAll();
+  await Promise.all(dirs.splice(0).map((d) => d.remove()));
+});
+
+async function startRelay(options: Partial<RelayOptions> = {}): Promise<RelayServer> {
+  const relay = await RelayServer.start({ host: '127.0.0.1', port: 0, maxPerAddress: PER_ADDRESS, maxPerConnection: PER_CONNECTION, ...options });
+  relays.push(relay);
+  return relay;
+}
+
+async function connect(url: string, localAddress: string): Promise<TestClient> {
+  const client = await TestClient.connect(url, { localAddress });
+  clients.push(client);
+  return client;
+}
+
+/** `count` sends, each to a route of its own that nobody reads; the replies in order. */
+async function spray(client: TestClient, count: number, readers: Reader[] = []): Promise<(Accepted | Refused)[]> {
+  const routes = Array.from({ length: count }, () => {
+    const reader = newReader('throwaway');
+    readers.push(reader);
+    return reader.route;
+  });
+  return Promise.all(routes.map((route, i) => client.send(route, { n: i })));
+}
+
+function accepted(replies: readonly (Accepted | Refused)[]): number {
+  return replies.filter((r) => r.type === 'accepted').length;
+}
+
+/** Every refusal among `replies` is `queue_full` with a message matching `why`. */
+function expectRefused(replies: readonly (Accepted | Refused)[], why: RegExp): void {
+  for (const reply of replies.filter((r): r is Refused => r.type === 'refused')) {
+    expect(reply.code).toBe('queue_full');
+    expect(reply.message).toMatch(why);
+  }
+}
+
+async function expectAccepted(client: TestClient): Promise<void> {
+  expect(await client.send(newReader('honest').route, { hello: true })).toMatchObject({ type: 'accepted' });
+}
+
+/**
+ * The abuser's four connections: the first fills its connection's share and is refused;
+ * the others fill the rest of the address's share and are refused from then on.
+ */
+async function abuse(url: string, readers: Reader[] = []): Promise<TestClient[]> {
+  const connections = [];
+  for (let i = 0; i < 4; i++) connections.push(await connect(url, ABUSER));
+  const [first, ...others] = connections as [TestClient, ...TestClient[]];
+  const firstReplies = await spray(first, PER_CONNECTION + 3, readers);
+  expect(accepted(firstReplies)).toBe(PER_CONNECTION);
+  expect(firstReplies.at(-1)).toMatchObject({ type: 'refused', code: 'queue_full', message: expect.stringMatching(CONNECTION_FULL) });
+  expectRefused(firstReplies, CONNECTION_FULL);
+  let total = PER_CONNECTION;
+  for (const conn of others) {
+    const replies = await spray(conn, PER_CONNECTION, readers);
+    total += accepted(replies);
+    expectRefused(replies, ADDRESS_FULL);
+  }
+  expect(total).toBe(PER_ADDRESS);
+  const last = await spray(others.at(-1)!, 1);
+  expect(last[0]).toMatchObject({ type: 'refused', code: 'queue_full', message: expect.stringMatching(ADDRESS_FULL) });
+  return connections;
+}
+
+describe('fair shares', () => {
+  for (const store of ['in memory', '--db'] as const) {
+    it(`an abuser on four connections fills only its own shares; an honest sender from another address is still accepted; an acknowledgement gives a share back (${store})`, async () => {
+      const dir = store === '--db' ? await tempDir() : undefined;
+      if (dir !== undefined) dirs.push(dir);
+      const relay = await startRelay(dir !== undefined ? { dbDir: dir.path } : {});
+      const readers: Reader[] = [];
+      const [first, , , last] = await abuse(relay.url, readers);
+      await expectAccepted(await connect(relay.url, HONEST));
+      // Another connection from the abuser's address: the address's share is full.
+      expect((await spray(await connect(relay.url, ABUSER), 1))[0]).toMatchObject({ code: 'queue_full', message: expect.stringMatching(ADDRESS_FULL) });
+
+      // The reader of one of the first connection's routes acknowledges it: both shares get one back.
+      const reader = await connect(relay.url, HONEST);
+      await reader.auth(readers[0]!);
+      const [delivery] = await reader.waitForDeliveries(1);
+      reader.ack(delivery!.route, [delivery!.id]);
+      await until('the acknowledgement is committed', () => (relay.stats().messages === PER_ADDRESS ? true : undefined));
+      expect((await spray(first!, 1))[0]).toMatchObject({ type: 'accepted' });
+      expect((await spray(last!, 1))[0]).toMatchObject({ code: 'queue_full', message: expect.stringMatching(ADDRESS_FULL) });
+    });
+  }
+
+  it('expiry gives the share back', async () => {
+    let now = 1_900_000_000_000;
+    const relay = await startRelay({ now: () => now, maxAgeMs: 8 * DAY, expireEveryMs: 20 });
+    await abuse(relay.url);
+    now += 8 * DAY + 1;
+    await until('the abuser’s messages expired', () => (relay.stats().messages === 0 ? true : undefined));
+    await expectAccepted(await connect(relay.url, ABUSER));
+  });
+
+  it('on a relay listening on loopback one address may use more than a tenth of the relay by default (one machine, many sessions)', async () => {
+    // 80 messages in all: a tenth would be 8; each connection's share is a twentieth, 4.
+    const relay = await RelayServer.start({ host: '127.0.0.1', port: 0, maxMessages: 80 });
+    relays.push(relay);
+    let total = 0;
+    for (let session = 0; session < 5; session++) total += accepted(await spray(await connect(relay.url, '127.0.0.1'), 4));
+    expect(total).toBe(20);
+  });
+
+  it('a relay process with --db keeps the abuser’s share full across a restart, and keeps no address in its files', async () => {
+    const dir = await tempDir();
+    dirs.push(dir);
+    const flags = ['--max-per-address', String(PER_ADDRESS), '--max-per-connection', String(PER_CONNECTION)];
+    const first = await startRelayProcess({ db: dir.path, flags });
+    await abuse(first.url);
+    await expectAccepted(await connect(first.url, HONEST));
+    await Promise.all(clients.splice(0).map((c) => c.terminate()));
+    await first.child.kill('SIGTERM');
+
+    const again = await startRelayProcess({ db: dir.path, flags });
+    expect((await spray(await connect(again.url, ABUSER), 1))[0]).toMatchObject({ code: 'queue_full', message: expect.stringMatching(ADDRESS_FULL) });
+    await expectAccepted(await connect(again.url, HONEST));
+    const files = ['queues.json', 'queues.journal'].map((name) => {
+      try {
+        return readFileSync(join(dir.path, name), 'utf8');
+      } catch {
+        return '';
+      }
+    });
+    expect(files.join('')).toContain('"src":');
+    expect(files.join('')).not.toContain(ABUSER);
+    expect(readFileSync(join(dir.path, 'sources.key')).length).toBe(32);
+  });
+});
