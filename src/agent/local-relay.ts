@@ -48,7 +48,9 @@ export async function relayAnswers(url: string, timeoutMs = 1_000): Promise<bool
   return (await probeRelay(url, timeoutMs)).answers;
 }
 
-function startDetachedRelay(stateDir: string, addr: string): void {
+type LocalRelayConfig = Pick<Config, 'relays' | 'localRelay' | 'stateDir' | 'log'>;
+
+function startDetachedRelay(stateDir: string, addr: string, logSetting: Config['log']): void {
   const dir = localRelayDir(stateDir);
   makePrivateDirSync(dir);
   const logFd = openSync(localRelayLogPath(stateDir), constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | NO_FOLLOW, PRIVATE_FILE);
@@ -58,21 +60,21 @@ function startDetachedRelay(stateDir: string, addr: string): void {
     stdio: ['ignore', logFd, logFd],
     // relay.log only grows: the zero-config relay keeps the quiet default of the other
     // commands (warnings) instead of the info level an operator's relay logs at.
-    env: { ...process.env, INTERLINK_LOG: process.env.INTERLINK_LOG?.trim() || 'warn' },
+    env: { ...process.env, INTERLINK_LOG: logSetting ?? 'warn' },
   });
   child.unref();
   log.info('local_relay_started', { pid: child.pid, db: dir });
 }
 
 /** The relays to use; starts the local one first when nothing is configured or running. */
-export async function relayUrls(config: Pick<Config, 'relays' | 'localRelay' | 'stateDir'>, deadlineMs = 5_000): Promise<string[]> {
+export async function relayUrls(config: LocalRelayConfig, deadlineMs = 5_000): Promise<string[]> {
   if (config.relays !== undefined) return [...config.relays];
   const { localRelay: addr, stateDir } = config;
   const url = `ws://${addr}`;
   if (await relayAnswers(url, 500)) return [url];
   // A session that starts wants the relay, whoever stopped it before.
   rmSync(relayStopMarker(localRelayDir(stateDir)), { force: true });
-  startDetachedRelay(stateDir, addr);
+  startDetachedRelay(stateDir, addr, config.log);
   const deadline = Date.now() + deadlineMs;
   while (Date.now() < deadline) {
     if (await relayAnswers(url, 500)) return [url];
@@ -92,7 +94,7 @@ const RESTART_EVERY_MS = 10_000;
  * not when a person stopped it (`relay stop`'s marker). Nothing to do when relays are
  * configured.
  */
-export function keepLocalRelay(config: Pick<Config, 'relays' | 'localRelay' | 'stateDir'>, relays: readonly RelayClient[]): void {
+export function keepLocalRelay(config: LocalRelayConfig, relays: readonly RelayClient[]): void {
   if (config.relays !== undefined) return;
   const url = `ws://${config.localRelay}`;
   const client = relays.find((r) => r.url === url);
@@ -106,7 +108,7 @@ export function keepLocalRelay(config: Pick<Config, 'relays' | 'localRelay' | 's
     // Looked at again after the probe: `relay stop` may have marked and stopped it meanwhile.
     if (!(await relayAnswers(url, 500)) && !stoppedByPerson()) {
       log.warn('local_relay_restarting', { url, error: client.unreachable, message: `the local relay on ${url} is gone; starting it again` });
-      startDetachedRelay(config.stateDir, config.localRelay);
+      startDetachedRelay(config.stateDir, config.localRelay, config.log);
     }
     timer = setTimeout(() => void attempt(), RESTART_EVERY_MS);
     timer.unref();
