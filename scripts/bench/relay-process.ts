@@ -2,26 +2,46 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
-import { rssBytes } from './proc.js';
+import { cpuSeconds, rssBytes } from './proc.js';
 
 export interface RelayProcess {
   url: string;
   pid: number;
   /** Resident memory of the relay process, in bytes (Linux /proc). */
   rss(): number;
+  /** CPU seconds the relay process used so far (Linux /proc). */
+  cpu(): number;
+  /** One sample of `interlink_relay_<name>` from its /metrics (started with `metrics: true`). */
+  metric(name: string): Promise<number>;
   stop(): Promise<void>;
 }
 
-export async function startRelayProcess(projectRoot: string, dbDir: string | undefined): Promise<RelayProcess> {
+export interface RelayProcessOptions {
+  /** Serve /metrics on a free loopback port. */
+  metrics?: boolean;
+  /** More `relay` flags. */
+  flags?: readonly string[];
+}
+
+export async function startRelayProcess(projectRoot: string, dbDir: string | undefined, options: RelayProcessOptions = {}): Promise<RelayProcess> {
   const main = join(projectRoot, 'dist', 'src', 'cli', 'main.js');
-  const args = [main, 'relay', '--addr', '127.0.0.1:0', ...(dbDir !== undefined ? ['--db', dbDir] : [])];
+  const args = [
+    main,
+    'relay',
+    '--addr',
+    '127.0.0.1:0',
+    ...(dbDir !== undefined ? ['--db', dbDir] : []),
+    ...(options.metrics === true ? ['--metrics', '127.0.0.1:0'] : []),
+    ...(options.flags ?? []),
+  ];
   const child: ChildProcess = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, INTERLINK_LOG: 'error' } });
-  const url = await new Promise<string>((resolve, reject) => {
+  const { url, metricsUrl } = await new Promise<{ url: string; metricsUrl: string | undefined }>((resolve, reject) => {
     let out = '';
     child.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString();
-      const match = /ws:\/\/127\.0\.0\.1:\d+/.exec(out);
-      if (match) resolve(match[0]);
+      const relay = /ws:\/\/127\.0\.0\.1:\d+/.exec(out);
+      const metrics = /http:\/\/127\.0\.0\.1:\d+\/metrics/.exec(out);
+      if (relay && (options.metrics !== true || metrics)) resolve({ url: relay[0], metricsUrl: metrics?.[0] });
     });
     child.once('exit', (code) => reject(new Error(`relay exited with ${code} before listening`)));
   });
@@ -30,6 +50,14 @@ export async function startRelayProcess(projectRoot: string, dbDir: string | und
     url,
     pid,
     rss: () => rssBytes(pid),
+    cpu: () => cpuSeconds(pid),
+    metric: async (name) => {
+      if (metricsUrl === undefined) throw new Error('the relay was started without metrics');
+      const text = await (await fetch(metricsUrl)).text();
+      const line = text.split('\n').find((l) => l.startsWith(`interlink_relay_${name} `));
+      if (line === undefined) throw new Error(`no metric interlink_relay_${name}`);
+      return Number(line.slice(line.lastIndexOf(' ') + 1));
+    },
     stop: async () => {
       if (child.exitCode === null && child.signalCode === null) {
         child.kill('SIGTERM');
