@@ -17,6 +17,7 @@ import { clientFrame, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, type ClientFrame } fr
 import { MAX_JSON_DEPTH, memberText, nestsDeeperThan } from './json-scan.js';
 import type { EnqueueResult, QueueLimits, QueueResult } from './queues.js';
 import type { Roster } from './roster.js';
+import { RosterReplies } from './roster-replies.js';
 import type { RelayStorage } from './storage.js';
 import { messageOf } from '../errors.js';
 
@@ -49,6 +50,7 @@ export class Dispatcher {
   private readonly subscribers = new Map<string, Set<Connection>>();
   /** Commits in progress and what follows them. */
   private readonly pending = new Set<Promise<unknown>>();
+  private readonly rosterReplies = new RosterReplies();
 
   constructor(
     private readonly storage: RelayStorage,
@@ -88,6 +90,7 @@ export class Dispatcher {
 
   /** Its in-flight messages stay queued: the next connection authenticated for the route gets them. */
   onClosed(conn: Connection): void {
+    this.rosterReplies.release(conn);
     for (const route of conn.subscriptions.keys()) {
       const set = this.subscribers.get(route);
       set?.delete(conn);
@@ -114,8 +117,14 @@ export class Dispatcher {
       case 'goodbye':
         return this.onGoodbye(conn, frame.goodbye);
       case 'roster':
-        return conn.sendText(rosterText(frame.ref, this.roster.list()));
+        return this.onRoster(conn, frame.ref);
     }
+  }
+
+  /** A roster reply counts against the send budget like deliveries (roster-replies.ts). */
+  private onRoster(conn: Connection, ref: string): void {
+    const refusal = this.rosterReplies.refusal(conn) ?? this.rosterReplies.send(conn, rosterText(ref, this.roster.list()));
+    if (refusal !== undefined) conn.refuse(ref, 'rate_limited', refusal);
   }
 
   private onAuth(conn: Connection, route: string, sig: string): void {

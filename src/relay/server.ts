@@ -10,15 +10,18 @@
  * announcements and goodbyes.
  */
 import { createServer, type Server as HttpServer } from 'node:http';
+import type { Duplex } from 'node:stream';
 import WebSocket, { WebSocketServer } from 'ws';
 import { errnoCode, InterlinkError, messageOf } from '../errors.js';
 import { MAX_HOLD_MS, MAX_PAST_MS } from '../gate/decide.js';
 import { log } from '../log.js';
+import { sourceAddress } from './address.js';
+import { ConnectionCounts, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS } from './admission.js';
 import { ConnectionSet, DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from './connection.js';
 import { DEFAULT_DELIVERY_WINDOW, Dispatcher } from './dispatch.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from './frames.js';
 import { DEFAULT_QUEUE_LIMITS } from './queues.js';
-import { Roster, ROSTER_MAX_ENTRIES, ROSTER_RETAIN_MS } from './roster.js';
+import { DEFAULT_ROSTER_LIMITS, Roster } from './roster.js';
 import { RelayStorage } from './storage.js';
 
 export interface RelayOptions {
@@ -38,6 +41,10 @@ export interface RelayOptions {
   maxAgeMs?: number;
   /** How often messages older than `maxAgeMs` are looked for. */
   expireEveryMs?: number;
+  /** Connections held at once; more are refused at the upgrade (HTTP 503). */
+  maxConnections?: number;
+  /** Connections held at once from one non-loopback source address (admission.ts). */
+  maxConnectionsPerAddress?: number;
   now?: () => number;
 }
 
@@ -81,6 +88,13 @@ function hostForUrl(host: string): string {
   return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
 }
 
+/** Answers an upgrade the relay will not take with a 503 and a line saying why, then closes. */
+function refuseUpgrade(socket: Duplex, message: string): void {
+  const body = `interlink relay: ${message}\n`;
+  const head = `HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`;
+  socket.end(head + body, () => socket.destroy());
+}
+
 function plainHttpServer(): HttpServer {
   return createServer((_req, res) => {
     res.writeHead(426, { 'content-type': 'text/plain' }).end('interlink relay: connect with WebSocket\n');
@@ -90,6 +104,7 @@ function plainHttpServer(): HttpServer {
 export class RelayServer {
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, clientTracking: false });
   private readonly connections: ConnectionSet;
+  private readonly counts: ConnectionCounts;
   private readonly dispatcher: Dispatcher;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly expiry: NodeJS.Timeout;
@@ -105,12 +120,16 @@ export class RelayServer {
   ) {
     const now = options.now ?? Date.now;
     const frameRate = options.frameRate ?? DEFAULT_FRAME_RATE;
-    const roster = new Roster(now, { maxEntries: options.rosterMaxEntries ?? ROSTER_MAX_ENTRIES, retainMs: ROSTER_RETAIN_MS });
+    const roster = new Roster(now, { ...DEFAULT_ROSTER_LIMITS, maxEntries: options.rosterMaxEntries ?? DEFAULT_ROSTER_LIMITS.maxEntries });
     this.dispatcher = new Dispatcher(storage, roster, { frameRate, deliveryWindow: options.deliveryWindow ?? DEFAULT_DELIVERY_WINDOW }, now);
     this.connections = new ConnectionSet({ frameRate, frameBurst: options.frameBurst ?? DEFAULT_FRAME_BURST }, now, {
       frame: (conn, data, isBinary) => this.dispatcher.onFrame(conn, data, isBinary),
       drained: (conn) => this.dispatcher.onDrained(conn),
       closed: (conn) => this.dispatcher.onClosed(conn),
+    });
+    this.counts = new ConnectionCounts({
+      maxConnections: options.maxConnections ?? DEFAULT_MAX_CONNECTIONS,
+      maxConnectionsPerAddress: options.maxConnectionsPerAddress ?? DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
     });
     this.wss.on('error', (err) => log.error('relay_ws_error', { error: err.message }));
     http.on('upgrade', (req, socket, head) => {
@@ -119,6 +138,15 @@ export class RelayServer {
         socket.destroy();
         return;
       }
+      // Counted from the upgrade until the socket closes, so upgrades in progress count too.
+      const address = sourceAddress(req);
+      const admission = this.counts.tryAdd(address);
+      if (!admission.admitted) {
+        log.warn('relay_connection_refused', { address, cap: admission.cap });
+        refuseUpgrade(socket, admission.message);
+        return;
+      }
+      socket.once('close', () => this.counts.release(address));
       this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws));
     });
     this.heartbeat = setInterval(() => this.connections.beat(), options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);

@@ -11,11 +11,14 @@ import { localRelayDir, relayStopMarker } from '../../config/layout.js';
 import { NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
+import { isLoopbackAddress } from '../../relay/address.js';
+import { DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS } from '../../relay/admission.js';
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
 import { MIN_MAX_AGE_MS, RelayServer } from '../../relay/server.js';
 import { expectPositionals, parse, print } from '../args.js';
 
 export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]
+                          [--max-connections N] [--max-connections-per-address N]
        interlink-mcp relay stop [--db DIR] [--json]
 
 Runs the relay that carries signed messages between sessions: it keeps each session's
@@ -28,6 +31,14 @@ messages until that session's reader, proving its key, acknowledges them.
   --max-age D       drop a message nobody acknowledged after D (default 8d; at least
                     7 days and 10 minutes, as long as receivers accept it): a route nobody
                     reads goes with its messages, so nothing fills the relay for good
+  --max-connections N
+                    hold at most N connections at once (default ${DEFAULT_MAX_CONNECTIONS});
+                    more are refused with HTTP 503 at the upgrade
+  --max-connections-per-address N
+                    at most N of them from one remote address (default
+                    ${DEFAULT_MAX_CONNECTIONS_PER_ADDRESS}); loopback peers count only against
+                    --max-connections, since every local session (and every client of a
+                    reverse proxy on this host) shares 127.0.0.1
 
 Prints one line once it listens:
   interlink relay listening on ws://HOST:PORT (durable: DIR)
@@ -63,9 +74,7 @@ export function parseAddr(text: string): { host: string; port: number } {
 }
 
 export function isLoopback(host: string): boolean {
-  if (host === 'localhost' || host === '::1') return true;
-  if (isIP(host) === 4) return host.startsWith('127.');
-  return isIP(host) === 6 && host.toLowerCase().startsWith('::ffff:127.');
+  return host === 'localhost' || isLoopbackAddress(host);
 }
 
 function warn(text: string): void {
@@ -126,9 +135,22 @@ function parseMaxAge(text: string): number {
   return ms;
 }
 
+/** A count for a `--max-connections…` flag: a whole number from 1 up. */
+function parseCount(flag: string, text: string | boolean | undefined): number | undefined {
+  if (typeof text !== 'string') return undefined;
+  if (!/^[1-9][0-9]{0,8}$/.test(text)) throw new InterlinkError('usage', `--${flag} ${JSON.stringify(text)} is not a whole number of at least 1`);
+  return Number(text);
+}
+
 export async function relay(argv: readonly string[], config: Config): Promise<void> {
   if (argv[0] === 'stop') return stop(argv.slice(1), config);
-  const args = parse(argv, { addr: { type: 'string' }, db: { type: 'string' }, 'max-age': { type: 'string' } });
+  const args = parse(argv, {
+    addr: { type: 'string' },
+    db: { type: 'string' },
+    'max-age': { type: 'string' },
+    'max-connections': { type: 'string' },
+    'max-connections-per-address': { type: 'string' },
+  });
   expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]');
   const { host, port } = parseAddr(typeof args.values.addr === 'string' ? args.values.addr : DEFAULT_RELAY_ADDR);
   const db = typeof args.values.db === 'string' ? resolve(args.values.db) : undefined;
@@ -136,7 +158,16 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
   const stopped = stopSignal();
   const maxAge = args.values['max-age'];
   const maxAgeMs = typeof maxAge === 'string' ? parseMaxAge(maxAge) : undefined;
-  const server = await RelayServer.start({ host, port, ...(db !== undefined && { dbDir: db }), ...(maxAgeMs !== undefined && { maxAgeMs }) });
+  const maxConnections = parseCount('max-connections', args.values['max-connections']);
+  const maxConnectionsPerAddress = parseCount('max-connections-per-address', args.values['max-connections-per-address']);
+  const server = await RelayServer.start({
+    host,
+    port,
+    ...(db !== undefined && { dbDir: db }),
+    ...(maxAgeMs !== undefined && { maxAgeMs }),
+    ...(maxConnections !== undefined && { maxConnections }),
+    ...(maxConnectionsPerAddress !== undefined && { maxConnectionsPerAddress }),
+  });
   // Warnings only once it listens: a relay that cannot start says one line, why.
   if (!isLoopback(host)) {
     warn(`listening on ${host}, beyond loopback: anyone who can reach it can send messages through it and fill its queues (only readers are authenticated)`);
