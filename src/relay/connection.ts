@@ -37,7 +37,7 @@ const CLOSE_GRACE_MS = 2_000;
 export interface RelaySocket {
   readonly readyState: number;
   readonly bufferedAmount: number;
-  send(text: string, cb: (err?: Error) => void): void;
+  send(data: string | Buffer, options: { binary: false; fin: boolean }, cb?: (err?: Error) => void): void;
   ping(data: Buffer): void;
   pause(): void;
   resume(): void;
@@ -131,16 +131,23 @@ export class Connection {
     this.send({ v: PROTOCOL_VERSION, type: 'refused', ...(ref !== undefined && { ref }), code, message });
   }
 
-  /**
-   * Past READ_PAUSE_BYTES the peer's frames wait unread; past HIGH_WATER_BYTES deliveries
-   * pause; past MAX_BUFFERED_BYTES the peer is cut off. `written` runs once the text has
-   * left the send buffer, or the socket failed: whichever comes first, exactly once.
-   * Returns whether the text was sent.
-   */
+  /** Sends one text frame; see `sendMessage`. */
   sendText(text: string, written?: () => void): boolean {
+    return this.sendMessage([text], written);
+  }
+
+  /**
+   * Sends one text message in consecutive fragments (ws copies no Buffer it is given, so
+   * many replies can share one). Past READ_PAUSE_BYTES the peer's frames wait unread; past
+   * HIGH_WATER_BYTES deliveries pause; past MAX_BUFFERED_BYTES the peer is cut off.
+   * `written` runs once the message has left the send buffer or the socket failed.
+   * Returns whether the message was sent.
+   */
+  sendMessage(parts: readonly (string | Buffer)[], written?: () => void): boolean {
     const ws = this.ws;
     if (!this.open) return false;
-    ws.send(text, written === undefined ? this.flushed : () => (this.flushed(), written()));
+    const done = written === undefined ? this.flushed : () => (this.flushed(), written());
+    parts.forEach((part, i) => ws.send(part, { binary: false, fin: i === parts.length - 1 }, i === parts.length - 1 ? done : undefined));
     const buffered = ws.bufferedAmount;
     this.hooks.buffered(buffered);
     if (buffered > MAX_BUFFERED_BYTES) {

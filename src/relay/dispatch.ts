@@ -12,7 +12,7 @@ import { log } from '../log.js';
 import { describeSchemaError } from '../json.js';
 import { verifyAuth } from './auth.js';
 import type { Connection, Subscription } from './connection.js';
-import { ackRouteOf, deliverText, frameText, NOT_JSON, parseJson, refOf, rosterText } from './frame-text.js';
+import { ackRouteOf, deliverText, frameText, NOT_JSON, parseJson, refOf } from './frame-text.js';
 import { clientFrame, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, type ClientFrame } from './frames.js';
 import { MAX_JSON_DEPTH, memberText, nestsDeeperThan } from './json-scan.js';
 import type { EnqueueResult, QueueLimits, QueueResult } from './queues.js';
@@ -50,14 +50,16 @@ export class Dispatcher {
   private readonly subscribers = new Map<string, Set<Connection>>();
   /** Commits in progress and what follows them. */
   private readonly pending = new Set<Promise<unknown>>();
-  private readonly rosterReplies = new RosterReplies();
+  private readonly rosterReplies: RosterReplies;
 
   constructor(
     private readonly storage: RelayStorage,
     private readonly roster: Roster,
     private readonly settings: DispatchSettings,
     private readonly now: () => number,
-  ) {}
+  ) {
+    this.rosterReplies = new RosterReplies(roster, now);
+  }
 
   /** Resolves once every commit submitted so far has been answered. */
   async settled(): Promise<void> {
@@ -123,7 +125,7 @@ export class Dispatcher {
 
   /** A roster reply counts against the send budget like deliveries (roster-replies.ts). */
   private onRoster(conn: Connection, ref: string): void {
-    const refusal = this.rosterReplies.refusal(conn) ?? this.rosterReplies.send(conn, rosterText(ref, this.roster.list()));
+    const refusal = this.rosterReplies.reply(conn, ref);
     if (refusal !== undefined) conn.refuse(ref, 'rate_limited', refusal);
   }
 

@@ -76,11 +76,15 @@ class ReceiveOrder<T> {
     this.bytes -= heard.bytes;
   }
 
-  expire(now: number): void {
+  /** Removes what was heard more than `retainMs` ago; returns how many went. */
+  expire(now: number): number {
+    let removed = 0;
     for (const [key, heard] of this.map) {
       if (now - heard.receivedAt < this.limits.retainMs) break;
       this.delete(key);
+      removed++;
     }
+    return removed;
   }
 
   /** What the bound counts: the stored values' bytes. */
@@ -98,6 +102,7 @@ export class Roster {
   private readonly entries: ReceiveOrder<Announcement>;
   /** ts of the last goodbye per route. */
   private readonly goodbyes: ReceiveOrder<number>;
+  private changes = 0;
 
   constructor(
     private readonly now: () => number = Date.now,
@@ -112,6 +117,11 @@ export class Roster {
     return this.entries.storedBytes;
   }
 
+  /** Changes whenever the entries do (an announcement stored, an entry removed or expired). */
+  get version(): number {
+    return this.changes;
+  }
+
   /** Verifies and keeps `data` unless the roster holds a newer word from that session. */
   announce(data: unknown): AnnounceOutcome {
     const announcement = verifiedAnnouncement(data);
@@ -123,6 +133,7 @@ export class Roster {
     if ((current !== undefined && current.ts > announcement.ts) || (goodbye !== undefined && goodbye >= announcement.ts)) return 'older';
     this.goodbyes.delete(key);
     this.entries.set(key, announcement, now);
+    this.changes++;
     return 'stored';
   }
 
@@ -136,6 +147,7 @@ export class Roster {
     const current = this.entries.get(key);
     if (current === undefined || goodbye.ts < current.ts) return 'noted';
     this.entries.delete(key);
+    this.changes++;
     return 'removed';
   }
 
@@ -147,7 +159,7 @@ export class Roster {
 
   private expire(): number {
     const now = this.now();
-    this.entries.expire(now);
+    if (this.entries.expire(now) > 0) this.changes++;
     this.goodbyes.expire(now);
     return now;
   }

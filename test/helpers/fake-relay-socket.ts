@@ -16,10 +16,16 @@ export class FakeSocket implements RelaySocket {
     return this.pingPayloads.length;
   }
 
-  send(text: string, cb: () => void): void {
-    this.sent.push(text);
-    this.bufferedAmount += Buffer.byteLength(text, 'utf8');
-    this.callbacks.push(cb);
+  /** Fragments are joined into the message they make up. */
+  private fragments = '';
+
+  send(data: string | Buffer, options: { fin: boolean }, cb?: () => void): void {
+    this.fragments += data.toString();
+    this.bufferedAmount += Buffer.byteLength(data);
+    if (cb !== undefined) this.callbacks.push(cb);
+    if (!options.fin) return;
+    this.sent.push(this.fragments);
+    this.fragments = '';
   }
 
   ping(data: Buffer): void {
