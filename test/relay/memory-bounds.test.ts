@@ -8,11 +8,13 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { once } from 'node:events';
-import WebSocket from 'ws';
+import WebSocket, { WebSocketServer } from 'ws';
 import { afterEach, describe, expect, it } from 'vitest';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
 import { signAnnouncement } from '../../src/presence/announcement.js';
 import { isLoopbackAddress, normalizeAddress, sourceAddress } from '../../src/relay/address.js';
+import { newNonce } from '../../src/relay/auth.js';
+import { RelayClient } from '../../src/relay/client.js';
 import { admit, ConnectionCounts } from '../../src/relay/admission.js';
 import { HIGH_WATER_BYTES, READ_PAUSE_BYTES } from '../../src/relay/connection.js';
 import { relayFrame } from '../../src/relay/frames.js';
@@ -20,6 +22,7 @@ import { DEFAULT_ROSTER_LIMITS, Roster } from '../../src/relay/roster.js';
 import { RosterReplies } from '../../src/relay/roster-replies.js';
 import { RelayServer } from '../../src/relay/server.js';
 import { FakeSocket, fakeConnection } from '../helpers/fake-relay-socket.js';
+import { newReader } from '../helpers/relay-test-client.js';
 
 const key = generateSigningKey();
 const announce = (session: string, summary = 'working') => signAnnouncement(key, { name: 'agent', session, cwd: '/repo', git_root: '/repo', summary, ts: 1 });
@@ -118,6 +121,34 @@ describe('roster replies', () => {
     tight.replies.release(x.conn);
     tight.replies.release(y.conn);
     expect(tight.replies.reply(z.conn, 'q4')).toBeUndefined();
+  });
+});
+
+describe('the client', () => {
+  it('takes a roster refused `rate_limited` as an empty roster at once, not at its request timeout', async () => {
+    const server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+    await once(server, 'listening');
+    server.on('connection', (socket) => {
+      socket.send(JSON.stringify({ v: 1, type: 'challenge', nonce: newNonce() }));
+      socket.on('message', (data) => {
+        const frame = JSON.parse(String(data)) as { type: string; ref?: string; route?: string };
+        if (frame.type === 'auth') socket.send(JSON.stringify({ v: 1, type: 'auth_ok', route: frame.route }));
+        if (frame.type === 'roster') socket.send(JSON.stringify({ v: 1, type: 'refused', ref: frame.ref, code: 'rate_limited', message: 'busy' }));
+      });
+    });
+    const address = server.address();
+    const port = typeof address === 'object' && address !== null ? address.port : 0;
+    const reader = newReader();
+    const client = new RelayClient({ url: `ws://127.0.0.1:${port}`, key: reader.key, routes: [reader.route], requestTimeoutMs: 3_600_000 });
+    client.start();
+    try {
+      expect(await client.ready(5_000)).toBe(true);
+      expect(await client.roster()).toEqual([]);
+    } finally {
+      client.close();
+      for (const socket of server.clients) socket.terminate();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });
 

@@ -95,6 +95,10 @@ describe('a relay process under slow readers with a full roster', () => {
       const [delivery] = await honest.waitForDeliveries(1);
       expect(delivery!.payload).toEqual({ hello: 'world' });
       honest.ack(reader.route, [delivery!.id]);
+      // The slow readers' waiting replies share the entries, so the budget still has room for an honest roster.
+      honest.frame({ type: 'roster', ref: 'honest' });
+      const answer = await honest.waitFor('the honest roster', (f) => 'ref' in f && f.ref === 'honest');
+      expect(answer).toMatchObject({ type: 'roster', entries: roster.entries.map(() => expect.anything()) });
       await honest.close();
 
       // Two heartbeats (15 s each) at most: the first pings, the second finds no echo.
