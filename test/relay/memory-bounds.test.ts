@@ -21,7 +21,9 @@ import { relayFrame } from '../../src/relay/frames.js';
 import { DEFAULT_ROSTER_LIMITS, Roster } from '../../src/relay/roster.js';
 import { RosterReplies } from '../../src/relay/roster-replies.js';
 import { RelayServer } from '../../src/relay/server.js';
+import { expectOneLine, runCli, userEnv } from '../helpers/cli.js';
 import { FakeSocket, fakeConnection } from '../helpers/fake-relay-socket.js';
+import { tempDir } from '../helpers/fixtures.js';
 import { newReader } from '../helpers/relay-test-client.js';
 
 const key = generateSigningKey();
@@ -187,6 +189,19 @@ describe('connection caps', () => {
     expect(sourceAddress({ socket: { remoteAddress: '::FFFF:127.0.0.1' } } as IncomingMessage)).toBe('127.0.0.1');
     expect(['127.0.0.1', '127.1.2.3', '::1', '::ffff:127.0.0.1'].every(isLoopbackAddress)).toBe(true);
     expect(['192.0.2.1', '::2', 'unknown', '128.0.0.1'].some(isLoopbackAddress)).toBe(false);
+  });
+
+  it('are set by relay flags that refuse anything but a whole number from 1, in one line (exit 64)', async () => {
+    const dir = await tempDir();
+    try {
+      const env = userEnv({ root: dir.path, configDir: `${dir.path}/config`, stateDir: `${dir.path}/state` });
+      for (const [flag, value] of [['--max-connections', '0'], ['--max-connections-per-address', 'many'], ['--max-connections', '-1']] as const) {
+        const line = expectOneLine(await runCli(['relay', '--addr', '127.0.0.1:0', flag, value], env), 64, `${flag} ${value}`);
+        expect(line).toContain('is not a whole number of at least 1');
+      }
+    } finally {
+      await dir.remove();
+    }
   });
 
   let relay: RelayServer | undefined;
