@@ -295,6 +295,10 @@ export class RelayClient extends EventEmitter {
       case 'refused':
         if (frame.ref !== undefined && this.sends.has(frame.ref)) {
           this.settle(this.sends, frame.ref, { accepted: false, code: frame.code, message: frame.message });
+        } else if (frame.ref !== undefined && this.rosters.has(frame.ref)) {
+          // A busy relay refuses a roster `rate_limited`: this relay's roster is empty for now, as on a timeout.
+          log.info('relay_roster_refused', { relay: this.url, code: frame.code, message: frame.message });
+          this.settle(this.rosters, frame.ref, []);
         } else {
           log.warn('relay_refused', { relay: this.url, code: frame.code, message: frame.message });
         }

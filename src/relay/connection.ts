@@ -7,6 +7,7 @@
  * What a connection reads is decided in `dispatch.ts`; this module only sends what it is
  * given, and never lets one peer's unread frames grow the relay's memory without bound.
  */
+import { randomBytes } from 'node:crypto';
 import WebSocket from 'ws';
 import { log } from '../log.js';
 import { newNonce } from './auth.js';
@@ -21,6 +22,14 @@ export const DEFAULT_FRAME_BURST = 4_000;
 export const HIGH_WATER_BYTES = 1024 * 1024;
 /** A peer that lets replies pile up beyond this is cut off (deliveries alone stop at HIGH_WATER_BYTES). */
 export const MAX_BUFFERED_BYTES = 8 * 1024 * 1024;
+/**
+ * The relay stops reading a peer's frames while more than this waits in its send buffer,
+ * and reads on once it drains: a peer that does not read its replies cannot ask for more
+ * (only the frames of the chunk already read are still answered).
+ */
+export const READ_PAUSE_BYTES = 64 * 1024;
+/** Random bytes in each heartbeat ping: only a pong that echoes them counts as life. */
+const PING_BYTES = 8;
 /** How long closeAll() lets peers finish the closing handshake before cutting them off. */
 const CLOSE_GRACE_MS = 2_000;
 
@@ -28,8 +37,10 @@ const CLOSE_GRACE_MS = 2_000;
 export interface RelaySocket {
   readonly readyState: number;
   readonly bufferedAmount: number;
-  send(text: string, cb: (err?: Error) => void): void;
-  ping(): void;
+  send(data: string | Buffer, options: { binary: false; fin: boolean }, cb?: (err?: Error) => void): void;
+  ping(data: Buffer): void;
+  pause(): void;
+  resume(): void;
   terminate(): void;
   close(code: number, reason: string): void;
   once(event: 'close', listener: () => void): unknown;
@@ -77,14 +88,19 @@ export interface ConnectionHooks {
 export class Connection {
   readonly nonce = newNonce();
   readonly subscriptions = new Map<string, Subscription>();
+  /** The peer answered the last ping (or none was sent yet). */
   alive = true;
   /** Deliveries are paused until the send buffer drains. */
   blocked = false;
+  /** The peer's frames are not read until the send buffer drains below READ_PAUSE_BYTES. */
+  readingPaused = false;
   /** Payload bytes of this connection's sends waiting for their commit. */
   uncommittedBytes = 0;
   readonly closed: Promise<void>;
-  /** The send callback: resumes deliveries once the buffer has drained. */
+  /** The send callback: resumes reading and deliveries once the buffer has drained. */
   private readonly flushed: () => void;
+  /** The payload of the last ping, which the next pong must echo. */
+  private lastPing: Buffer | undefined;
 
   constructor(
     readonly id: number,
@@ -96,6 +112,10 @@ export class Connection {
   ) {
     this.closed = new Promise((resolve) => ws.once('close', () => resolve()));
     this.flushed = () => {
+      if (this.readingPaused && ws.bufferedAmount <= READ_PAUSE_BYTES) {
+        this.readingPaused = false;
+        ws.resume();
+      }
       if (this.blocked && ws.bufferedAmount <= HIGH_WATER_BYTES) {
         this.blocked = false;
         hooks.drained(this);
@@ -116,22 +136,39 @@ export class Connection {
     this.send({ v: PROTOCOL_VERSION, type: 'refused', ...(ref !== undefined && { ref }), code, message });
   }
 
-  /** Past HIGH_WATER_BYTES deliveries pause; past MAX_BUFFERED_BYTES the peer is cut off. */
-  sendText(text: string): void {
+  /** Sends one text frame; see `sendMessage`. */
+  sendText(text: string, written?: () => void): boolean {
+    return this.sendMessage([text], written);
+  }
+
+  /**
+   * Sends one text message in consecutive fragments (ws copies no Buffer it is given, so
+   * many replies can share one). Past READ_PAUSE_BYTES the peer's frames wait unread; past
+   * HIGH_WATER_BYTES deliveries pause; past MAX_BUFFERED_BYTES the peer is cut off.
+   * `written` runs once the message has left the send buffer or the socket failed.
+   * Returns whether the message was sent.
+   */
+  sendMessage(parts: readonly (string | Buffer)[], written?: () => void): boolean {
     const ws = this.ws;
-    if (!this.open) return;
-    ws.send(text, this.flushed);
+    if (!this.open) return false;
+    const done = written === undefined ? this.flushed : () => (this.flushed(), written());
+    parts.forEach((part, i) => ws.send(part, { binary: false, fin: i === parts.length - 1 }, i === parts.length - 1 ? done : undefined));
     const buffered = ws.bufferedAmount;
     this.hooks.buffered(buffered);
     if (buffered > MAX_BUFFERED_BYTES) {
       log.warn('relay_slow_consumer', { conn: this.id, buffered });
       ws.terminate();
-    } else if (buffered > HIGH_WATER_BYTES) {
-      this.blocked = true;
+      return true;
     }
+    if (buffered > HIGH_WATER_BYTES) this.blocked = true;
+    if (buffered > READ_PAUSE_BYTES && !this.readingPaused) {
+      this.readingPaused = true;
+      ws.pause();
+    }
+    return true;
   }
 
-  /** One heartbeat: a peer that did not answer the last ping is terminated. */
+  /** One heartbeat: a peer that did not echo the last ping is terminated; a new random ping goes out. */
   beat(): void {
     if (!this.alive) {
       log.info('relay_heartbeat_missed', { conn: this.id });
@@ -139,7 +176,13 @@ export class Connection {
       return;
     }
     this.alive = false;
-    this.ws.ping();
+    this.lastPing = randomBytes(PING_BYTES);
+    this.ws.ping(this.lastPing);
+  }
+
+  /** A pong is life only if it echoes the last ping: an unsolicited or stale one says nothing about reading. */
+  pong(data: Buffer): void {
+    if (this.lastPing !== undefined && data.equals(this.lastPing)) this.alive = true;
   }
 }
 
@@ -179,7 +222,7 @@ export class ConnectionSet {
   add(ws: WebSocket, address?: string): Connection {
     const conn = new Connection(this.nextId++, ws, new TokenBucket(this.budget.frameRate, this.budget.frameBurst, this.now()), this.hooks, address);
     ws.on('error', (err) => log.debug('relay_socket_error', { conn: conn.id, error: err.message }));
-    ws.on('pong', () => (conn.alive = true));
+    ws.on('pong', (data) => conn.pong(data));
     ws.on('message', (data, isBinary) => {
       // An error nobody foresaw in handling one frame ends that connection, never the relay.
       try {

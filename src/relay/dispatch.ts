@@ -12,13 +12,14 @@ import { log } from '../log.js';
 import { describeSchemaError } from '../json.js';
 import { verifyAuth } from './auth.js';
 import type { Connection, Subscription } from './connection.js';
-import { ackRouteOf, deliverText, frameText, NOT_JSON, parseJson, refOf, rosterText } from './frame-text.js';
+import { ackRouteOf, deliverText, frameText, NOT_JSON, parseJson, refOf } from './frame-text.js';
 import { clientFrame, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, type ClientFrame } from './frames.js';
 import { MAX_JSON_DEPTH, memberText, nestsDeeperThan } from './json-scan.js';
 import type { EnqueueResult, QueueLimits, QueueResult } from './queues.js';
 import type { Share } from './shares.js';
 import type { Roster } from './roster.js';
 import type { RelayMetrics } from './relay-metrics.js';
+import { RosterReplies } from './roster-replies.js';
 import type { RelayStorage } from './storage.js';
 import { messageOf } from '../errors.js';
 
@@ -62,13 +63,16 @@ export class Dispatcher {
   private readonly subscribers = new Map<string, Set<Connection>>();
   /** Commits in progress and what follows them. */
   private readonly pending = new Set<Promise<unknown>>();
+  private readonly rosterReplies: RosterReplies;
 
   constructor(
     private readonly storage: RelayStorage,
     private readonly roster: Roster,
     private readonly settings: DispatchSettings,
     private readonly now: () => number,
-  ) {}
+  ) {
+    this.rosterReplies = new RosterReplies(roster, now);
+  }
 
   /** Resolves once every commit submitted so far has been answered. */
   async settled(): Promise<void> {
@@ -101,6 +105,7 @@ export class Dispatcher {
 
   /** Its in-flight messages stay queued: the next connection authenticated for the route gets them. */
   onClosed(conn: Connection): void {
+    this.rosterReplies.release(conn);
     for (const route of conn.subscriptions.keys()) {
       const set = this.subscribers.get(route);
       set?.delete(conn);
@@ -127,8 +132,14 @@ export class Dispatcher {
       case 'goodbye':
         return this.onGoodbye(conn, frame.goodbye);
       case 'roster':
-        return conn.sendText(rosterText(frame.ref, this.roster.list()));
+        return this.onRoster(conn, frame.ref);
     }
+  }
+
+  /** A roster reply counts against the send budget like deliveries (roster-replies.ts). */
+  private onRoster(conn: Connection, ref: string): void {
+    const refusal = this.rosterReplies.reply(conn, ref);
+    if (refusal !== undefined) conn.refuse(ref, 'rate_limited', refusal);
   }
 
   private onAuth(conn: Connection, route: string, sig: string): void {

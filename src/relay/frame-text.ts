@@ -43,8 +43,8 @@ export function deliverText(route: string, id: number, payload: string): string 
   return `{"v":${PROTOCOL_VERSION},"type":"deliver","route":${JSON.stringify(route)},"id":${id},"payload":${payload}}`;
 }
 
-/** A roster frame holding the first of `entries` (most recently heard first) that fit in one frame. */
-export function rosterText(ref: string, entries: Iterable<RosterEntry>): string {
+/** A roster frame's `entries`: the first of `entries` (most recently heard first) that fit in one frame. */
+export function rosterEntriesText(entries: Iterable<RosterEntry>): string {
   const budget = MAX_FRAME_BYTES - 1024;
   const parts: string[] = [];
   let size = 0;
@@ -54,5 +54,10 @@ export function rosterText(ref: string, entries: Iterable<RosterEntry>): string 
     if (size > budget) break;
     parts.push(text);
   }
-  return `{"v":${PROTOCOL_VERSION},"type":"roster","ref":${JSON.stringify(ref)},"entries":[${parts.join(',')}]}`;
+  return `[${parts.join(',')}]`;
+}
+
+/** The roster frame answering `ref`, in three parts around `entries` from `rosterEntriesText`. */
+export function rosterMessage<T extends string | Buffer>(ref: string, entries: T): [string, T, string] {
+  return [`{"v":${PROTOCOL_VERSION},"type":"roster","ref":${JSON.stringify(ref)},"entries":`, entries, '}'];
 }

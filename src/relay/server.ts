@@ -11,15 +11,18 @@
  */
 import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
+import type { Duplex } from 'node:stream';
 import WebSocket, { WebSocketServer } from 'ws';
 import { errnoCode, InterlinkError, messageOf } from '../errors.js';
 import { MAX_HOLD_MS, MAX_PAST_MS } from '../gate/decide.js';
 import { log } from '../log.js';
+import { sourceAddress } from './address.js';
+import { ConnectionCounts, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS } from './admission.js';
 import { ConnectionSet, DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from './connection.js';
 import { DEFAULT_DELIVERY_WINDOW, Dispatcher } from './dispatch.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from './frames.js';
 import { DEFAULT_QUEUE_LIMITS } from './queues.js';
-import { Roster, ROSTER_MAX_ENTRIES, ROSTER_RETAIN_MS } from './roster.js';
+import { DEFAULT_ROSTER_LIMITS, Roster } from './roster.js';
 import { RelayMetrics } from './relay-metrics.js';
 import { shareLimits } from './shares.js';
 import { RelayStorage } from './storage.js';
@@ -48,6 +51,10 @@ export interface RelayOptions {
   maxPerAddress?: number;
   /** Messages one connection may hold queued, with that fraction of `maxBytes`. */
   maxPerConnection?: number;
+  /** Connections held at once; more are refused at the upgrade (HTTP 503). */
+  maxConnections?: number;
+  /** Connections held at once from one non-loopback source address (admission.ts). */
+  maxConnectionsPerAddress?: number;
   now?: () => number;
   /** Serve `wss://` with this certificate and key instead of plain `ws://`. */
   tls?: ServerTls;
@@ -94,6 +101,13 @@ function hostForUrl(host: string): string {
   return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
 }
 
+/** Answers an upgrade the relay will not take with a 503 and a line saying why, then closes. */
+function refuseUpgrade(socket: Duplex, message: string): void {
+  const body = `interlink relay: ${message}\n`;
+  const head = `HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`;
+  socket.end(head + body, () => socket.destroy());
+}
+
 /** The server the WebSocket upgrades arrive on: https with `tls` (the relay terminates TLS itself), else http. */
 function httpServer(tls: ServerTls | undefined): HttpServer {
   const notWebSocket = (_req: IncomingMessage, res: ServerResponse) => {
@@ -109,6 +123,7 @@ function httpServer(tls: ServerTls | undefined): HttpServer {
 export class RelayServer {
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, clientTracking: false });
   private readonly connections: ConnectionSet;
+  private readonly counts: ConnectionCounts;
   private readonly dispatcher: Dispatcher;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly expiry: NodeJS.Timeout;
@@ -126,13 +141,17 @@ export class RelayServer {
   ) {
     const now = options.now ?? Date.now;
     const frameRate = options.frameRate ?? DEFAULT_FRAME_RATE;
-    const roster = new Roster(now, { maxEntries: options.rosterMaxEntries ?? ROSTER_MAX_ENTRIES, retainMs: ROSTER_RETAIN_MS });
+    const roster = new Roster(now, { ...DEFAULT_ROSTER_LIMITS, maxEntries: options.rosterMaxEntries ?? DEFAULT_ROSTER_LIMITS.maxEntries });
     this.dispatcher = new Dispatcher(storage, roster, { frameRate, deliveryWindow: options.deliveryWindow ?? DEFAULT_DELIVERY_WINDOW, metrics }, now);
     this.connections = new ConnectionSet({ frameRate, frameBurst: options.frameBurst ?? DEFAULT_FRAME_BURST }, now, {
       frame: (conn, data, isBinary) => this.dispatcher.onFrame(conn, data, isBinary),
       drained: (conn) => this.dispatcher.onDrained(conn),
       closed: (conn) => this.dispatcher.onClosed(conn),
       refused: (code) => metrics.refused(code),
+    });
+    this.counts = new ConnectionCounts({
+      maxConnections: options.maxConnections ?? DEFAULT_MAX_CONNECTIONS,
+      maxConnectionsPerAddress: options.maxConnectionsPerAddress ?? DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
     });
     this.wss.on('error', (err) => log.error('relay_ws_error', { error: err.message }));
     http.on('upgrade', (req, socket, head) => {
@@ -141,6 +160,15 @@ export class RelayServer {
         socket.destroy();
         return;
       }
+      // Counted from the upgrade until the socket closes, so upgrades in progress count too.
+      const address = sourceAddress(req);
+      const admission = this.counts.tryAdd(address);
+      if (!admission.admitted) {
+        log.warn('relay_connection_refused', { address, cap: admission.cap });
+        refuseUpgrade(socket, admission.message);
+        return;
+      }
+      socket.once('close', () => this.counts.release(address));
       this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, req.socket.remoteAddress));
     });
     this.heartbeat = setInterval(() => this.connections.beat(), options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);

@@ -6,6 +6,7 @@
  * counting itself is in `RelayQueueState` (queues.ts).
  */
 import { isIP } from 'node:net';
+import { isLoopbackAddress } from './address.js';
 import { DEFAULT_QUEUE_LIMITS } from './queues.js';
 
 /** What one holder has queued, or may have. */
@@ -28,9 +29,7 @@ export const DEFAULT_PER_CONNECTION = 5_000;
 const BYTES_PER_MESSAGE = DEFAULT_QUEUE_LIMITS.bytes / DEFAULT_QUEUE_LIMITS.messages;
 
 export function isLoopback(host: string): boolean {
-  if (host === 'localhost' || host === '::1') return true;
-  if (isIP(host) === 4) return host.startsWith('127.');
-  return isIP(host) === 6 && host.toLowerCase().startsWith('::ffff:127.');
+  return host === 'localhost' || isLoopbackAddress(host);
 }
 
 /** `count` messages and their bytes, never more than the whole relay. */

@@ -6,53 +6,9 @@
 import { describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { EventEmitter } from 'node:events';
-import { Connection, ConnectionSet, HIGH_WATER_BYTES, MAX_BUFFERED_BYTES, TokenBucket, type RelaySocket } from '../../src/relay/connection.js';
+import { ConnectionSet, HIGH_WATER_BYTES, MAX_BUFFERED_BYTES, TokenBucket } from '../../src/relay/connection.js';
 import { relayFrame } from '../../src/relay/frames.js';
-
-class FakeSocket implements RelaySocket {
-  readyState: number = WebSocket.OPEN;
-  bufferedAmount = 0;
-  readonly sent: string[] = [];
-  pings = 0;
-  terminated = false;
-  private readonly callbacks: (() => void)[] = [];
-
-  send(text: string, cb: () => void): void {
-    this.sent.push(text);
-    this.bufferedAmount += Buffer.byteLength(text, 'utf8');
-    this.callbacks.push(cb);
-  }
-
-  ping(): void {
-    this.pings++;
-  }
-
-  terminate(): void {
-    this.terminated = true;
-    this.readyState = WebSocket.CLOSED;
-  }
-
-  close(): void {}
-
-  once(): this {
-    return this;
-  }
-
-  /** The network took all but `left` bytes; ws then runs the send callbacks. */
-  drain(left: number): void {
-    this.bufferedAmount = left;
-    for (const cb of this.callbacks.splice(0)) cb();
-  }
-}
-
-function connection(socket: FakeSocket) {
-  const seen = { drained: 0, peak: 0 };
-  const conn = new Connection(1, socket, new TokenBucket(10, 20, 0), {
-    drained: () => seen.drained++,
-    buffered: (bytes) => (seen.peak = Math.max(seen.peak, bytes)),
-  });
-  return { conn, seen };
-}
+import { FakeSocket, fakeConnection as connection } from '../helpers/fake-relay-socket.js';
 
 function takes(bucket: TokenBucket, now: number, count: number): number {
   let taken = 0;

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { generateSigningKey, type SigningKey } from '../../src/identity/ed25519.js';
 import { signAnnouncement, signGoodbye } from '../../src/presence/announcement.js';
-import { Roster, ROSTER_MAX_ENTRIES, ROSTER_RETAIN_MS } from '../../src/relay/roster.js';
+import { Roster, ROSTER_MAX_BYTES, ROSTER_MAX_ENTRIES, ROSTER_RETAIN_MS } from '../../src/relay/roster.js';
 
 function announce(key: SigningKey, session: string, ts: number, summary = 'working') {
   return signAnnouncement(key, { name: 'agent', session, cwd: '/repo', git_root: '/repo', summary, ts });
@@ -67,7 +67,7 @@ describe('roster', () => {
 
   it('evicts the stalest entry beyond its bound', () => {
     let now = 0;
-    const roster = new Roster(() => now, { maxEntries: 3, retainMs: ROSTER_RETAIN_MS });
+    const roster = new Roster(() => now, { maxEntries: 3, retainMs: ROSTER_RETAIN_MS, maxBytes: ROSTER_MAX_BYTES });
     for (const session of ['a', 'b', 'c']) {
       now++;
       roster.announce(announce(key, session, 1));

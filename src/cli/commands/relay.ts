@@ -11,6 +11,8 @@ import { localRelayDir, relayStopMarker } from '../../config/layout.js';
 import { NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
+import { isLoopbackAddress } from '../../relay/address.js';
+import { DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS } from '../../relay/admission.js';
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
 import { serveMetrics } from '../../relay/metrics-http.js';
 import { MIN_MAX_AGE_MS, RelayServer } from '../../relay/server.js';
@@ -20,6 +22,7 @@ import { expectPositionals, parse, print } from '../args.js';
 
 export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]
                           [--max-per-address N] [--max-per-connection N]
+                          [--max-connections N] [--max-connections-per-address N]
                           [--tls-cert FILE --tls-key FILE]
                           [--metrics HOST:PORT] [--summary-every DURATION]
        interlink-mcp relay stop [--db DIR] [--json]
@@ -42,6 +45,14 @@ messages until that session's reader, proving its key, acknowledges them.
                     every client is this machine or a proxy in front, the whole relay)
   --max-per-connection N
                     the same for one connection (default 5000: a twentieth)
+  --max-connections N
+                    hold at most N connections at once (default ${DEFAULT_MAX_CONNECTIONS});
+                    more are refused with HTTP 503 at the upgrade
+  --max-connections-per-address N
+                    at most N of them from one remote address (default
+                    ${DEFAULT_MAX_CONNECTIONS_PER_ADDRESS}); loopback peers count only against
+                    --max-connections, since every local session (and every client of a
+                    reverse proxy on this host) shares 127.0.0.1
   --tls-cert FILE   serve wss:// (TLS) with this PEM certificate (chain) and the private
   --tls-key FILE    key in the other file; both or neither (default: plain ws://, e.g.
                     behind a reverse proxy that terminates TLS). Clients trust a
@@ -162,10 +173,10 @@ function serverTls(cert: unknown, key: unknown): ServerTls | undefined {
   return readServerTls(cert, key);
 }
 
-/** A count of messages for a share flag. */
-function parseShare(flag: string, text: string | boolean | undefined): number | undefined {
+/** A count for a share or connection-cap flag: a whole number from 1 up. */
+function parseCount(flag: string, text: string | boolean | undefined): number | undefined {
   if (typeof text !== 'string') return undefined;
-  if (!/^[1-9][0-9]{0,8}$/.test(text)) throw new InterlinkError('usage', `--${flag} ${JSON.stringify(text)} is not a number of messages (1 or more)`);
+  if (!/^[1-9][0-9]{0,8}$/.test(text)) throw new InterlinkError('usage', `--${flag} ${JSON.stringify(text)} is not a whole number of at least 1`);
   return Number(text);
 }
 
@@ -177,12 +188,14 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
     'max-age': { type: 'string' },
     'max-per-address': { type: 'string' },
     'max-per-connection': { type: 'string' },
+    'max-connections': { type: 'string' },
+    'max-connections-per-address': { type: 'string' },
     'tls-cert': { type: 'string' },
     'tls-key': { type: 'string' },
     metrics: { type: 'string' },
     'summary-every': { type: 'string' },
   });
-  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--max-per-address N] [--max-per-connection N] [--tls-cert FILE --tls-key FILE] [--metrics HOST:PORT] [--summary-every DURATION]');
+  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--max-per-address N] [--max-per-connection N] [--max-connections N] [--max-connections-per-address N] [--tls-cert FILE --tls-key FILE] [--metrics HOST:PORT] [--summary-every DURATION]');
   const { host, port } = parseAddr(typeof args.values.addr === 'string' ? args.values.addr : DEFAULT_RELAY_ADDR);
   const db = typeof args.values.db === 'string' ? resolve(args.values.db) : undefined;
   const metricsAddr = typeof args.values.metrics === 'string' ? parseAddr(args.values.metrics, '--metrics') : undefined;
@@ -192,8 +205,10 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
   const stopped = stopSignal();
   const maxAge = args.values['max-age'];
   const maxAgeMs = typeof maxAge === 'string' ? parseMaxAge(maxAge) : undefined;
-  const maxPerAddress = parseShare('max-per-address', args.values['max-per-address']);
-  const maxPerConnection = parseShare('max-per-connection', args.values['max-per-connection']);
+  const maxPerAddress = parseCount('max-per-address', args.values['max-per-address']);
+  const maxPerConnection = parseCount('max-per-connection', args.values['max-per-connection']);
+  const maxConnections = parseCount('max-connections', args.values['max-connections']);
+  const maxConnectionsPerAddress = parseCount('max-connections-per-address', args.values['max-connections-per-address']);
   const tls = serverTls(args.values['tls-cert'], args.values['tls-key']);
   // The metrics address is bound before the relay starts, so that a taken one fails in one line.
   let server: RelayServer | undefined;
@@ -208,6 +223,8 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
       ...(tls !== undefined && { tls }),
       ...(maxPerAddress !== undefined && { maxPerAddress }),
       ...(maxPerConnection !== undefined && { maxPerConnection }),
+      ...(maxConnections !== undefined && { maxConnections }),
+      ...(maxConnectionsPerAddress !== undefined && { maxConnectionsPerAddress }),
     });
   } catch (err) {
     await metrics?.close();
