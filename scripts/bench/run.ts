@@ -18,6 +18,7 @@ import { makeScratch, type Mount } from './disk.js';
 import { endToEnd } from './end-to-end.js';
 import { relayMemory } from './relay-memory.js';
 import { relayThroughput } from './relay-throughput.js';
+import { relayFlood } from './relay-flood.js';
 import { userPath } from './user-path.js';
 import { wakeLatency } from './wake.js';
 import { groupCommit } from './group-commit.js';
@@ -31,7 +32,7 @@ const COMMAND = 'npm run bench';
 /** dist/scripts/bench/run.js → the project root. */
 const PROJECT_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const DOCUMENT = join(PROJECT_ROOT, 'docs', 'PERFORMANCE.md');
-const BENCHMARKS: readonly Benchmark[] = [signatures, mailboxCommit, groupCommit, endToEnd(PROJECT_ROOT), relayMemory(PROJECT_ROOT), relayThroughput(PROJECT_ROOT), wakeLatency(PROJECT_ROOT), userPath(PROJECT_ROOT)];
+const BENCHMARKS: readonly Benchmark[] = [signatures, mailboxCommit, groupCommit, endToEnd(PROJECT_ROOT), relayMemory(PROJECT_ROOT), relayThroughput(PROJECT_ROOT), relayFlood(PROJECT_ROOT), wakeLatency(PROJECT_ROOT), userPath(PROJECT_ROOT)];
 
 function packageVersion(name: string): string {
   try {
