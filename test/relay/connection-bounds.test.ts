@@ -1,0 +1,86 @@
+/**
+ * The per-connection bounds DESIGN.md lists under "Bounded by construction" that no other
+ * test reaches through a real socket: the routes one connection may authenticate, the
+ * payload bytes it may have waiting for their commit, and the frame size that closes it.
+ */
+import { join } from 'node:path';
+import WebSocket from 'ws';
+import { afterEach, describe, expect, it } from 'vitest';
+import { MAX_ROUTES_PER_CONNECTION, MAX_UNCOMMITTED_BYTES } from '../../src/relay/dispatch.js';
+import { MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES } from '../../src/relay/frames.js';
+import { RelayServer } from '../../src/relay/server.js';
+import { withFileLock } from '../../src/store/lock.js';
+import { tempDir } from '../helpers/fixtures.js';
+import { newReader, TestClient } from '../helpers/relay-test-client.js';
+
+const relays: RelayServer[] = [];
+const clients: TestClient[] = [];
+const dirs: { remove: () => Promise<void> }[] = [];
+
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((c) => c.terminate()));
+  await Promise.all(relays.splice(0).map((r) => r.close()));
+  await Promise.all(dirs.splice(0).map((d) => d.remove()));
+});
+
+async function relayWith(dbDir?: string): Promise<RelayServer> {
+  // Shares as large as the relay, so that only the bound under test can refuse.
+  const relay = await RelayServer.start({ host: '127.0.0.1', port: 0, maxPerConnection: 100_000, ...(dbDir !== undefined && { dbDir }) });
+  relays.push(relay);
+  return relay;
+}
+
+async function connect(relay: RelayServer): Promise<TestClient> {
+  const client = await TestClient.connect(relay.url);
+  clients.push(client);
+  return client;
+}
+
+describe('relay: bounds per connection', () => {
+  it(`lets one connection authenticate ${MAX_ROUTES_PER_CONNECTION} routes, not one more; another connection still can`, async () => {
+    const relay = await relayWith();
+    const client = await connect(relay);
+    for (let i = 0; i < MAX_ROUTES_PER_CONNECTION; i++) expect(await client.auth(newReader(`s${i}`))).toMatchObject({ type: 'auth_ok' });
+    const refused = await client.auth(newReader('one-more'));
+    expect(refused).toMatchObject({ type: 'refused', code: 'auth_failed' });
+    expect(refused.type === 'refused' && refused.message).toContain(`at most ${MAX_ROUTES_PER_CONNECTION} routes`);
+    expect(await (await connect(relay)).auth(newReader('elsewhere'))).toMatchObject({ type: 'auth_ok' });
+  });
+
+  it(`refuses rate_limited past ${MAX_UNCOMMITTED_BYTES / 2 ** 20} MiB of payload waiting for a commit, and answers every send once the store moves`, async () => {
+    const dir = await tempDir();
+    dirs.push(dir);
+    const db = join(dir.path, 'relay');
+    const relay = await relayWith(db);
+    const client = await connect(relay);
+    const reader = newReader();
+    const payload = { text: 'x'.repeat(MAX_PAYLOAD_BYTES - 100) };
+    const bytes = Buffer.byteLength(JSON.stringify(payload));
+    const fitting = Math.floor(MAX_UNCOMMITTED_BYTES / bytes);
+    let pending: Promise<{ type: string }>[] = [];
+    // While another process holds the store's lock, no commit can finish: the sends pile up.
+    await withFileLock(join(db, 'queues.json'), async () => {
+      pending = Array.from({ length: fitting }, (_, i) => client.send(reader.route, payload, `p${i}`, 30_000));
+      const over = await client.send(reader.route, payload, 'over');
+      expect(over).toMatchObject({ type: 'refused', code: 'rate_limited' });
+      expect(over.type === 'refused' && over.message).toContain('still storing');
+    });
+    const replies = await Promise.all(pending);
+    expect(replies.every((r) => r.type === 'accepted')).toBe(true);
+    expect(await client.send(reader.route, { after: true })).toMatchObject({ type: 'accepted' });
+  });
+
+  it(`closes a connection whose frame is over ${MAX_FRAME_BYTES / 2 ** 20} MiB (1009) and serves the next`, async () => {
+    const relay = await relayWith();
+    const ws = new WebSocket(relay.url, { perMessageDeflate: false });
+    ws.on('error', () => undefined);
+    await new Promise<void>((resolve) => ws.once('message', () => resolve()));
+    const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
+    ws.send(`{"v":1,"type":"roster","ref":"${'r'.repeat(MAX_FRAME_BYTES)}"}`);
+    expect(await closed).toBe(1009);
+    const reader = newReader();
+    const client = await connect(relay);
+    await client.auth(reader);
+    expect(await client.send(reader.route, { still: 'here' })).toMatchObject({ type: 'accepted' });
+  });
+});
