@@ -6,8 +6,8 @@
  * This module binds the address, opens the queues and composes the parts: connection
  * handling (`connection.ts`: frame budget, heartbeat, backpressure), the queues and the
  * ids they issue (`storage.ts`), and what each client frame does (`dispatch.ts`). The
- * relay holds no keys and never parses payloads: it verifies only auth proofs,
- * announcements and goodbyes.
+ * relay holds no key but its own (relay-key.ts), and never parses payloads: it verifies
+ * only auth proofs, announcements and goodbyes.
  */
 import { createServer, type Server as HttpServer } from 'node:http';
 import WebSocket, { WebSocketServer } from 'ws';
@@ -17,15 +17,19 @@ import { log } from '../log.js';
 import { ConnectionSet, DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from './connection.js';
 import { DEFAULT_DELIVERY_WINDOW, Dispatcher } from './dispatch.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from './frames.js';
-import { DEFAULT_QUEUE_LIMITS } from './queues.js';
+import { DEFAULT_QUEUE_LIMITS, type QueueLimits } from './queues.js';
 import { Roster, ROSTER_MAX_ENTRIES, ROSTER_RETAIN_MS } from './roster.js';
 import { RelayStorage } from './storage.js';
+import { freshRelayKey, loadOrCreateRelayKey, type RelayKey } from './relay-key.js';
+import { relayKeyFile } from '../config/layout.js';
 
 export interface RelayOptions {
   host: string;
   port: number;
   /** Durable queues under this directory (created if missing); in memory without it. */
   dbDir?: string;
+  /** The relay's key file (relay-key.ts); default `<dbDir>/relay-key.json`, and without either a fresh key per start. */
+  keyFile?: string;
   heartbeatMs?: number;
   maxRouteMessages?: number;
   maxMessages?: number;
@@ -87,6 +91,18 @@ function plainHttpServer(): HttpServer {
   });
 }
 
+/** The queues, then the key under the store's lock (of two relays on one store, one gets that far). */
+async function openStoreAndKey(options: RelayOptions, limits: QueueLimits): Promise<{ storage: RelayStorage; relayKey: RelayKey }> {
+  const storage = await RelayStorage.open(options.dbDir, limits, options.now ?? Date.now);
+  const keyFile = options.keyFile ?? (options.dbDir !== undefined ? relayKeyFile(options.dbDir) : undefined);
+  try {
+    return { storage, relayKey: keyFile !== undefined ? await loadOrCreateRelayKey(keyFile) : freshRelayKey() };
+  } catch (err) {
+    await storage.release();
+    throw err;
+  }
+}
+
 export class RelayServer {
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, clientTracking: false });
   private readonly connections: ConnectionSet;
@@ -102,11 +118,12 @@ export class RelayServer {
     private readonly http: HttpServer,
     private readonly storage: RelayStorage,
     readonly port: number,
+    private readonly relayKey: RelayKey,
   ) {
     const now = options.now ?? Date.now;
     const frameRate = options.frameRate ?? DEFAULT_FRAME_RATE;
     const roster = new Roster(now, { maxEntries: options.rosterMaxEntries ?? ROSTER_MAX_ENTRIES, retainMs: ROSTER_RETAIN_MS });
-    this.dispatcher = new Dispatcher(storage, roster, { frameRate, deliveryWindow: options.deliveryWindow ?? DEFAULT_DELIVERY_WINDOW }, now);
+    this.dispatcher = new Dispatcher(storage, roster, { frameRate, deliveryWindow: options.deliveryWindow ?? DEFAULT_DELIVERY_WINDOW, key: relayKey }, now);
     this.connections = new ConnectionSet({ frameRate, frameBurst: options.frameBurst ?? DEFAULT_FRAME_BURST }, now, {
       frame: (conn, data, isBinary) => this.dispatcher.onFrame(conn, data, isBinary),
       drained: (conn) => this.dispatcher.onDrained(conn),
@@ -151,16 +168,22 @@ export class RelayServer {
       messages: options.maxMessages ?? DEFAULT_QUEUE_LIMITS.messages,
       bytes: options.maxBytes ?? DEFAULT_QUEUE_LIMITS.bytes,
     };
-    let storage: RelayStorage;
+    let opened: { storage: RelayStorage; relayKey: RelayKey };
     try {
-      storage = await RelayStorage.open(options.dbDir, limits, options.now ?? Date.now);
+      opened = await openStoreAndKey(options, limits);
     } catch (err) {
       await new Promise<void>((r) => http.close(() => r()));
       throw err;
     }
-    const relay = new RelayServer(options, http, storage, port);
-    log.info('relay_listening', { url: relay.url, durable: options.dbDir !== undefined, ...storage.stats });
+    const { storage, relayKey } = opened;
+    const relay = new RelayServer(options, http, storage, port, relayKey);
+    log.info('relay_listening', { url: relay.url, durable: options.dbDir !== undefined, key: relayKey.key, ...storage.stats });
     return relay;
+  }
+
+  /** The relay's public key (base64url): what clients pin. */
+  get key(): string {
+    return this.relayKey.key;
   }
 
   get url(): string {
@@ -208,6 +231,6 @@ export class RelayServer {
       return;
     }
     const conn = this.connections.add(ws);
-    conn.send({ v: PROTOCOL_VERSION, type: 'challenge', nonce: conn.nonce });
+    conn.send({ v: PROTOCOL_VERSION, type: 'challenge', nonce: conn.nonce, key: this.relayKey.key });
   }
 }

@@ -7,7 +7,9 @@
 import { isIP } from 'node:net';
 import { closeSync, constants, openSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { localRelayDir, relayStopMarker } from '../../config/layout.js';
+import { knownRelaysPath, localRelayDir, relayStopMarker } from '../../config/layout.js';
+import { parseRelayUrl } from '../../config/relay-url.js';
+import { forgetRelay } from '../../relay/known-relays.js';
 import { NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
@@ -15,8 +17,9 @@ import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid 
 import { MIN_MAX_AGE_MS, RelayServer } from '../../relay/server.js';
 import { expectPositionals, parse, print } from '../args.js';
 
-export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]
+export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--key FILE]
        interlink-mcp relay stop [--db DIR] [--json]
+       interlink-mcp relay forget URL [--json]
 
 Runs the relay that carries signed messages between sessions: it keeps each session's
 messages until that session's reader, proving its key, acknowledges them.
@@ -28,16 +31,25 @@ messages until that session's reader, proving its key, acknowledges them.
   --max-age D       drop a message nobody acknowledged after D (default 8d; at least
                     7 days and 10 minutes, as long as receivers accept it): a route nobody
                     reads goes with its messages, so nothing fills the relay for good
+  --key FILE        the relay's own Ed25519 key, created there if missing (default
+                    DIR/relay-key.json with --db; without either, a new key at every
+                    start, which clients that pinned or recorded the old one refuse)
 
-Prints one line once it listens:
+Prints two lines once it listens:
   interlink relay listening on ws://HOST:PORT (durable: DIR)
+  interlink relay key KEY (clients may pin it: INTERLINK_URL=ws://HOST:PORT#key=KEY)
 and stops cleanly on SIGTERM or SIGINT. Anyone who can reach the relay may send through
 it (only reading is authenticated), so listen beyond loopback only on purpose. With
 --db it records its pid in DIR/relay.pid while it runs.
 
 relay stop: stops the relay whose store is DIR (default: the zero-config relay that serve
 starts under <state>/relay) and waits until it has exited. Its queued messages stay in
-DIR; the next serve starts it again. Nothing running is not an error.`;
+DIR; the next serve starts it again. Nothing running is not an error.
+
+relay forget URL: accepts a relay's new key. Sessions record the key each relay URL
+presents the first time (in <state>/relays.json) and refuse to read at that URL if it
+later presents another; this forgets what was recorded for URL, so the key it presents
+next is recorded instead. Running sessions pick it up when they next reconnect.`;
 
 /** `HOST:PORT`, with an IPv6 host in brackets. */
 export function parseAddr(text: string): { host: string; port: number } {
@@ -126,25 +138,42 @@ function parseMaxAge(text: string): number {
   return ms;
 }
 
+/** Forgets the key recorded for a relay URL: the person accepts whatever key it presents next. */
+async function forget(argv: readonly string[], config: Config): Promise<void> {
+  const args = parse(argv, { json: { type: 'boolean' } });
+  const [text] = expectPositionals(args, 1, 'interlink-mcp relay forget URL [--json]');
+  const parsed = parseRelayUrl(text!.trim());
+  if ('error' in parsed) throw new InterlinkError('usage', parsed.error);
+  const { url } = parsed.endpoint;
+  const forgotten = await forgetRelay(knownRelaysPath(config.stateDir), url);
+  print(args.values.json === true, { forgotten, url }, () =>
+    forgotten ? `forgot the key recorded for ${url}: the key it presents next is recorded` : `no key was recorded for ${url}`,
+  );
+}
+
 export async function relay(argv: readonly string[], config: Config): Promise<void> {
   if (argv[0] === 'stop') return stop(argv.slice(1), config);
-  const args = parse(argv, { addr: { type: 'string' }, db: { type: 'string' }, 'max-age': { type: 'string' } });
-  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]');
+  if (argv[0] === 'forget') return forget(argv.slice(1), config);
+  const args = parse(argv, { addr: { type: 'string' }, db: { type: 'string' }, 'max-age': { type: 'string' }, key: { type: 'string' } });
+  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--key FILE]');
   const { host, port } = parseAddr(typeof args.values.addr === 'string' ? args.values.addr : DEFAULT_RELAY_ADDR);
   const db = typeof args.values.db === 'string' ? resolve(args.values.db) : undefined;
 
   const stopped = stopSignal();
   const maxAge = args.values['max-age'];
   const maxAgeMs = typeof maxAge === 'string' ? parseMaxAge(maxAge) : undefined;
-  const server = await RelayServer.start({ host, port, ...(db !== undefined && { dbDir: db }), ...(maxAgeMs !== undefined && { maxAgeMs }) });
+  const keyFile = typeof args.values.key === 'string' ? resolve(args.values.key) : undefined;
+  const server = await RelayServer.start({ host, port, ...(db !== undefined && { dbDir: db }), ...(maxAgeMs !== undefined && { maxAgeMs }), ...(keyFile !== undefined && { keyFile }) });
   // Warnings only once it listens: a relay that cannot start says one line, why.
   if (!isLoopback(host)) {
     warn(`listening on ${host}, beyond loopback: anyone who can reach it can send messages through it and fill its queues (only readers are authenticated)`);
   }
   if (db === undefined) warn('no --db: queued messages live in memory and are lost when the relay stops');
+  if (db === undefined && keyFile === undefined) warn('no --db or --key: this relay has a new key at every start, and clients that pinned or recorded it refuse the next one');
   if (db !== undefined) await writeRelayPid({ pid: process.pid, url: server.url, db, started_at: Date.now() });
   const mode = db !== undefined ? `durable: ${db}` : 'in memory: queued messages are lost on restart';
   process.stdout.write(`interlink relay listening on ${server.url} (${mode})\n`);
+  process.stdout.write(`interlink relay key ${server.key} (clients may pin it: INTERLINK_URL=${server.url}#key=${server.key})\n`);
   await stopped;
   await server.close();
   if (db !== undefined) await removeRelayPid(db, process.pid);

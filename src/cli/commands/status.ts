@@ -6,8 +6,10 @@
  */
 import { readdir } from 'node:fs/promises';
 import { probeRelay } from '../../agent/local-relay.js';
+import { relayEndpoint } from '../../config/relay-url.js';
+import { readKnownRelays } from '../../relay/known-relays.js';
 import type { Config } from '../../config/env.js';
-import { identityDir, localRelayDir, mailboxPath, outboxPath, pairingPath, rejectedPath, sessionFileIn, sessionOfFile, SESSION_STORES } from '../../config/layout.js';
+import { identityDir, knownRelaysPath, localRelayDir, mailboxPath, outboxPath, pairingPath, rejectedPath, sessionFileIn, sessionOfFile, SESSION_STORES } from '../../config/layout.js';
 import { isRunning, readRelayPid } from '../../relay/pid-file.js';
 import { unsafeNameReason } from '../../config/paths.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
@@ -44,7 +46,9 @@ async function identityOrNull(keyPath: string): Promise<Identity | undefined> {
 
 export const statusHelp = `usage: interlink-mcp status [--all] [--json]
 
-This identity, its peers, the relays and whether each answers, the zero-config local
+This identity, its peers, the relays and whether each answers (with the key each is held
+to: pinned in INTERLINK_URL or recorded on first use, and a WARNING when a session
+refused the key a relay presented), the zero-config local
 relay (running or not, its pid and store; stop it with \`interlink-mcp relay stop\`), and
 per session the unread messages, the messages no relay has accepted yet, the Codex
 notices saved as failed deliveries and the pairing requests waiting for a decision.
@@ -67,7 +71,16 @@ export async function status(argv: readonly string[], config: Config): Promise<v
   const { table, damage } = await readPeers(config.peersPath);
   const damaged: Damage[] = damage === undefined ? [] : [damage];
   const urls = config.relays ?? [`ws://${config.localRelay}`];
-  const relays = await Promise.all(urls.map((url) => probeRelay(url, 1_000)));
+  const endpoints = urls.map(relayEndpoint);
+  const probes = await Promise.all(endpoints.map((e) => probeRelay(e.url, 1_000)));
+  const known = await readKnownRelays(knownRelaysPath(config.stateDir));
+  // What each relay's key is checked against, and a refusal a session met (relay/known-relays.ts).
+  const relays = probes.map((probe, i) => ({
+    ...probe,
+    pinned: endpoints[i]!.pin ?? null,
+    recorded: known.relays[probe.url]?.key ?? null,
+    refused: known.refused[probe.url] ?? null,
+  }));
   const state = config.stateDir;
   const sessions: {
     session: string;
@@ -137,7 +150,11 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     const lines = [identity ? `identity     ${identity.fingerprint}  ${identity.key}` : 'identity     none yet (`interlink-mcp keygen`, or start the server once)'];
     const peers = data.peers.length === 0 ? 'none' : data.peers.map((p) => `${p.petname} (${p.fingerprint}${clockText(p.clock_offset_ms)})`).join(', ');
     lines.push(`peers        ${damage === undefined ? peers : `unreadable: ${damage.file} is damaged (see below)`}`);
-    for (const r of relays) lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : `no answer (${r.error})`}`);
+    for (const r of relays) {
+      const key = r.pinned !== null ? `, key pinned ${r.pinned}` : r.recorded !== null ? `, key recorded ${r.recorded}` : '';
+      lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : `no answer (${r.error})`}${key}`);
+      if (r.refused !== null) lines.push(`  WARNING    its key was refused at ${new Date(r.refused.at).toISOString()}: ${r.refused.message}`);
+    }
     if (local.running) lines.push(`local relay  running, pid ${local.pid}, ${local.url}, store ${local.db} (stop: interlink-mcp relay stop)`);
     else if (config.relays === undefined) lines.push(`local relay  not running (serve starts it when no relay answers), store ${local.db}`);
     lines.push(`state        ${state}`);
