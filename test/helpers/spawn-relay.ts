@@ -7,6 +7,8 @@ export interface RelayProcess {
   child: Child;
   url: string;
   port: number;
+  /** The relay's key, from its second line. */
+  key: string;
 }
 
 /** A port that was free a moment ago (for restarting a relay on the same address). */
@@ -22,12 +24,17 @@ export function freePort(): Promise<number> {
   });
 }
 
-export async function startRelay(options: { port?: number; db?: string } = {}): Promise<RelayProcess> {
-  const args = ['relay', '--addr', `127.0.0.1:${options.port ?? 0}`, ...(options.db !== undefined ? ['--db', options.db] : [])];
+/**
+ * `keyFile` keeps an in-memory relay's key across restarts (`relay --key`): a relay that
+ * restarts under running sessions must present the key they recorded.
+ */
+export async function startRelay(options: { port?: number; db?: string; keyFile?: string } = {}): Promise<RelayProcess> {
+  const args = ['relay', '--addr', `127.0.0.1:${options.port ?? 0}`, ...(options.db !== undefined ? ['--db', options.db] : []), ...(options.keyFile !== undefined ? ['--key', options.keyFile] : [])];
   const child = spawnNode(MAIN, args, { INTERLINK_LOG: 'warn' });
-  await child.waitForLines(1, 15_000);
+  await child.waitForLines(2, 15_000);
   const match = /ws:\/\/127\.0\.0\.1:(\d+)/.exec(child.lines[0] ?? '');
-  if (!match) throw new Error(`unexpected relay output: ${child.lines[0]}; stderr: ${child.stderr()}`);
+  const key = /^interlink relay key ([A-Za-z0-9_-]{43}) /.exec(child.lines[1] ?? '')?.[1];
+  if (!match || key === undefined) throw new Error(`unexpected relay output: ${child.lines.join(' | ')}; stderr: ${child.stderr()}`);
   const port = Number(match[1]);
-  return { child, url: `ws://127.0.0.1:${port}`, port };
+  return { child, url: `ws://127.0.0.1:${port}`, port, key };
 }
