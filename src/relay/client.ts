@@ -10,7 +10,7 @@ import type { SigningKey } from '../identity/ed25519.js';
 import type { Announcement, Goodbye } from '../presence/announcement.js';
 import { newNonce, signAuth, verifyWelcome } from './auth.js';
 import { relayEndpoint, type RelayEndpoint } from '../config/relay-url.js';
-import { PINS_ONLY, type RelayTrust } from './known-relays.js';
+import { PINS_ONLY, type RelayKeyVerdict, type RelayTrust } from './known-relays.js';
 import { connectError } from './reach.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RosterEntry } from './frames.js';
 import { messageOf, type RefusalCode, type SendFailureCode } from '../errors.js';
@@ -305,10 +305,16 @@ export class RelayClient extends EventEmitter {
 
   private onFrame(text: string): void {
     const frame = parseFrame(relayFrame, text);
+    const socket = this.socket;
+    if (frame === undefined && socket !== undefined && this.handshake !== undefined && this.handshake.challenge === undefined) {
+      return this.refuseKey(socket, `relay ${this.url} does not open with a challenge naming its key: an older relay, which cannot prove who it is; upgrade it`);
+    }
     if (frame === undefined) {
       log.warn('relay_bad_frame', { relay: this.url });
       return;
     }
+    // Until the relay proved a key we trust, only its opening frames are read.
+    if (this.handshake?.trusted !== true && frame.type !== 'challenge' && frame.type !== 'welcome') return;
     switch (frame.type) {
       case 'challenge':
         if (this.handshake !== undefined) this.handshake.challenge = { key: frame.key, nonce: frame.nonce };
@@ -350,7 +356,12 @@ export class RelayClient extends EventEmitter {
     if (!verifyWelcome(challenge.key, challenge.nonce, handshake.clientNonce, sig)) {
       return this.refuseKey(socket, `relay ${this.url} does not prove the key ${challenge.key} its challenge names (its welcome signature does not verify); nothing is read there`);
     }
-    const verdict = await (this.options.trust ?? PINS_ONLY).admit(this.endpoint, challenge.key);
+    let verdict: RelayKeyVerdict;
+    try {
+      verdict = await (this.options.trust ?? PINS_ONLY).admit(this.endpoint, challenge.key);
+    } catch (err) {
+      verdict = { trusted: false, message: `the key of relay ${this.url} cannot be checked (${messageOf(err)}); nothing is read there` };
+    }
     if (this.socket !== socket || this.handshake !== handshake) return;
     if (!verdict.trusted) return this.refuseKey(socket, verdict.message);
     if (this.keyRefusal !== undefined) log.warn('relay_key_trusted', { relay: this.url, key: challenge.key, message: `relay ${this.url} is trusted again` });
