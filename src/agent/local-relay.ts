@@ -17,18 +17,11 @@ import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { log } from '../log.js';
 import { connectError } from '../relay/reach.js';
-import { challengeFrame, parseFrame } from '../relay/frames.js';
 import { messageOf } from '../errors.js';
 
-export type Probe = { url: string; answers: true; key?: string } | { url: string; answers: false; error: string };
+export type Probe = { url: string; answers: true } | { url: string; answers: false; error: string };
 
-/** The relay key a challenge names; undefined for anything else (an older relay's challenge names none). */
-function challengeKey(data: WebSocket.RawData): string | undefined {
-  const frame = parseFrame(challengeFrame, data.toString());
-  return frame?.key;
-}
-
-/** Whether a relay answers at `url` (it greets every connection with a challenge naming its key), and if not, why. */
+/** Whether a relay answers at `url` (it greets every connection with a challenge), and if not, why. */
 export function probeRelay(url: string, timeoutMs = 1_000): Promise<Probe> {
   return new Promise((resolve) => {
     let socket: WebSocket;
@@ -38,15 +31,15 @@ export function probeRelay(url: string, timeoutMs = 1_000): Promise<Probe> {
       return resolve({ url, answers: false, error: messageOf(err) });
     }
     const timer = setTimeout(() => finish(`no answer within ${timeoutMs} ms`), timeoutMs);
-    const finish = (error?: string, key?: string) => {
+    const finish = (error?: string) => {
       clearTimeout(timer);
       socket.removeAllListeners('message');
       socket.on('error', () => undefined);
       socket.terminate();
-      resolve(error === undefined ? { url, answers: true, ...(key !== undefined && { key }) } : { url, answers: false, error });
+      resolve(error === undefined ? { url, answers: true } : { url, answers: false, error });
     };
     socket.on('error', (err) => finish(connectError(err)));
-    socket.on('message', (data) => finish(undefined, challengeKey(data)));
+    socket.on('message', () => finish());
   });
 }
 

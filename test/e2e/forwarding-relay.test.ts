@@ -71,9 +71,9 @@ describe('a forwarding relay in the list', () => {
     nothingRead(forwarder);
 
     const env = userEnv({ root: join(root, 'alice'), configDir: alice.config, stateDir: alice.state }, { INTERLINK_URL: `${honest.url}#key=${honest.key},${forwarder.url}` });
-    const status = JSON.parse(expectSuccess(await runCli(['status', '--json'], env))) as { relays: { url: string; pinned: string | null; refused: { message: string } | null }[] };
-    expect(status.relays[0]).toMatchObject({ url: honest.url, pinned: honest.key, refused: null });
-    expect(status.relays[1]!.refused?.message).toContain(`presents the key of ${honest.url}`);
+    const status = JSON.parse(expectSuccess(await runCli(['status', '--json'], env))) as { relay_keys: { url: string; pinned: string | null; refused: { message: string } | null }[] };
+    expect(status.relay_keys[0]).toEqual({ url: honest.url, pinned: honest.key, recorded: null, refused: null });
+    expect(status.relay_keys[1]!.refused?.message).toContain(`presents the key of ${honest.url}`);
   });
 
   it("that presents the honest relay's key recorded on first use: refused when it joins the list", async () => {
@@ -81,8 +81,8 @@ describe('a forwarding relay in the list', () => {
     const first = await pool.start('alice', 'a1', honest.url);
     const env = userEnv({ root: join(root, 'alice'), configDir: first.config, stateDir: first.state }, { INTERLINK_URL: honest.url });
     await eventually(async () => {
-      const status = JSON.parse(expectSuccess(await runCli(['status', '--json'], env))) as { relays: { recorded: string | null }[] };
-      return status.relays[0]!.recorded === honest.key ? true : undefined;
+      const status = JSON.parse(expectSuccess(await runCli(['status', '--json'], env))) as { relay_keys: { recorded: string | null }[] };
+      return status.relay_keys[0]!.recorded === honest.key ? true : undefined;
     }, 20_000, 'the honest key recorded');
     await pool.stop(first);
 

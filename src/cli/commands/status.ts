@@ -72,15 +72,10 @@ export async function status(argv: readonly string[], config: Config): Promise<v
   const damaged: Damage[] = damage === undefined ? [] : [damage];
   const urls = config.relays ?? [`ws://${config.localRelay}`];
   const endpoints = urls.map(relayEndpoint);
-  const probes = await Promise.all(endpoints.map((e) => probeRelay(e.url, 1_000)));
+  const relays = await Promise.all(endpoints.map((e) => probeRelay(e.url, 1_000)));
   const known = await readKnownRelays(knownRelaysPath(config.stateDir));
-  // What each relay's key is checked against, and a refusal a session met (relay/known-relays.ts).
-  const relays = probes.map((probe, i) => ({
-    ...probe,
-    pinned: endpoints[i]!.pin ?? null,
-    recorded: known.relays[probe.url]?.key ?? null,
-    refused: known.refused[probe.url] ?? null,
-  }));
+  // The key each relay is held to, and a refusal a session met (relay/known-relays.ts).
+  const relayKeys = endpoints.map(({ url, pin }) => ({ url, pinned: pin ?? null, recorded: known.relays[url]?.key ?? null, refused: known.refused[url] ?? null }));
   const state = config.stateDir;
   const sessions: {
     session: string;
@@ -140,6 +135,7 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       clock_offset_ms: offsets.get(p.key)?.offset ?? null,
     })),
     relays,
+    relay_keys: relayKeys,
     local_relay: local,
     state_dir: state,
     sessions: shown.map((s) => ({ ...s, last_activity: s.last_activity === undefined ? null : new Date(s.last_activity).toISOString() })),
@@ -150,10 +146,11 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     const lines = [identity ? `identity     ${identity.fingerprint}  ${identity.key}` : 'identity     none yet (`interlink-mcp keygen`, or start the server once)'];
     const peers = data.peers.length === 0 ? 'none' : data.peers.map((p) => `${p.petname} (${p.fingerprint}${clockText(p.clock_offset_ms)})`).join(', ');
     lines.push(`peers        ${damage === undefined ? peers : `unreadable: ${damage.file} is damaged (see below)`}`);
-    for (const r of relays) {
-      const key = r.pinned !== null ? `, key pinned ${r.pinned}` : r.recorded !== null ? `, key recorded ${r.recorded}` : '';
+    for (const [i, r] of relays.entries()) {
+      const k = relayKeys[i]!;
+      const key = k.pinned !== null ? `, key pinned ${k.pinned}` : k.recorded !== null ? `, key recorded ${k.recorded}` : '';
       lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : `no answer (${r.error})`}${key}`);
-      if (r.refused !== null) lines.push(`  WARNING    its key was refused at ${new Date(r.refused.at).toISOString()}: ${r.refused.message}`);
+      if (k.refused !== null) lines.push(`  WARNING    its key was refused at ${new Date(k.refused.at).toISOString()}: ${k.refused.message}`);
     }
     if (local.running) lines.push(`local relay  running, pid ${local.pid}, ${local.url}, store ${local.db} (stop: interlink-mcp relay stop)`);
     else if (config.relays === undefined) lines.push(`local relay  not running (serve starts it when no relay answers), store ${local.db}`);
