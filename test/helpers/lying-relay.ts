@@ -5,9 +5,9 @@
  * test then replays any copy to any route, as a hostile relay (or anyone holding a copy)
  * would, and watches which deliveries the receivers acknowledge.
  *
- * It proves a key of its own like an honest relay (a lying relay need not be an impostor),
- * does not check route proofs (a lying relay need not), answers every `auth` with
- * `auth_ok`, and it keeps announcements for the roster without verifying them.
+ * It proves a key of its own as an honest relay does (lying is not impersonating), does
+ * not check route proofs (a lying relay need not), answers every `auth` with `auth_ok`,
+ * and keeps announcements for the roster without verifying them.
  */
 import { WebSocketServer, type WebSocket } from 'ws';
 import { formatRoute } from '../../src/envelope/route.js';
