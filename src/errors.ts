@@ -35,6 +35,7 @@ export const CODE_MEANINGS = {
   idempotency_conflict: 'the idempotency key was used for a different message',
   unknown_message: 'no message with that id in this session',
   relay_unreachable: 'no relay answered in time',
+  relay_untrusted: 'a relay presents a key other than the one pinned or recorded for its URL, or one another listed relay presents',
   // pairing
   ambiguous_target: 'several identities announce that name',
   unknown_target: 'no identity on the rosters matches the target',
@@ -80,7 +81,7 @@ export const ERROR_CODES = [
   'key_exists', 'key_missing', 'key_unreadable', 'bad_key', 'bad_name', 'peer_conflict', 'unknown_peer', 'own_key', 'bad_config',
   'bad_envelope', 'too_large', 'empty_text', 'bad_signature',
   'busy', 'corrupt', 'storage', 'storage_uncertain',
-  'no_route', 'invalid_session', 'not_pending', 'idempotency_conflict', 'unknown_message', 'relay_unreachable',
+  'no_route', 'invalid_session', 'not_pending', 'idempotency_conflict', 'unknown_message', 'relay_unreachable', 'relay_untrusted',
   'ambiguous_target', 'unknown_target', 'already_peer', 'pairing_full', 'unknown_request', 'confirmation_pending',
   'not_bound', 'thread_mismatch', 'wrong_mode', 'unknown_failure',
   'usage',

@@ -25,15 +25,18 @@ const REQUEST_EVERY_MS = 50;
 interface Frame {
   type: string;
   nonce?: string;
+  /** the relay's key, in its challenge */
+  key?: string;
   id?: number;
   route?: string;
 }
 
-async function open(url: string, autoPong = true): Promise<{ ws: WebSocket; nonce: string }> {
+async function open(url: string, autoPong = true): Promise<{ ws: WebSocket; nonce: string; relayKey: string }> {
   const ws = new WebSocket(url, { perMessageDeflate: false, autoPong });
   ws.on('error', () => undefined);
   const [data] = (await once(ws, 'message')) as [Buffer];
-  return { ws, nonce: (JSON.parse(data.toString()) as Frame).nonce ?? '' };
+  const challenge = JSON.parse(data.toString()) as Frame;
+  return { ws, nonce: challenge.nonce ?? '', relayKey: challenge.key ?? '' };
 }
 
 async function fillRoster(url: string): Promise<void> {
@@ -51,11 +54,11 @@ async function fillRoster(url: string): Promise<void> {
 
 /** An honest reader sends itself one message and times it until the delivery. */
 async function honestRoundTrip(url: string): Promise<number> {
-  const { ws, nonce } = await open(url);
+  const { ws, nonce, relayKey } = await open(url);
   const key = generateSigningKey();
   const route = formatRoute({ key: encodeBase64url(key.publicKey), session: 'honest' });
   const start = performance.now();
-  ws.send(JSON.stringify({ v: 1, type: 'auth', route, sig: signAuth(key, nonce, route) }));
+  ws.send(JSON.stringify({ v: 1, type: 'auth', route, relay: relayKey, sig: signAuth(key, relayKey, nonce, route) }));
   ws.send(JSON.stringify({ v: 1, type: 'send', ref: 'h', to: route, payload: { hello: 'world' } }));
   await new Promise<void>((resolve) => ws.on('message', (data) => (JSON.parse(data.toString()) as Frame).type === 'deliver' && resolve()));
   const elapsed = performance.now() - start;

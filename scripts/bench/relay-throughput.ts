@@ -32,22 +32,24 @@ interface Frame {
   route?: string;
   id?: number;
   nonce?: string;
+  /** the relay's key, in its challenge */
+  key?: string;
 }
 
 /** Opens a connection and resolves with it and the relay's challenge nonce. */
-async function open(url: string): Promise<{ ws: WebSocket; nonce: string }> {
+async function open(url: string): Promise<{ ws: WebSocket; nonce: string; relayKey: string }> {
   const ws = new WebSocket(url, { maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false });
   ws.on('error', () => undefined);
-  const nonce = await new Promise<string>((resolve, reject) => {
-    ws.once('message', (data) => resolve((JSON.parse(data.toString()) as Frame).nonce ?? ''));
+  const challenge = await new Promise<Frame>((resolve, reject) => {
+    ws.once('message', (data) => resolve(JSON.parse(data.toString()) as Frame));
     ws.once('close', () => reject(new Error('the relay closed the connection before its challenge')));
   });
-  return { ws, nonce };
+  return { ws, nonce: challenge.nonce ?? '', relayKey: challenge.key ?? '' };
 }
 
 /** A reader of up to 64 routes: acknowledges what it is delivered, in one ack per route per turn of the event loop. */
 async function reader(url: string, keys: readonly SigningKey[], onDelivered: () => void): Promise<WebSocket> {
-  const { ws, nonce } = await open(url);
+  const { ws, nonce, relayKey } = await open(url);
   const routes = keys.map((key) => ({ key, route: formatRoute({ key: encodeBase64url(key.publicKey), session: 'bench' }) }));
   const pending = new Map<string, number[]>();
   let scheduled = false;
@@ -72,7 +74,7 @@ async function reader(url: string, keys: readonly SigningKey[], onDelivered: () 
       }
     });
   });
-  for (const { key, route } of routes) ws.send(JSON.stringify({ v: 1, type: 'auth', route, sig: signAuth(key, nonce, route) }));
+  for (const { key, route } of routes) ws.send(JSON.stringify({ v: 1, type: 'auth', route, relay: relayKey, sig: signAuth(key, relayKey, nonce, route) }));
   await ready;
   return ws;
 }

@@ -6,7 +6,7 @@
  * data or throws an InterlinkError.
  */
 import { dirname } from 'node:path';
-import { mailboxPath, outboxPath, pairingPath, rejectedPath, replayPath } from '../config/layout.js';
+import { knownRelaysPath, mailboxPath, outboxPath, pairingPath, rejectedPath, replayPath } from '../config/layout.js';
 import { formatRoute } from '../envelope/route.js';
 import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
 import { log } from '../log.js';
@@ -20,6 +20,7 @@ import { PairingStore } from '../pairing/store.js';
 import type { PeerTable } from '../peers/peers.js';
 import { RelayClient } from '../relay/client.js';
 import type { ClientTls } from '../relay/tls.js';
+import { KnownRelays } from '../relay/known-relays.js';
 import { ReplayIndex } from '../replay/claims.js';
 import { isNewIndex, seedFromMailboxes } from '../replay/seed.js';
 import { Inbound } from './inbound.js';
@@ -83,7 +84,8 @@ export class Agent {
     const replay = await ReplayIndex.open(replayFile);
     if (seedIndex) await seedFromMailboxes(replay, dirname(mailboxPath(stateDir, identity.key, session)));
     const route = formatRoute({ key: identity.key, session });
-    const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route], ...(options.logOutages !== undefined && { logOutages: options.logOutages }), ...(options.tls !== undefined && { tls: options.tls }) }));
+    const trust = new KnownRelays(knownRelaysPath(stateDir), options.relayUrls);
+    const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route], trust, ...(options.logOutages !== undefined && { logOutages: options.logOutages }), ...(options.tls !== undefined && { tls: options.tls }) }));
     const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
     const pairing = new Pairing({
       identity,

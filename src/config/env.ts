@@ -12,6 +12,7 @@ import { InterlinkError } from '../errors.js';
 import { LOG_SETTINGS, type LogSetting } from '../log.js';
 import { defaultKeyPath, defaultPeersPath } from './layout.js';
 import { MAX_NAME_BYTES, unsafeNameReason } from './paths.js';
+import { parseRelayUrl } from './relay-url.js';
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
@@ -38,7 +39,14 @@ const SCHEMA = z.object({
   INTERLINK_KEY: text,
   INTERLINK_PEERS: text,
   INTERLINK_STATE_DIR: text,
-  INTERLINK_URL: trimmed.transform((v) => v?.split(',').map((url) => url.trim()).filter((url) => url !== '')),
+  INTERLINK_URL: trimmed
+    .transform((v) => v?.split(',').map((url) => url.trim()).filter((url) => url !== ''))
+    .superRefine((urls, ctx) => {
+      for (const url of urls ?? []) {
+        const parsed = parseRelayUrl(url);
+        if ('error' in parsed) ctx.addIssue({ code: 'custom', message: parsed.error });
+      }
+    }),
   INTERLINK_LOCAL_RELAY: trimmed,
   INTERLINK_TLS_CA: text,
   INTERLINK_NAME: trimmed.transform((v) => v?.slice(0, MAX_ANNOUNCED_NAME)),
@@ -72,7 +80,7 @@ export const VARIABLES: Readonly<Record<VariableName, VariableDoc>> = {
   INTERLINK_KEY: { meaning: 'the identity (Ed25519 seed, base64url, mode 0600)', accepts: 'a file path', default: '`<config>/id.key`' },
   INTERLINK_PEERS: { meaning: 'the peers file', accepts: 'a file path', default: '`<config>/peers.json`' },
   INTERLINK_STATE_DIR: { meaning: 'the state root: mailboxes, outboxes, inboxes, pairing, failed deliveries, the local relay', accepts: 'a directory', default: '`$XDG_STATE_HOME/interlink`, else `~/.local/state/interlink`' },
-  INTERLINK_URL: { meaning: 'the relays', accepts: 'relay URLs, comma-separated', default: `\`ws://${DEFAULT_LOCAL_RELAY}\`, the local relay (\`serve\` starts it if none answers)` },
+  INTERLINK_URL: { meaning: 'the relays', accepts: "relay URLs, comma-separated, each optionally pinning the relay's key: `wss://HOST:PORT#key=<key>`", default: `\`ws://${DEFAULT_LOCAL_RELAY}\`, the local relay (\`serve\` starts it if none answers)` },
   INTERLINK_LOCAL_RELAY: { meaning: "the zero-config local relay's address", accepts: '`HOST:PORT`', default: `\`${DEFAULT_LOCAL_RELAY}\`` },
   INTERLINK_TLS_CA: {
     meaning: '`wss://` relays: certificates trusted besides the public CAs Node ships (a self-signed relay certificate, a private CA)',
@@ -99,7 +107,10 @@ export interface Config {
   keyPath: string;
   peersPath: string;
   stateDir: string;
-  /** undefined: none configured, use (and if need be start) the local relay. */
+  /**
+   * As written, each perhaps with a `#key=` pin (config/relay-url.ts splits it off);
+   * undefined: none configured, use (and if need be start) the local relay.
+   */
   relays: readonly string[] | undefined;
   localRelay: string;
   /** A PEM file of certificates `wss://` relays may present besides the public CAs (relay/tls.ts reads it). */

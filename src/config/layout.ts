@@ -122,6 +122,16 @@ export function localRelayLogPath(stateDir: string): string {
   return join(localRelayDir(stateDir), 'relay.log');
 }
 
+/** A relay's own key, kept with its store (relay/relay-key.ts). */
+export function relayKeyFile(db: string): string {
+  return join(db, 'relay-key.json');
+}
+
+/** The relay keys this user's sessions have seen, per URL: trust on first use (relay/known-relays.ts). */
+export function knownRelaysPath(stateDir: string): string {
+  return join(stateDir, 'relays.json');
+}
+
 /** Written by `relay stop`: a person stopped this relay, so running sessions do not start it again. */
 export function relayStopMarker(db: string): string {
   return join(db, 'stopped');

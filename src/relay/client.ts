@@ -8,7 +8,9 @@ import WebSocket from 'ws';
 import { log } from '../log.js';
 import type { SigningKey } from '../identity/ed25519.js';
 import type { Announcement, Goodbye } from '../presence/announcement.js';
-import { signAuth } from './auth.js';
+import { newNonce, signAuth, verifyWelcome } from './auth.js';
+import { relayEndpoint, type RelayEndpoint } from '../config/relay-url.js';
+import { PINS_ONLY, type RelayKeyVerdict, type RelayTrust } from './known-relays.js';
 import { connectError } from './reach.js';
 import { trustOptions, type ClientTls } from './tls.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RosterEntry } from './frames.js';
@@ -24,6 +26,7 @@ export interface Delivery {
 }
 
 export interface RelayClientOptions {
+  /** The relay URL, perhaps pinning its key (`#key=`, config/relay-url.ts). */
   url: string;
   key: SigningKey;
   /** Routes this client reads (authenticated after every (re)connect). */
@@ -38,6 +41,15 @@ export interface RelayClientOptions {
   logOutages?: boolean;
   /** Certificates a `wss://` relay may present besides Node's CAs (INTERLINK_TLS_CA). */
   tls?: ClientTls;
+  /** Decides whether to trust the key a relay proved (known-relays.ts); default: its pin only. */
+  trust?: RelayTrust;
+}
+
+/** One connection's handshake: our nonce, then the relay's challenge, then its welcome. */
+interface Handshake {
+  clientNonce: string;
+  challenge?: { key: string; nonce: string };
+  trusted?: boolean;
 }
 
 const DEFAULT_SILENCE_MS = 35_000;
@@ -51,7 +63,12 @@ const MAX_BACKOFF_MS = 5_000;
 
 /**
  * Events: 'delivery' (Delivery), 'connected', 'disconnected', 'authenticated' (route),
- * 'unreachable' (why, once per outage).
+ * 'unreachable' (why, once per outage, and when the relay's key is refused).
+ *
+ * Routes are authenticated only with a relay that proved its key over our fresh nonce and
+ * whose key the trust decision accepts (DESIGN.md "The relay's key"); a refused key closes
+ * the connection, logged once per reason as `relay_key_refused`, and it is tried again
+ * with backoff (a person may accept the new key meanwhile).
  *
  * An outage starts when a connection attempt fails (not when a connection drops: the
  * first reconnect may well succeed) and ends when one opens. Each is logged once at
@@ -70,17 +87,29 @@ export class RelayClient extends EventEmitter {
   private silenceTimer: NodeJS.Timeout | undefined;
   /** Why the relay cannot be reached, while an outage lasts. */
   private outage: { error: string; since: number } | undefined;
+  private readonly endpoint: RelayEndpoint;
+  private handshake: Handshake | undefined;
+  /** Why the relay's key is refused, until a handshake is trusted again. */
+  private keyRefusal: string | undefined;
 
   constructor(private readonly options: RelayClientOptions) {
     super();
+    this.endpoint = relayEndpoint(options.url);
   }
 
+  /** The relay's URL without a pin: its name in logs, deliveries and relays.json. */
   get url(): string {
-    return this.options.url;
+    return this.endpoint.url;
   }
 
+  /** Why this relay's key is refused, while it is. */
+  get untrusted(): string | undefined {
+    return this.keyRefusal;
+  }
+
+  /** Open, and the relay proved a key we trust: nothing is sent to a relay before that. */
   get connected(): boolean {
-    return this.socket?.readyState === WebSocket.OPEN;
+    return this.socket?.readyState === WebSocket.OPEN && this.handshake?.trusted === true;
   }
 
   /** Why the last connection attempt failed, while no connection is open since. */
@@ -103,7 +132,7 @@ export class RelayClient extends EventEmitter {
    */
   ready(timeoutMs: number, options: { failFast?: boolean } = {}): Promise<boolean> {
     if (this.isReady()) return Promise.resolve(true);
-    if (options.failFast === true && this.outage !== undefined) return Promise.resolve(false);
+    if (options.failFast === true && (this.outage !== undefined || this.keyRefusal !== undefined)) return Promise.resolve(false);
     return new Promise((resolve) => {
       const timer = setTimeout(() => finish(false), timeoutMs);
       const check = () => this.isReady() && finish(true);
@@ -185,7 +214,7 @@ export class RelayClient extends EventEmitter {
     if (this.closed) return;
     let socket: WebSocket;
     try {
-      socket = new WebSocket(this.options.url, { maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, handshakeTimeout: 5_000, ...trustOptions(this.options.tls) });
+      socket = new WebSocket(this.url, { maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, handshakeTimeout: 5_000, ...trustOptions(this.options.tls) });
     } catch (err) {
       // A URL ws cannot use: no retry will change that.
       this.failedAttempt(`not a usable relay URL (${messageOf(err)})`);
@@ -204,7 +233,8 @@ export class RelayClient extends EventEmitter {
       this.recovered();
       this.backoff = 100;
       this.heard(socket);
-      this.emit('connected');
+      this.handshake = { clientNonce: newNonce() };
+      socket.send(JSON.stringify({ v: PROTOCOL_VERSION, type: 'hello', nonce: this.handshake.clientNonce } satisfies ClientFrame));
     });
     socket.on('ping', () => this.heard(socket));
     socket.on('message', (data, isBinary) => {
@@ -217,7 +247,10 @@ export class RelayClient extends EventEmitter {
       clearTimeout(this.silenceTimer);
       this.authenticated.clear();
       this.failAll('disconnected');
-      if (this.socket === socket) this.socket = undefined;
+      if (this.socket === socket) {
+        this.socket = undefined;
+        this.handshake = undefined;
+      }
       this.emit('disconnected');
       this.scheduleReconnect();
     });
@@ -275,15 +308,22 @@ export class RelayClient extends EventEmitter {
 
   private onFrame(text: string): void {
     const frame = parseFrame(relayFrame, text);
+    const socket = this.socket;
+    if (frame === undefined && socket !== undefined && this.handshake !== undefined && this.handshake.challenge === undefined) {
+      return this.refuseKey(socket, `relay ${this.url} does not open with a challenge naming its key: an older relay, which cannot prove who it is; upgrade it`);
+    }
     if (frame === undefined) {
       log.warn('relay_bad_frame', { relay: this.url });
       return;
     }
+    // Until the relay proved a key we trust, only its opening frames are read.
+    if (this.handshake?.trusted !== true && frame.type !== 'challenge' && frame.type !== 'welcome') return;
     switch (frame.type) {
       case 'challenge':
-        for (const route of this.options.routes) {
-          this.write({ v: PROTOCOL_VERSION, type: 'auth', route, sig: signAuth(this.options.key, frame.nonce, route) });
-        }
+        if (this.handshake !== undefined) this.handshake.challenge = { key: frame.key, nonce: frame.nonce };
+        return;
+      case 'welcome':
+        void this.welcomed(frame.sig);
         return;
       case 'auth_ok':
         this.authenticated.add(frame.route);
@@ -312,6 +352,42 @@ export class RelayClient extends EventEmitter {
         this.settle(this.rosters, frame.ref, frame.entries);
         return;
     }
+  }
+
+  /** The relay signed our nonce: if its key is trusted, our routes are authenticated against it. */
+  private async welcomed(sig: string): Promise<void> {
+    const socket = this.socket;
+    const handshake = this.handshake;
+    const challenge = handshake?.challenge;
+    if (socket === undefined || handshake === undefined || challenge === undefined) return;
+    if (!verifyWelcome(challenge.key, challenge.nonce, handshake.clientNonce, sig)) {
+      return this.refuseKey(socket, `relay ${this.url} does not prove the key ${challenge.key} its challenge names (its welcome signature does not verify); nothing is read there`);
+    }
+    let verdict: RelayKeyVerdict;
+    try {
+      verdict = await (this.options.trust ?? PINS_ONLY).admit(this.endpoint, challenge.key);
+    } catch (err) {
+      verdict = { trusted: false, message: `the key of relay ${this.url} cannot be checked (${messageOf(err)}); nothing is read there` };
+    }
+    if (this.socket !== socket || this.handshake !== handshake) return;
+    if (!verdict.trusted) return this.refuseKey(socket, verdict.message);
+    if (this.keyRefusal !== undefined) log.warn('relay_key_trusted', { relay: this.url, key: challenge.key, message: `relay ${this.url} is trusted again` });
+    this.keyRefusal = undefined;
+    handshake.trusted = true;
+    for (const route of this.options.routes) {
+      this.write({ v: PROTOCOL_VERSION, type: 'auth', route, relay: challenge.key, sig: signAuth(this.options.key, challenge.key, challenge.nonce, route) });
+    }
+    this.emit('connected');
+  }
+
+  /** Logged once per reason; the connection closes and is tried again with backoff. */
+  private refuseKey(socket: WebSocket, message: string): void {
+    if (this.keyRefusal !== message) log.warn('relay_key_refused', { relay: this.url, code: 'relay_untrusted', message });
+    this.keyRefusal = message;
+    // A relay that is up but refused: no point in knocking faster than the slowest retry.
+    this.backoff = MAX_BACKOFF_MS;
+    this.emit('unreachable', message);
+    socket.close(1008, 'relay key refused');
   }
 
   private settle<T>(table: Map<string, Pending<T>>, ref: string, value: T): void {

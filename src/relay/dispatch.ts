@@ -10,9 +10,9 @@
 import type WebSocket from 'ws';
 import { log } from '../log.js';
 import { describeSchemaError } from '../json.js';
-import { verifyAuth } from './auth.js';
+import { signWelcome, verifyAuth } from './auth.js';
 import type { Connection, Subscription } from './connection.js';
-import { ackRouteOf, deliverText, frameText, NOT_JSON, parseJson, refOf } from './frame-text.js';
+import { ackRouteOf, isHello, deliverText, frameText, NOT_JSON, parseJson, refOf } from './frame-text.js';
 import { clientFrame, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, type ClientFrame } from './frames.js';
 import { MAX_JSON_DEPTH, memberText, nestsDeeperThan } from './json-scan.js';
 import type { EnqueueResult, QueueLimits, QueueResult } from './queues.js';
@@ -21,6 +21,7 @@ import type { Roster } from './roster.js';
 import type { RelayMetrics } from './relay-metrics.js';
 import { RosterReplies } from './roster-replies.js';
 import type { RelayStorage } from './storage.js';
+import type { RelayKey } from './relay-key.js';
 import { messageOf } from '../errors.js';
 
 /** Unacknowledged deliveries per connection and route. */
@@ -36,6 +37,8 @@ export interface DispatchSettings {
   deliveryWindow: number;
   /** Counts accepted, delivered and acknowledged messages for the operator. */
   metrics?: RelayMetrics;
+  /** The relay's own key: it signs `welcome`, and auth proofs must name it. */
+  key: RelayKey;
 }
 
 function shareText(share: Share): string {
@@ -61,6 +64,8 @@ function queueFullMessage(route: string, result: Extract<EnqueueResult, { outcom
 export class Dispatcher {
   /** The connections that authenticated each route. */
   private readonly subscribers = new Map<string, Set<Connection>>();
+  /** Connections that said hello: one welcome each, so a peer cannot make the relay sign at its frame rate. */
+  private readonly welcomed = new WeakSet<Connection>();
   /** Commits in progress and what follows them. */
   private readonly pending = new Set<Promise<unknown>>();
   private readonly rosterReplies: RosterReplies;
@@ -82,7 +87,8 @@ export class Dispatcher {
   /**
    * Every frame, even one that is refused, takes a token from the connection's bucket —
    * except an ack for a route the connection authenticated: refusing it would leave the
-   * message in flight, holding a slot of the window until the connection closes.
+   * message in flight, holding a slot of the window until the connection closes — and the
+   * connection's first hello.
    */
   onFrame(conn: Connection, data: WebSocket.RawData, isBinary: boolean): void {
     const text = isBinary ? '' : frameText(data);
@@ -92,7 +98,9 @@ export class Dispatcher {
     const ref = refOf(json);
     const ackRoute = ackRouteOf(json);
     const readerAck = ackRoute !== undefined && conn.subscriptions.has(ackRoute);
-    if (!readerAck && !conn.bucket.take(this.now())) {
+    // The one hello of a connection is part of opening it, like the challenge.
+    const firstHello = isHello(json) && !this.welcomed.has(conn);
+    if (!readerAck && !firstHello && !conn.bucket.take(this.now())) {
       return conn.refuse(ref, 'rate_limited', `more than ${this.settings.frameRate} frames per second on this connection; slow down and send it again`);
     }
     if (isBinary) return conn.refuse(undefined, 'bad_frame', 'frames are JSON text, not binary');
@@ -121,8 +129,10 @@ export class Dispatcher {
   /** `text` is the frame as it arrived: a payload is kept as those bytes, never serialized again. */
   private dispatch(conn: Connection, frame: ClientFrame, text: string): void {
     switch (frame.type) {
+      case 'hello':
+        return this.onHello(conn, frame.nonce);
       case 'auth':
-        return this.onAuth(conn, frame.route, frame.sig);
+        return this.onAuth(conn, frame.route, frame.sig, frame.relay);
       case 'send':
         return this.onSend(conn, frame.ref, frame.to, memberText(text, 'payload')!);
       case 'ack':
@@ -142,9 +152,24 @@ export class Dispatcher {
     if (refusal !== undefined) conn.refuse(ref, 'rate_limited', refusal);
   }
 
-  private onAuth(conn: Connection, route: string, sig: string): void {
-    if (!verifyAuth(conn.nonce, route, sig)) {
-      return conn.refuse(undefined, 'auth_failed', `the signature does not prove the key of ${route} for this connection's challenge`);
+  private onHello(conn: Connection, nonce: string): void {
+    if (this.welcomed.has(conn)) return conn.refuse(undefined, 'bad_frame', 'one hello per connection: this connection was already welcomed');
+    this.welcomed.add(conn);
+    conn.send({ v: PROTOCOL_VERSION, type: 'welcome', sig: signWelcome(this.settings.key.signingKey, conn.nonce, nonce) });
+  }
+
+  private onAuth(conn: Connection, route: string, sig: string, relay: string | undefined): void {
+    const own = this.settings.key.key;
+    if (relay === undefined) {
+      return conn.refuse(undefined, 'auth_failed', `the auth for ${route} is the old proof (interlink-relay-auth-v1), which names no relay; this relay takes only interlink-relay-auth-v2 proofs, which name its key ${own}: upgrade interlink-mcp`);
+    }
+    if (relay !== own) {
+      // A proof made for another relay: the client was talking to that relay, which passed this one's challenge on.
+      log.warn('relay_auth_other_relay', { conn: conn.id, route, named: relay });
+      return conn.refuse(undefined, 'auth_failed', `the auth for ${route} names the relay key ${relay}, not this relay's key ${own}: it was made for another relay`);
+    }
+    if (!verifyAuth(own, conn.nonce, route, sig)) {
+      return conn.refuse(undefined, 'auth_failed', `the signature does not prove the key of ${route} for this relay and this connection's challenge`);
     }
     let subscription = conn.subscriptions.get(route);
     if (subscription === undefined) {

@@ -32,6 +32,11 @@ export function refOf(data: unknown): string | undefined {
   return typeof ref === 'string' && ref.length >= 1 && ref.length <= 64 ? ref : undefined;
 }
 
+/** Anything shaped like a `hello`, valid or not. */
+export function isHello(data: unknown): boolean {
+  return typeof data === 'object' && data !== null && 'type' in data && data.type === 'hello';
+}
+
 /** The route of anything shaped like an `ack`, valid or not. */
 export function ackRouteOf(data: unknown): string | undefined {
   if (typeof data !== 'object' || data === null || !('type' in data) || !('route' in data)) return undefined;

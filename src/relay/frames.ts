@@ -1,5 +1,6 @@
 /**
- * Relay wire protocol, version 1 (docs/PROTOCOL.md, "Relay frames"): JSON text frames
+ * Relay wire protocol, version 1, revision 2 (docs/PROTOCOL.md, "Relay frames"; revision 2
+ * adds the relay's key, `hello`/`welcome` and the auth-v2 proof): JSON text frames
  * over one WebSocket. Every frame carries `v: 1` and a `type`. These schemas are the
  * single definition of both directions; both ends validate every frame they receive.
  */
@@ -7,7 +8,7 @@ import { z } from 'zod';
 import { routeText as route } from '../envelope/route.js';
 import { REFUSAL_CODES } from '../errors.js';
 import { isBase64urlOfLength } from '../identity/base64url.js';
-import { SIGNATURE_BYTES } from '../identity/ed25519.js';
+import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES } from '../identity/ed25519.js';
 import { parseJsonWith } from '../json.js';
 import { NONCE_BYTES } from './auth.js';
 
@@ -20,24 +21,35 @@ export const MAX_FRAME_BYTES = 2 * 1024 * 1024;
 const v = z.literal(PROTOCOL_VERSION);
 const ref = z.string().min(1).max(64);
 const sig = z.string().refine((s) => isBase64urlOfLength(s, SIGNATURE_BYTES), 'must be a 64-byte base64url signature');
+const nonce = z.string().refine((s) => isBase64urlOfLength(s, NONCE_BYTES), 'must be a 32-byte base64url nonce');
+const key = z.string().refine((s) => isBase64urlOfLength(s, PUBLIC_KEY_BYTES), 'must be a 32-byte base64url key');
 /** Relay-assigned message id within a route: increasing, never reused. */
 const id = z.number().int().min(0);
 
 // ---- client → relay ----
 
-export const authFrame = z.object({ v, type: z.literal('auth'), route, sig });
+/** The client's fresh nonce, which the relay signs in its `welcome` (auth.ts). */
+export const helloFrame = z.object({ v, type: z.literal('hello'), nonce });
+/**
+ * `relay` is the relay key the proof names (auth-v2). An auth without it is the old
+ * proof, which named no relay: the relay refuses it `auth_failed`, saying so.
+ */
+export const authFrame = z.object({ v, type: z.literal('auth'), route, sig, relay: key.optional() });
 export const sendFrame = z.object({ v, type: z.literal('send'), ref, to: route, payload: z.record(z.string(), z.unknown()) });
 export const ackFrame = z.object({ v, type: z.literal('ack'), route, ids: z.array(id).min(1).max(1024) });
 export const announceFrame = z.object({ v, type: z.literal('announce'), announcement: z.unknown() });
 export const goodbyeFrame = z.object({ v, type: z.literal('goodbye'), goodbye: z.unknown() });
 export const rosterRequestFrame = z.object({ v, type: z.literal('roster'), ref });
 
-export const clientFrame = z.discriminatedUnion('type', [authFrame, sendFrame, ackFrame, announceFrame, goodbyeFrame, rosterRequestFrame]);
+export const clientFrame = z.discriminatedUnion('type', [helloFrame, authFrame, sendFrame, ackFrame, announceFrame, goodbyeFrame, rosterRequestFrame]);
 export type ClientFrame = z.infer<typeof clientFrame>;
 
 // ---- relay → client ----
 
-export const challengeFrame = z.object({ v, type: z.literal('challenge'), nonce: z.string().refine((s) => isBase64urlOfLength(s, NONCE_BYTES)) });
+/** `key` is the relay's own Ed25519 key: the key clients pin and the auth proof names. */
+export const challengeFrame = z.object({ v, type: z.literal('challenge'), nonce, key });
+/** The relay's signature over its key, its nonce and the client's `hello` nonce (auth.ts). */
+export const welcomeFrame = z.object({ v, type: z.literal('welcome'), sig });
 export const authOkFrame = z.object({ v, type: z.literal('auth_ok'), route });
 export const acceptedFrame = z.object({ v, type: z.literal('accepted'), ref, id });
 export const refusedFrame = z.object({ v, type: z.literal('refused'), ref: ref.optional(), code: z.enum(REFUSAL_CODES), message: z.string() });
@@ -46,7 +58,7 @@ export const rosterEntry = z.object({ announcement: z.unknown(), age_ms: z.numbe
 export type RosterEntry = z.infer<typeof rosterEntry>;
 export const rosterFrame = z.object({ v, type: z.literal('roster'), ref, entries: z.array(rosterEntry) });
 
-export const relayFrame = z.discriminatedUnion('type', [challengeFrame, authOkFrame, acceptedFrame, refusedFrame, deliverFrame, rosterFrame]);
+export const relayFrame = z.discriminatedUnion('type', [challengeFrame, welcomeFrame, authOkFrame, acceptedFrame, refusedFrame, deliverFrame, rosterFrame]);
 export type RelayFrame = z.infer<typeof relayFrame>;
 
 /** Parses one text frame; undefined if it is not JSON or not a valid frame of `schema`. */

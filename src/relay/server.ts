@@ -6,8 +6,8 @@
  * This module binds the address, opens the queues and composes the parts: connection
  * handling (`connection.ts`: frame budget, heartbeat, backpressure), the queues and the
  * ids they issue (`storage.ts`), and what each client frame does (`dispatch.ts`). The
- * relay holds no keys and never parses payloads: it verifies only auth proofs,
- * announcements and goodbyes.
+ * relay holds no key but its own (relay-key.ts), and never parses payloads: it verifies
+ * only auth proofs, announcements and goodbyes.
  */
 import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -21,18 +21,22 @@ import { ConnectionCounts, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_
 import { ConnectionSet, DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from './connection.js';
 import { DEFAULT_DELIVERY_WINDOW, Dispatcher } from './dispatch.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from './frames.js';
-import { DEFAULT_QUEUE_LIMITS } from './queues.js';
+import { DEFAULT_QUEUE_LIMITS, type QueueLimits } from './queues.js';
 import { DEFAULT_ROSTER_LIMITS, Roster } from './roster.js';
 import { RelayMetrics } from './relay-metrics.js';
 import { shareLimits } from './shares.js';
 import { RelayStorage } from './storage.js';
 import type { ServerTls } from './tls.js';
+import { freshRelayKey, loadOrCreateRelayKey, type RelayKey } from './relay-key.js';
+import { relayKeyFile } from '../config/layout.js';
 
 export interface RelayOptions {
   host: string;
   port: number;
   /** Durable queues under this directory (created if missing); in memory without it. */
   dbDir?: string;
+  /** The relay's key file (relay-key.ts); default `<dbDir>/relay-key.json`, and without either a fresh key per start. */
+  keyFile?: string;
   heartbeatMs?: number;
   maxRouteMessages?: number;
   maxMessages?: number;
@@ -120,6 +124,18 @@ function httpServer(tls: ServerTls | undefined): HttpServer {
   return server;
 }
 
+/** The queues, then the key under the store's lock (of two relays on one store, one gets that far). */
+async function openStoreAndKey(options: RelayOptions, limits: QueueLimits, onCommit: (seconds: number) => void): Promise<{ storage: RelayStorage; relayKey: RelayKey }> {
+  const storage = await RelayStorage.open(options.dbDir, limits, options.now ?? Date.now, onCommit);
+  const keyFile = options.keyFile ?? (options.dbDir !== undefined ? relayKeyFile(options.dbDir) : undefined);
+  try {
+    return { storage, relayKey: keyFile !== undefined ? await loadOrCreateRelayKey(keyFile) : freshRelayKey() };
+  } catch (err) {
+    await storage.release();
+    throw err;
+  }
+}
+
 export class RelayServer {
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, clientTracking: false });
   private readonly connections: ConnectionSet;
@@ -138,11 +154,12 @@ export class RelayServer {
     private readonly storage: RelayStorage,
     readonly port: number,
     private readonly metrics: RelayMetrics,
+    private readonly relayKey: RelayKey,
   ) {
     const now = options.now ?? Date.now;
     const frameRate = options.frameRate ?? DEFAULT_FRAME_RATE;
     const roster = new Roster(now, { ...DEFAULT_ROSTER_LIMITS, maxEntries: options.rosterMaxEntries ?? DEFAULT_ROSTER_LIMITS.maxEntries });
-    this.dispatcher = new Dispatcher(storage, roster, { frameRate, deliveryWindow: options.deliveryWindow ?? DEFAULT_DELIVERY_WINDOW, metrics }, now);
+    this.dispatcher = new Dispatcher(storage, roster, { frameRate, deliveryWindow: options.deliveryWindow ?? DEFAULT_DELIVERY_WINDOW, metrics, key: relayKey }, now);
     this.connections = new ConnectionSet({ frameRate, frameBurst: options.frameBurst ?? DEFAULT_FRAME_BURST }, now, {
       frame: (conn, data, isBinary) => this.dispatcher.onFrame(conn, data, isBinary),
       drained: (conn) => this.dispatcher.onDrained(conn),
@@ -205,16 +222,22 @@ export class RelayServer {
       ...shareLimits(total, options.host, { perAddress: options.maxPerAddress, perConnection: options.maxPerConnection }),
     };
     const metrics = new RelayMetrics();
-    let storage: RelayStorage;
+    let opened: { storage: RelayStorage; relayKey: RelayKey };
     try {
-      storage = await RelayStorage.open(options.dbDir, limits, options.now ?? Date.now, (seconds) => metrics.committed(seconds));
+      opened = await openStoreAndKey(options, limits, (seconds) => metrics.committed(seconds));
     } catch (err) {
       await new Promise<void>((r) => http.close(() => r()));
       throw err;
     }
-    const relay = new RelayServer(options, http, storage, port, metrics);
-    log.info('relay_listening', { url: relay.url, durable: options.dbDir !== undefined, ...storage.stats });
+    const { storage, relayKey } = opened;
+    const relay = new RelayServer(options, http, storage, port, metrics, relayKey);
+    log.info('relay_listening', { url: relay.url, durable: options.dbDir !== undefined, key: relayKey.key, ...storage.stats });
     return relay;
+  }
+
+  /** The relay's public key (base64url): what clients pin. */
+  get key(): string {
+    return this.relayKey.key;
   }
 
   get url(): string {
@@ -275,6 +298,6 @@ export class RelayServer {
       return;
     }
     const conn = this.connections.add(ws, address);
-    conn.send({ v: PROTOCOL_VERSION, type: 'challenge', nonce: conn.nonce });
+    conn.send({ v: PROTOCOL_VERSION, type: 'challenge', nonce: conn.nonce, key: this.relayKey.key });
   }
 }

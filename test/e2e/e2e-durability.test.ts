@@ -119,7 +119,8 @@ describe('durability end to end', () => {
   it('sends what was still in the outbox after the sender is killed and restarted', async () => {
     const port = await freePort();
     const url = `ws://127.0.0.1:${port}`;
-    const relay = await startRelay({ port });
+    const keyFile = join(root, 'relay.key');
+    const relay = await startRelay({ port, keyFile });
     const alice = await peer('alice', 'a1', url);
     const bob = await peer('bob', 'b1', url);
     const { bobKey } = await identities(alice, bob);
@@ -128,7 +129,7 @@ describe('durability end to end', () => {
     const pending = await alice.call<{ pending: unknown[] }>('list_pending');
     expect(pending.pending).toHaveLength(20);
     crash(alice);
-    await startRelay({ port });
+    await startRelay({ port, keyFile });
     await peer('alice', 'a1', url);
     const stored = await eventually(async () => {
       const ids = await storedIds(bob.state, bobKey, 'b1');

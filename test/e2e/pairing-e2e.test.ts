@@ -315,7 +315,7 @@ describe('bounds', () => {
 async function ritaKnocksOnBob() {
   const port = await freePort();
   const url = `ws://127.0.0.1:${port}`;
-  const first = await startRelay({ port });
+  const first = await startRelay({ port, keyFile: join(root, `relay-${port}.key`) });
   const bob = await peer('bob', 'b1', url);
   const bobMe = await bob.call<Me>('get_my_session_id');
   const rita = await hand(url, { session: 'r1' });
@@ -350,7 +350,7 @@ describe('the control outbox', () => {
 
     // A relay comes up on the address; Rita reads her route there.
     const upAt = Date.now();
-    await startRelay({ port });
+    await startRelay({ port, keyFile: join(root, `relay-${port}.key`) });
     const ritaAgain = await hand(url, { identity: rita.identity, session: 'r1' });
     await ritaAgain.listen();
     const confirmation = await ritaAgain.received('the pair_accept', (e) => e.kind === 'pair_accept', 20_000);
@@ -370,7 +370,7 @@ describe('the control outbox', () => {
     await bob.close();
     peers.splice(peers.indexOf(bob), 1);
 
-    await startRelay({ port });
+    await startRelay({ port, keyFile: join(root, `relay-${port}.key`) });
     const ritaAgain = await hand(url, { identity: rita.identity, session: 'r1' });
     await ritaAgain.listen();
     const listed = await person(root, 'bob', url).json<Listed>(['pair', 'list']);

@@ -5,15 +5,17 @@
  * test then replays any copy to any route, as a hostile relay (or anyone holding a copy)
  * would, and watches which deliveries the receivers acknowledge.
  *
- * It does not check route proofs (a lying relay need not), it answers every `auth` with
- * `auth_ok`, and it keeps announcements for the roster without verifying them.
+ * It proves a key of its own as an honest relay does (lying is not impersonating), does
+ * not check route proofs (a lying relay need not), answers every `auth` with `auth_ok`,
+ * and keeps announcements for the roster without verifying them.
  */
-import { randomBytes } from 'node:crypto';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { formatRoute } from '../../src/envelope/route.js';
 import { announcementSchema } from '../../src/presence/announcement.js';
 import { clientFrame, parseFrame, PROTOCOL_VERSION } from '../../src/relay/frames.js';
 import { until } from './relay-test-client.js';
+import { greet } from './relay-greeting.js';
+import { freshRelayKey } from '../../src/relay/relay-key.js';
 
 export interface Sent {
   to: string;
@@ -28,6 +30,8 @@ export class LyingRelay {
   private readonly routes = new Map<WebSocket, Set<string>>();
   private readonly announcements = new Map<string, unknown>();
   private nextId = 1;
+  /** Its own key, proved to clients like an honest relay's: a lying relay need not be an impostor. */
+  private readonly relayKey = freshRelayKey();
 
   private constructor(
     private readonly server: WebSocketServer,
@@ -78,7 +82,7 @@ export class LyingRelay {
   private connected(ws: WebSocket): void {
     this.routes.set(ws, new Set());
     ws.on('close', () => this.routes.delete(ws));
-    ws.send(JSON.stringify({ v: PROTOCOL_VERSION, type: 'challenge', nonce: randomBytes(32).toString('base64url') }));
+    greet(ws, this.relayKey);
     ws.on('message', (data, isBinary) => {
       if (isBinary) return;
       const frame = parseFrame(clientFrame, data.toString());
@@ -109,6 +113,7 @@ export class LyingRelay {
           ws.send(JSON.stringify({ v: PROTOCOL_VERSION, type: 'roster', ref: frame.ref, entries: [...this.announcements.values()].map((announcement) => ({ announcement, age_ms: 0 })) }));
           return;
         case 'goodbye':
+        case 'hello':
           return;
       }
     });

@@ -5,7 +5,7 @@
  */
 import WebSocket from 'ws';
 import { formatRoute } from '../../src/envelope/route.js';
-import { signAuth } from '../../src/relay/auth.js';
+import { newNonce, signAuth, verifyWelcome } from '../../src/relay/auth.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION, relayFrame, type RelayFrame } from '../../src/relay/frames.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
 import { generateSigningKey, type SigningKey } from '../../src/identity/ed25519.js';
@@ -58,6 +58,8 @@ export class TestClient {
   private constructor(
     readonly ws: WebSocket,
     readonly nonce: string,
+    /** The relay's key, as its challenge names it (and its welcome proved). */
+    readonly relayKey: string,
     private readonly autoAck: boolean,
   ) {
     this.closed = new Promise((resolve) => ws.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
@@ -91,8 +93,8 @@ export class TestClient {
   }
 
   /**
-   * Connects and waits for the challenge. With `autoAck`, every delivery is acknowledged on
-   * arrival; `localAddress` (e.g. 127.0.0.2) makes the relay see another source address.
+   * Connects, says hello and waits for the challenge and the welcome, whose signature it
+   * checks. With `autoAck`, every delivery is acknowledged on arrival; `localAddress` (e.g. 127.0.0.2) makes the relay see another source address.
    */
   static async connect(url: string, options: { autoPong?: boolean; autoAck?: boolean; localAddress?: string } = {}): Promise<TestClient> {
     const ws = new WebSocket(url, {
@@ -102,17 +104,27 @@ export class TestClient {
       ...(options.localAddress !== undefined && { localAddress: options.localAddress }),
     });
     ws.on('error', () => undefined);
-    const challenge = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('no challenge within 5 s')), 5_000);
-      ws.once('message', (data) => {
-        clearTimeout(timer);
+    const clientNonce = newNonce();
+    ws.once('open', () => ws.send(JSON.stringify({ v: PROTOCOL_VERSION, type: 'hello', nonce: clientNonce })));
+    const frames = await new Promise<RelayFrame[]>((resolve, reject) => {
+      const received: RelayFrame[] = [];
+      const timer = setTimeout(() => reject(new Error('no challenge and welcome within 5 s')), 5_000);
+      const onMessage = (data: WebSocket.RawData) => {
         const parsed = relayFrame.safeParse(parseJson(data.toString()));
-        if (parsed.success && parsed.data.type === 'challenge') resolve(parsed.data.nonce);
-        else reject(new Error(`expected a challenge, got ${data.toString()}`));
-      });
-      ws.once('close', () => reject(new Error('closed before the challenge')));
+        if (!parsed.success) return reject(new Error(`expected a challenge and a welcome, got ${data.toString()}`));
+        received.push(parsed.data);
+        if (received.length < 2) return;
+        clearTimeout(timer);
+        ws.off('message', onMessage);
+        resolve(received);
+      };
+      ws.on('message', onMessage);
+      ws.once('close', () => reject(new Error('closed before the challenge and the welcome')));
     });
-    return new TestClient(ws, challenge, options.autoAck ?? false);
+    const [challenge, welcome] = frames;
+    if (challenge?.type !== 'challenge' || welcome?.type !== 'welcome') throw new Error(`expected a challenge, then a welcome: ${JSON.stringify(frames)}`);
+    if (!verifyWelcome(challenge.key, challenge.nonce, clientNonce, welcome.sig)) throw new Error('the welcome does not prove the key the challenge names');
+    return new TestClient(ws, challenge.nonce, challenge.key, options.autoAck ?? false);
   }
 
   get isOpen(): boolean {
@@ -150,10 +162,13 @@ export class TestClient {
     });
   }
 
-  /** auth with `reader`'s key (or `signer`'s, to test a wrong key); resolves with auth_ok or the refusal. */
-  async auth(reader: Reader, signer: SigningKey = reader.key): Promise<RelayFrame> {
+  /**
+   * auth with `reader`'s key (or `signer`'s, to test a wrong key), naming this relay's key
+   * (or `relayKey`, to test a proof made for another relay); resolves with auth_ok or the refusal.
+   */
+  async auth(reader: Reader, signer: SigningKey = reader.key, relayKey = this.relayKey): Promise<RelayFrame> {
     const from = this.frames.length;
-    this.frame({ type: 'auth', route: reader.route, sig: signAuth(signer, this.nonce, reader.route) });
+    this.frame({ type: 'auth', route: reader.route, relay: relayKey, sig: signAuth(signer, relayKey, this.nonce, reader.route) });
     return this.waitFor('auth reply', (f) => f.type === 'auth_ok' || (f.type === 'refused' && f.ref === undefined), from);
   }
 

@@ -13,7 +13,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
 import { signAnnouncement } from '../../src/presence/announcement.js';
 import { isLoopbackAddress, normalizeAddress, sourceAddress } from '../../src/relay/address.js';
-import { newNonce } from '../../src/relay/auth.js';
+import { greet } from '../helpers/relay-greeting.js';
 import { RelayClient } from '../../src/relay/client.js';
 import { admit, ConnectionCounts } from '../../src/relay/admission.js';
 import { HIGH_WATER_BYTES, READ_PAUSE_BYTES } from '../../src/relay/connection.js';
@@ -131,7 +131,7 @@ describe('the client', () => {
     const server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
     await once(server, 'listening');
     server.on('connection', (socket) => {
-      socket.send(JSON.stringify({ v: 1, type: 'challenge', nonce: newNonce() }));
+      greet(socket);
       socket.on('message', (data) => {
         const frame = JSON.parse(String(data)) as { type: string; ref?: string; route?: string };
         if (frame.type === 'auth') socket.send(JSON.stringify({ v: 1, type: 'auth_ok', route: frame.route }));

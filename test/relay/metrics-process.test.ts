@@ -34,10 +34,11 @@ async function connect(url: string, options: { autoAck?: boolean } = {}): Promis
 /** The relay with metrics on a free loopback port and a summary every second, at the default log level. */
 async function relayWithMetrics(): Promise<{ relay: RelayProcess; metricsUrl: string }> {
   const relay = await startRelay({ db: join(dir.path, 'db'), args: ['--metrics', '127.0.0.1:0', '--summary-every', '1s'], env: { INTERLINK_LOG: '' } });
-  await relay.child.waitForLines(2);
+  // The listening line, the relay's key, then the metrics address.
+  await relay.child.waitForLines(3);
   expect(relay.child.lines[0]).toMatch(LISTENING);
-  const metricsUrl = METRICS.exec(relay.child.lines[1]!)?.[1];
-  if (metricsUrl === undefined) throw new Error(`unexpected second line ${JSON.stringify(relay.child.lines[1])}`);
+  const metricsUrl = METRICS.exec(relay.child.lines[2]!)?.[1];
+  if (metricsUrl === undefined) throw new Error(`unexpected third line ${JSON.stringify(relay.child.lines[2])}`);
   return { relay, metricsUrl };
 }
 

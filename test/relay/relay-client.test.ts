@@ -2,9 +2,9 @@
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { newNonce } from '../../src/relay/auth.js';
 import { RelayClient } from '../../src/relay/client.js';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
+import { greet } from '../helpers/relay-greeting.js';
 
 const servers: WebSocketServer[] = [];
 const clients: RelayClient[] = [];
@@ -25,7 +25,7 @@ async function silentRelay(): Promise<{ url: string; connections: WebSocket[] }>
     socket.on('error', () => undefined);
     connections.push(socket);
     // Greets like a relay, then never says anything again (no pings).
-    socket.send(JSON.stringify({ v: 1, type: 'challenge', nonce: newNonce() }));
+    greet(socket);
   });
   const address = server.address();
   const port = typeof address === 'object' && address !== null ? address.port : 0;

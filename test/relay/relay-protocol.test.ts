@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { encodeBase64url } from '../../src/identity/base64url.js';
 import { signingKeyFromSeed } from '../../src/identity/ed25519.js';
-import { AUTH_DOMAIN, signAuth, verifyAuth } from '../../src/relay/auth.js';
+import { AUTH_DOMAIN, signAuth, signWelcome, verifyAuth, verifyWelcome } from '../../src/relay/auth.js';
 import { DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from '../../src/relay/connection.js';
 import { DEFAULT_DELIVERY_WINDOW } from '../../src/relay/dispatch.js';
 import { MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES } from '../../src/relay/frames.js';
@@ -23,24 +23,30 @@ function documentedBytes(): Buffer {
 }
 
 describe('relay protocol document', () => {
-  it('gives auth signed bytes and a signature that the code reproduces', () => {
+  it('gives auth signed bytes, a signature and a welcome that the code reproduces', () => {
     const key = signingKeyFromSeed(createHash('sha256').update('interlink relay auth example').digest());
+    const relay = signingKeyFromSeed(createHash('sha256').update('interlink relay key example').digest());
     const publicKey = encodeBase64url(key.publicKey);
+    const relayKey = encodeBase64url(relay.publicKey);
     const nonceBytes = Buffer.from(Array.from({ length: 32 }, (_, i) => i));
     const nonce = encodeBase64url(nonceBytes);
+    const clientNonce = encodeBase64url(Buffer.from(Array.from({ length: 32 }, (_, i) => 32 + i)));
     const route = `${publicKey}#main`;
     const length = Buffer.alloc(4);
     length.writeUInt32LE(Buffer.byteLength(route), 0);
-    const expected = Buffer.concat([Buffer.from('interlink-relay-auth-v1\0', 'utf8'), nonceBytes, length, Buffer.from(route, 'utf8')]);
+    const expected = Buffer.concat([Buffer.from('interlink-relay-auth-v2\0', 'utf8'), relay.publicKey, nonceBytes, length, Buffer.from(route, 'utf8')]);
 
-    expect(AUTH_DOMAIN).toBe('interlink-relay-auth-v1\0');
+    expect(AUTH_DOMAIN).toBe('interlink-relay-auth-v2\0');
     expect(documentedBytes().toString('hex')).toBe(expected.toString('hex'));
-    expect(section).toContain(publicKey);
-    expect(section).toContain(nonce);
-    const sig = signAuth(key, nonce, route);
+    for (const text of [publicKey, relayKey, nonce, clientNonce]) expect(section).toContain(text);
+    const sig = signAuth(key, relayKey, nonce, route);
     expect(section).toContain(sig);
-    expect(verifyAuth(nonce, route, sig)).toBe(true);
-    expect(verifyAuth(encodeBase64url(Buffer.alloc(32)), route, sig)).toBe(false);
+    expect(verifyAuth(relayKey, nonce, route, sig)).toBe(true);
+    expect(verifyAuth(relayKey, encodeBase64url(Buffer.alloc(32)), route, sig)).toBe(false);
+    expect(verifyAuth(publicKey, nonce, route, sig)).toBe(false);
+    const welcome = signWelcome(relay, nonce, clientNonce);
+    expect(section).toContain(welcome);
+    expect(verifyWelcome(relayKey, nonce, clientNonce, welcome)).toBe(true);
   });
 
   it('states the limits the relay enforces', () => {

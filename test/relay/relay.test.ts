@@ -73,7 +73,7 @@ describe('relay: connection and auth', () => {
     const client = await connect(relay);
 
     const wrongNonce = client.frames.length;
-    client.frame({ type: 'auth', route: reader.route, sig: signAuth(reader.key, newNonce(), reader.route) });
+    client.frame({ type: 'auth', route: reader.route, relay: client.relayKey, sig: signAuth(reader.key, client.relayKey, newNonce(), reader.route) });
     const refusedNonce = await client.waitFor('refusal', (f) => f.type === 'refused', wrongNonce);
     expect(refusedNonce).toMatchObject({ code: 'auth_failed' });
 

@@ -7,7 +7,9 @@
 import { isIP } from 'node:net';
 import { closeSync, constants, openSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { localRelayDir, relayStopMarker } from '../../config/layout.js';
+import { knownRelaysPath, localRelayDir, relayStopMarker } from '../../config/layout.js';
+import { parseRelayUrl } from '../../config/relay-url.js';
+import { forgetRelay } from '../../relay/known-relays.js';
 import { NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
@@ -20,12 +22,13 @@ import { isLoopback } from '../../relay/shares.js';
 import { readServerTls, type ServerTls } from '../../relay/tls.js';
 import { expectPositionals, parse, print } from '../args.js';
 
-export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION]
+export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--key FILE]
                           [--max-per-address N] [--max-per-connection N]
                           [--max-connections N] [--max-connections-per-address N]
                           [--tls-cert FILE --tls-key FILE]
                           [--metrics HOST:PORT] [--summary-every DURATION]
        interlink-mcp relay stop [--db DIR] [--json]
+       interlink-mcp relay forget URL [--json]
 
 Runs the relay that carries signed messages between sessions: it keeps each session's
 messages until that session's reader, proving its key, acknowledges them.
@@ -53,6 +56,10 @@ messages until that session's reader, proving its key, acknowledges them.
                     ${DEFAULT_MAX_CONNECTIONS_PER_ADDRESS}); loopback peers count only against
                     --max-connections, since every local session (and every client of a
                     reverse proxy on this host) shares 127.0.0.1
+  --key FILE        the relay's own Ed25519 key, created there if missing (default
+                    DIR/relay-key.json with --db; without either, a new key at every
+                    start, which clients that pinned or recorded the old one refuse)
+
   --tls-cert FILE   serve wss:// (TLS) with this PEM certificate (chain) and the private
   --tls-key FILE    key in the other file; both or neither (default: plain ws://, e.g.
                     behind a reverse proxy that terminates TLS). Clients trust a
@@ -64,10 +71,11 @@ messages until that session's reader, proving its key, acknowledges them.
                     connections, routes, queued messages and bytes, and what was
                     accepted, delivered, acknowledged, expired and refused since the last
 
-Logs JSON lines on stderr at info level unless INTERLINK_LOG says otherwise. Prints one
-line once it listens (wss:// with --tls-cert):
+Logs JSON lines on stderr at info level unless INTERLINK_LOG says otherwise. Prints two
+lines once it listens (wss:// with --tls-cert):
   interlink relay listening on ws://HOST:PORT (durable: DIR)
-and with --metrics a second one:
+  interlink relay key KEY (clients may pin it: INTERLINK_URL=ws://HOST:PORT#key=KEY)
+and with --metrics a third one:
   metrics on http://HOST:PORT/metrics
 and stops cleanly on SIGTERM or SIGINT. Anyone who can reach the relay may send through
 it (only reading is authenticated), so listen beyond loopback only on purpose. With
@@ -75,7 +83,12 @@ it (only reading is authenticated), so listen beyond loopback only on purpose. W
 
 relay stop: stops the relay whose store is DIR (default: the zero-config relay that serve
 starts under <state>/relay) and waits until it has exited. Its queued messages stay in
-DIR; the next serve starts it again. Nothing running is not an error.`;
+DIR; the next serve starts it again. Nothing running is not an error.
+
+relay forget URL: accepts a relay's new key. Sessions record the key each relay URL
+presents the first time (in <state>/relays.json) and refuse to read at that URL if it
+later presents another; this forgets what was recorded for URL, so the key it presents
+next is recorded instead. Running sessions pick it up when they next reconnect.`;
 
 /** `HOST:PORT`, with an IPv6 host in brackets; `flag` names the option in errors. */
 export function parseAddr(text: string, flag = '--addr'): { host: string; port: number } {
@@ -180,12 +193,27 @@ function parseCount(flag: string, text: string | boolean | undefined): number | 
   return Number(text);
 }
 
+/** Forgets the key recorded for a relay URL: the person accepts whatever key it presents next. */
+async function forget(argv: readonly string[], config: Config): Promise<void> {
+  const args = parse(argv, { json: { type: 'boolean' } });
+  const [text] = expectPositionals(args, 1, 'interlink-mcp relay forget URL [--json]');
+  const parsed = parseRelayUrl(text!.trim());
+  if ('error' in parsed) throw new InterlinkError('usage', parsed.error);
+  const { url } = parsed.endpoint;
+  const forgotten = await forgetRelay(knownRelaysPath(config.stateDir), url);
+  print(args.values.json === true, { forgotten, url }, () =>
+    forgotten ? `forgot the key recorded for ${url}: the key it presents next is recorded` : `no key was recorded for ${url}`,
+  );
+}
+
 export async function relay(argv: readonly string[], config: Config): Promise<void> {
   if (argv[0] === 'stop') return stop(argv.slice(1), config);
+  if (argv[0] === 'forget') return forget(argv.slice(1), config);
   const args = parse(argv, {
     addr: { type: 'string' },
     db: { type: 'string' },
     'max-age': { type: 'string' },
+    key: { type: 'string' },
     'max-per-address': { type: 'string' },
     'max-per-connection': { type: 'string' },
     'max-connections': { type: 'string' },
@@ -195,7 +223,7 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
     metrics: { type: 'string' },
     'summary-every': { type: 'string' },
   });
-  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--max-per-address N] [--max-per-connection N] [--max-connections N] [--max-connections-per-address N] [--tls-cert FILE --tls-key FILE] [--metrics HOST:PORT] [--summary-every DURATION]');
+  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--key FILE] [--max-per-address N] [--max-per-connection N] [--max-connections N] [--max-connections-per-address N] [--tls-cert FILE --tls-key FILE] [--metrics HOST:PORT] [--summary-every DURATION]');
   const { host, port } = parseAddr(typeof args.values.addr === 'string' ? args.values.addr : DEFAULT_RELAY_ADDR);
   const db = typeof args.values.db === 'string' ? resolve(args.values.db) : undefined;
   const metricsAddr = typeof args.values.metrics === 'string' ? parseAddr(args.values.metrics, '--metrics') : undefined;
@@ -205,6 +233,7 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
   const stopped = stopSignal();
   const maxAge = args.values['max-age'];
   const maxAgeMs = typeof maxAge === 'string' ? parseMaxAge(maxAge) : undefined;
+  const keyFile = typeof args.values.key === 'string' ? resolve(args.values.key) : undefined;
   const maxPerAddress = parseCount('max-per-address', args.values['max-per-address']);
   const maxPerConnection = parseCount('max-per-connection', args.values['max-per-connection']);
   const maxConnections = parseCount('max-connections', args.values['max-connections']);
@@ -219,6 +248,7 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
       port,
       ...(db !== undefined && { dbDir: db }),
       ...(maxAgeMs !== undefined && { maxAgeMs }),
+      ...(keyFile !== undefined && { keyFile }),
       ...(summaryEveryMs !== undefined && { summaryEveryMs }),
       ...(tls !== undefined && { tls }),
       ...(maxPerAddress !== undefined && { maxPerAddress }),
@@ -238,9 +268,11 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
     warn(`metrics on ${metricsAddr.host}, beyond loopback: anyone who can reach it sees the relay's traffic counts`);
   }
   if (db === undefined) warn('no --db: queued messages live in memory and are lost when the relay stops');
+  if (db === undefined && keyFile === undefined) warn('no --db or --key: this relay has a new key at every start, and clients that pinned or recorded it refuse the next one');
   if (db !== undefined) await writeRelayPid({ pid: process.pid, url: server.url, db, started_at: Date.now() });
   const mode = db !== undefined ? `durable: ${db}` : 'in memory: queued messages are lost on restart';
   process.stdout.write(`interlink relay listening on ${server.url} (${mode})\n`);
+  process.stdout.write(`interlink relay key ${server.key} (clients may pin it: INTERLINK_URL=${server.url}#key=${server.key})\n`);
   if (metrics !== undefined) process.stdout.write(`metrics on ${metrics.url}\n`);
   await stopped;
   await metrics?.close();

@@ -6,8 +6,10 @@
  */
 import { readdir } from 'node:fs/promises';
 import { probeRelay } from '../../agent/local-relay.js';
+import { relayEndpoint } from '../../config/relay-url.js';
+import { readKnownRelays } from '../../relay/known-relays.js';
 import type { Config } from '../../config/env.js';
-import { identityDir, localRelayDir, mailboxPath, outboxPath, pairingPath, rejectedPath, sessionFileIn, sessionOfFile, SESSION_STORES } from '../../config/layout.js';
+import { identityDir, knownRelaysPath, localRelayDir, mailboxPath, outboxPath, pairingPath, rejectedPath, sessionFileIn, sessionOfFile, SESSION_STORES } from '../../config/layout.js';
 import { isRunning, readRelayPid } from '../../relay/pid-file.js';
 import { readClientTls } from '../../relay/tls.js';
 import { unsafeNameReason } from '../../config/paths.js';
@@ -45,7 +47,9 @@ async function identityOrNull(keyPath: string): Promise<Identity | undefined> {
 
 export const statusHelp = `usage: interlink-mcp status [--all] [--json]
 
-This identity, its peers, the relays and whether each answers, the zero-config local
+This identity, its peers, the relays and whether each answers (with the key each is held
+to: pinned in INTERLINK_URL or recorded on first use, and a WARNING when a session
+refused the key a relay presented), the zero-config local
 relay (running or not, its pid and store; stop it with \`interlink-mcp relay stop\`), and
 per session the unread messages, the messages no relay has accepted yet, the Codex
 notices saved as failed deliveries and the pairing requests waiting for a decision.
@@ -69,7 +73,11 @@ export async function status(argv: readonly string[], config: Config): Promise<v
   const damaged: Damage[] = damage === undefined ? [] : [damage];
   const urls = config.relays ?? [`ws://${config.localRelay}`];
   const tls = readClientTls(config.tlsCa);
-  const relays = await Promise.all(urls.map((url) => probeRelay(url, 1_000, tls)));
+  const endpoints = urls.map(relayEndpoint);
+  const relays = await Promise.all(endpoints.map((e) => probeRelay(e.url, 1_000, tls)));
+  const known = await readKnownRelays(knownRelaysPath(config.stateDir));
+  // The key each relay is held to, and a refusal a session met (relay/known-relays.ts).
+  const relayKeys = endpoints.map(({ url, pin }) => ({ url, pinned: pin ?? null, recorded: known.relays[url]?.key ?? null, refused: known.refused[url] ?? null }));
   const state = config.stateDir;
   const sessions: {
     session: string;
@@ -129,6 +137,7 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       clock_offset_ms: offsets.get(p.key)?.offset ?? null,
     })),
     relays,
+    relay_keys: relayKeys,
     local_relay: local,
     state_dir: state,
     sessions: shown.map((s) => ({ ...s, last_activity: s.last_activity === undefined ? null : new Date(s.last_activity).toISOString() })),
@@ -139,7 +148,12 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     const lines = [identity ? `identity     ${identity.fingerprint}  ${identity.key}` : 'identity     none yet (`interlink-mcp keygen`, or start the server once)'];
     const peers = data.peers.length === 0 ? 'none' : data.peers.map((p) => `${p.petname} (${p.fingerprint}${clockText(p.clock_offset_ms)})`).join(', ');
     lines.push(`peers        ${damage === undefined ? peers : `unreadable: ${damage.file} is damaged (see below)`}`);
-    for (const r of relays) lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : `no answer (${r.error})`}`);
+    for (const [i, r] of relays.entries()) {
+      const k = relayKeys[i]!;
+      const key = k.pinned !== null ? `, key pinned ${k.pinned}` : k.recorded !== null ? `, key recorded ${k.recorded}` : '';
+      lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : `no answer (${r.error})`}${key}`);
+      if (k.refused !== null) lines.push(`  WARNING    its key was refused at ${new Date(k.refused.at).toISOString()}: ${k.refused.message}`);
+    }
     if (local.running) lines.push(`local relay  running, pid ${local.pid}, ${local.url}, store ${local.db} (stop: interlink-mcp relay stop)`);
     else if (config.relays === undefined) lines.push(`local relay  not running (serve starts it when no relay answers), store ${local.db}`);
     lines.push(`state        ${state}`);
