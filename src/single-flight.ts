@@ -5,23 +5,35 @@
  * input before the change that caused the kick; any number of such kicks share that one
  * pass. A failed pass is reported and later kicks run as usual. After `stop()` no pass
  * starts. Dependency-free: each loop says how its failures are logged.
+ *
+ * Between kicks the loop wakes itself: a pass may say how soon the next one is due
+ * (work is waiting: a message not yet accepted, a notice whose backoff ends), and
+ * otherwise the next comes after the idle interval. An idle session then reads its
+ * stores every few seconds instead of every second, which was most of what it cost.
  */
+/** What a pass returns: milliseconds until the next pass is due, or nothing for the idle interval. */
+export type NextPass = number | undefined | void;
+
 export class SingleFlight {
   private running: Promise<void> | undefined;
   /** The one pass asked for while another runs; settled with it once it has run. */
   private queued: { promise: Promise<void>; resolve: (pass: Promise<void>) => void } | undefined;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
+  /** Until start(): passes run only when kicked. */
+  private idleMs: number | undefined;
 
   constructor(
-    private readonly pass: () => Promise<void>,
+    private readonly pass: () => Promise<NextPass>,
     private readonly onError: (err: unknown) => void,
   ) {}
 
-  /** Kicks now and then every `intervalMs`; the timer does not keep the process alive. */
-  start(intervalMs: number): void {
-    this.timer = setInterval(() => void this.kick(), intervalMs);
-    this.timer.unref();
+  /**
+   * Kicks now, and after every pass again when that pass says (never later than
+   * `idleMs`); the timer does not keep the process alive.
+   */
+  start(idleMs: number): void {
+    this.idleMs = idleMs;
     void this.kick();
   }
 
@@ -45,14 +57,20 @@ export class SingleFlight {
   /** No pass starts after this (a pending kick resolves without one); resolves when the pass under way is done. */
   stop(): Promise<void> {
     this.stopped = true;
-    clearInterval(this.timer);
+    clearTimeout(this.timer);
     return this.settled();
   }
 
   private run(): Promise<void> {
     // The executor turns a pass that throws before its first await into a rejection too.
-    const running = new Promise<void>((resolve) => resolve(this.pass()))
-      .catch((err: unknown) => this.onError(err))
+    const running = new Promise<NextPass>((resolve) => resolve(this.pass()))
+      .then(
+        (next) => this.schedule(next),
+        (err: unknown) => {
+          this.onError(err);
+          this.schedule(undefined);
+        },
+      )
       .finally(() => {
         this.running = undefined;
         const queued = this.queued;
@@ -62,5 +80,14 @@ export class SingleFlight {
       });
     this.running = running;
     return running;
+  }
+
+  /** The next self-kick: when the pass asked for it, at the latest after the idle interval. */
+  private schedule(next: NextPass): void {
+    clearTimeout(this.timer);
+    if (this.stopped || this.idleMs === undefined) return;
+    const delay = Math.max(0, Math.min(typeof next === 'number' ? next : this.idleMs, this.idleMs));
+    this.timer = setTimeout(() => void this.kick(), delay);
+    this.timer.unref();
   }
 }

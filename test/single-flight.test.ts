@@ -141,4 +141,39 @@ describe('single flight', () => {
     await loop.kick();
     expect(p.state.started).toBe(1);
   });
+
+  it('wakes itself when a pass says the next is due, and only after the idle interval when none says', async () => {
+    // The first three passes ask for another at once (work waiting); then nothing is due.
+    const runs: number[] = [];
+    const loop = new SingleFlight(
+      async () => {
+        runs.push(Date.now());
+        return runs.length <= 3 ? 0 : undefined;
+      },
+      () => undefined,
+    );
+    loop.start(60_000);
+    await untilTrue(() => runs.length >= 4, 'four passes, three of them asked for', 100_000);
+    // Nothing is due now: with an idle interval of a minute no fifth pass comes by itself.
+    for (let i = 0; i < 200; i++) await new Promise((resolve) => setImmediate(resolve));
+    expect(runs.length).toBe(4);
+    await loop.stop();
+  });
+
+  it('never waits longer than the idle interval, whatever a pass asks for', async () => {
+    let passes = 0;
+    const loop = new SingleFlight(
+      async () => {
+        passes++;
+        return 3_600_000;
+      },
+      () => undefined,
+    );
+    loop.start(5);
+    await untilTrue(() => passes >= 3, 'passes every idle interval', 100_000);
+    await loop.stop();
+    const stoppedAt = passes;
+    for (let i = 0; i < 50; i++) await new Promise((resolve) => setTimeout(resolve, 1));
+    expect(passes).toBe(stoppedAt);
+  });
 });

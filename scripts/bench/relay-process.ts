@@ -21,11 +21,19 @@ export interface RelayProcessOptions {
   metrics?: boolean;
   /** More `relay` flags. */
   flags?: readonly string[];
+  /** Run it under `node --cpu-prof`, writing the profile here when it exits. */
+  profileDir?: string;
+}
+
+/** Node's flags that write a CPU profile into `dir` when the process exits. */
+export function profileArgs(dir: string | undefined): string[] {
+  return dir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${dir}`];
 }
 
 export async function startRelayProcess(projectRoot: string, dbDir: string | undefined, options: RelayProcessOptions = {}): Promise<RelayProcess> {
   const main = join(projectRoot, 'dist', 'src', 'cli', 'main.js');
   const args = [
+    ...profileArgs(options.profileDir),
     main,
     'relay',
     '--addr',

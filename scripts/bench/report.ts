@@ -37,6 +37,8 @@ export interface BenchContext {
   /** A scratch directory on a real disk (not tmpfs); removed after the run. */
   scratch: string;
   progress(message: string): void;
+  /** `--profile DIR`: benchmarks that start processes run them under `node --cpu-prof` writing there. */
+  profileDir?: string;
 }
 
 export interface MachineInfo {

@@ -3,9 +3,11 @@
  * rewrites docs/PERFORMANCE.md from the results. A new benchmark is a new file exporting
  * a `Benchmark`, added to BENCHMARKS below.
  *
- *   node dist/scripts/bench/run.js [--only <id>[,<id>…]] [--no-write]
+ *   node dist/scripts/bench/run.js [--only <id>[,<id>…]] [--no-write] [--profile DIR]
  *
  * `--only` runs a subset and never writes the document, which must show one whole run.
+ * `--profile DIR` runs the processes a benchmark starts (serve, relay) under
+ * `node --cpu-prof`, one .cpuprofile per process in DIR; the document is not written.
  */
 import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
@@ -84,7 +86,7 @@ function selectBenchmarks(only: string | undefined): readonly Benchmark[] {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { only: { type: 'string' }, 'no-write': { type: 'boolean', default: false } } });
+  const { values } = parseArgs({ options: { only: { type: 'string' }, 'no-write': { type: 'boolean', default: false }, profile: { type: 'string' } } });
   const selected = selectBenchmarks(values.only);
   const loadAtStart = loadNow();
   const scratch = await makeScratch(PROJECT_ROOT);
@@ -97,7 +99,11 @@ async function main(): Promise<void> {
   const sections: Section[] = [];
   try {
     for (const benchmark of selected) {
-      const section = await benchmark.run({ scratch: scratch.path, progress: (message) => process.stderr.write(`  … ${message}\n`) });
+      const section = await benchmark.run({
+        scratch: scratch.path,
+        progress: (message) => process.stderr.write(`  … ${message}\n`),
+        ...(values.profile !== undefined && { profileDir: resolve(values.profile) }),
+      });
       console.log(renderConsole(section));
       sections.push(section);
     }
@@ -113,7 +119,7 @@ async function main(): Promise<void> {
   const skipped = checks.filter((c) => c.pass === 'skipped').length;
   const met = checks.length - failed - skipped;
   console.log(`\n${met} of ${checks.length} targets met${skipped > 0 ? `, ${skipped} skipped` : ''}; ${seconds.toFixed(1)} s in total.`);
-  if (selected.length === BENCHMARKS.length && !values['no-write']) {
+  if (selected.length === BENCHMARKS.length && !values['no-write'] && values.profile === undefined) {
     const date = new Date().toISOString().slice(0, 10);
     await writeFile(DOCUMENT, renderMarkdown(sections, machine, date, COMMAND, seconds));
     console.log(`wrote ${DOCUMENT}`);

@@ -15,7 +15,7 @@ import { addPeer } from '../../src/peers/peers.js';
 import { startPeer, type Peer } from '../../test/helpers/mcp.js';
 import { runPairs, type RunResult } from './end-to-end.js';
 import { cpuSeconds, rssBytes } from './proc.js';
-import { startRelayProcess } from './relay-process.js';
+import { profileArgs, startRelayProcess } from './relay-process.js';
 import type { BenchContext, Benchmark, Section } from './report.js';
 import { randomText } from './records.js';
 import { formatCount, formatMs, formatRatio, summarize, type Summary } from './stats.js';
@@ -41,16 +41,20 @@ interface PathResult {
   call: Summary;
   stored: Summary;
   serveRss: number[];
+  /** CPU microseconds per message in the measured phase, by who pays them. */
+  cpu: { sender: number; receiver: number; relay: number; client: number };
 }
 
 interface Machine {
   root: string;
   relayUrl: string;
+  relayPid: number;
   main: string;
+  profileDir: string | undefined;
 }
 
 function serve(machine: Machine, name: 'alice' | 'bob', session: string): Promise<Peer> {
-  return startPeer({ root: machine.root, name, session, relays: machine.relayUrl, command: process.execPath, args: [machine.main, 'serve'], env: { INTERLINK_LOG: 'error' } });
+  return startPeer({ root: machine.root, name, session, relays: machine.relayUrl, command: process.execPath, args: [...profileArgs(machine.profileDir), machine.main, 'serve'], env: { INTERLINK_LOG: 'error' } });
 }
 
 /** Two identities that know each other, as after pairing: alice's sessions send, bob's receive. */
@@ -118,8 +122,12 @@ async function runSessions(machine: Machine, sessions: 2 | 8 | 32): Promise<Path
     };
     await Promise.all(senders.map((_, i) => pump(i, WARMUP_PER_PAIR, false)));
     const perPair = Math.ceil(MESSAGES[sessions] / pairs);
+    const cpuOf = (peers: Peer[]) => peers.reduce((sum, p) => sum + cpuSeconds(p.pid()!), 0);
+    const cpuBefore = { sender: cpuOf(senders), receiver: cpuOf(receivers), relay: cpuSeconds(machine.relayPid), client: process.cpuUsage() };
     await Promise.all(senders.map((_, i) => pump(i, perPair, true)));
     await Promise.all(receivers.map((r, i) => waitStored(r, sent[i]!.at(-1)!)));
+    const client = process.cpuUsage(cpuBefore.client);
+    const spent = { sender: cpuOf(senders) - cpuBefore.sender, receiver: cpuOf(receivers) - cpuBefore.receiver, relay: cpuSeconds(machine.relayPid) - cpuBefore.relay, client: (client.user + client.system) / 1e6 };
     const latencies: number[] = [];
     let first = Number.POSITIVE_INFINITY;
     let last = 0;
@@ -133,7 +141,9 @@ async function runSessions(machine: Machine, sessions: 2 | 8 | 32): Promise<Path
       }
     }
     const serveRss = [...senders, ...receivers].map((p) => rssBytes(p.pid()!));
-    return { sessions, messages: latencies.length, perSecond: (latencies.length * 1000) / Math.max(1, last - first), call: summarize(calls), stored: summarize(latencies), serveRss };
+    const perMessage = (seconds: number) => (seconds * 1e6) / latencies.length;
+    const cpu = { sender: perMessage(spent.sender), receiver: perMessage(spent.receiver), relay: perMessage(spent.relay), client: perMessage(spent.client) };
+    return { sessions, messages: latencies.length, perSecond: (latencies.length * 1000) / Math.max(1, last - first), call: summarize(calls), stored: summarize(latencies), serveRss, cpu };
   } finally {
     await Promise.all([...senders, ...receivers].map((p) => p.close().catch(() => undefined)));
   }
@@ -171,8 +181,8 @@ export function userPath(projectRoot: string): Benchmark {
     async run(context: BenchContext): Promise<Section> {
       const root = await mkdtemp(join(context.scratch, 'user-path-'));
       await twoIdentities(root);
-      const relay = await startRelayProcess(projectRoot, await mkdtemp(join(context.scratch, 'user-path-relay-')));
-      const machine: Machine = { root, relayUrl: relay.url, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js') };
+      const relay = await startRelayProcess(projectRoot, await mkdtemp(join(context.scratch, 'user-path-relay-')), { ...(context.profileDir !== undefined && { profileDir: context.profileDir }) });
+      const machine: Machine = { root, relayUrl: relay.url, relayPid: relay.pid, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js'), profileDir: context.profileDir };
       const separate: PathResult[] = [];
       const inProcess: RunResult[] = [];
       let idle: { shares: number[]; rss: number[] };
@@ -220,6 +230,14 @@ export function userPath(projectRoot: string): Benchmark {
                 formatMs(local.latency.p99),
                 formatRatio(local.perSecond / r.perSecond),
               ];
+            }),
+          },
+          {
+            caption: 'CPU per message, by the process that pays it (µs; the sender and receiver columns sum over their serve processes; measured phase only, including the message_status polls that find the last message stored)',
+            headers: ['Sessions', 'Sender serve', 'Receiver serve', 'Relay', 'SDK clients (benchmark process)', 'Total', 'Messages/s the 2 cores allow at this cost'],
+            rows: separate.map((r) => {
+              const total = r.cpu.sender + r.cpu.receiver + r.cpu.relay + r.cpu.client;
+              return [String(r.sessions), formatCount(r.cpu.sender), formatCount(r.cpu.receiver), formatCount(r.cpu.relay), formatCount(r.cpu.client), formatCount(total), formatCount(2e6 / total)];
             }),
           },
           {

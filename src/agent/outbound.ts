@@ -1,9 +1,10 @@
 /**
  * Drains the outbox: every pending message is offered to every connected relay until
  * one accepts it, then it is `bus_accepted`. Runs on every new message, on every relay
- * (re)connection, and once a second to catch the rest. A message that every configured
- * relay refuses for a reason that cannot change (too large, a malformed route) leaves the
- * loop as `delivery_failed` with the relays' reason, instead of being offered forever.
+ * (re)connection, once a second while messages are pending, and every 30 s otherwise. A
+ * message that every configured relay refuses for a reason that cannot change (too
+ * large, a malformed route) leaves the loop as `delivery_failed` with the relays' reason,
+ * instead of being offered forever.
  */
 import { log } from '../log.js';
 import type { Outbox, OutboxRecord } from '../outbox/outbox.js';
@@ -11,7 +12,10 @@ import type { RelayClient } from '../relay/client.js';
 import { SingleFlight } from '../single-flight.js';
 import { messageOf, type RefusalCode } from '../errors.js';
 
-const PASS_INTERVAL_MS = 1_000;
+/** While a message waits for a relay to accept it, it is offered again this often. */
+const RETRY_MS = 1_000;
+/** With nothing pending, a pass every so often still finds what another process left behind. */
+const IDLE_PASS_MS = 30_000;
 /** Refusals that the same bytes will meet again at that relay, however often they are offered. */
 const PERMANENT_REFUSALS: ReadonlySet<string> = new Set<RefusalCode>(['too_large', 'bad_frame']);
 
@@ -36,7 +40,7 @@ export class Outbound {
 
   start(): void {
     for (const relay of this.relays) relay.on('connected', () => void this.kick());
-    this.loop.start(PASS_INTERVAL_MS);
+    this.loop.start(IDLE_PASS_MS);
   }
 
   /** No pass starts after this; resolves when the one under way is done. */
@@ -59,9 +63,10 @@ export class Outbound {
     return this.loop.kick();
   }
 
-  private async pass(): Promise<void> {
+  private async pass(): Promise<number | undefined> {
     const pending = await this.outbox.pending();
     for (const record of pending) this.offer(record);
+    return pending.length > 0 ? RETRY_MS : undefined;
   }
 
   private async sendVia(relay: RelayClient, record: OutboxRecord): Promise<void> {

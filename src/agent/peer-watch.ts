@@ -3,6 +3,7 @@
  * whenever it changed on disk (so a removal applies before the next message is judged),
  * and whether it can be trusted to be complete (DESIGN.md "The agent: one session").
  */
+import { statSync } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { InterlinkError } from '../errors.js';
@@ -32,14 +33,10 @@ export class PeerWatch {
    * identity, and a restarted one, agrees.
    */
   async trust(): Promise<{ table: PeerTable; damaged: boolean }> {
-    const stampOf = async () => {
-      const [file, dir] = await Promise.all([stat(this.path).catch(() => undefined), stat(dirname(this.path)).catch(() => undefined)]);
-      return `${file ? `${file.ino}:${file.size}:${file.mtimeMs}` : 'absent'}|${dir?.mtimeMs ?? 0}`;
-    };
-    if (this.cache?.stamp !== (await stampOf())) {
+    if (this.cache?.stamp !== peersStamp(this.path)) {
       const { table } = await loadPeers(this.path);
       // Loading may itself have moved a damaged file aside: stamp what is there now.
-      this.cache = { stamp: await stampOf(), table, damaged: await peersDamaged(this.path) };
+      this.cache = { stamp: peersStamp(this.path), table, damaged: await peersDamaged(this.path) };
     }
     return { table: this.cache.table, damaged: this.cache.damaged };
   }
@@ -70,6 +67,26 @@ export class PeerWatch {
     const result = await removePeer(this.path, petname);
     return { petname, key: result.key, outcome: 'removed' as const };
   }
+}
+
+/**
+ * What peers.json and its directory look like on disk: another process's atomic replace
+ * (new inode), edit (size, mtime) or move aside (the directory's mtime) changes it. Taken
+ * before every message is judged and every send is routed, so it is two synchronous
+ * stats, a few microseconds each: the asynchronous ones cost a round trip through the
+ * thread pool and two promises per message, the serve process's largest cost after GC.
+ */
+function peersStamp(path: string): string {
+  const statOf = (p: string) => {
+    try {
+      return statSync(p);
+    } catch {
+      return undefined; // absent or unreadable: loading it says which
+    }
+  };
+  const file = statOf(path);
+  const dir = statOf(dirname(path));
+  return `${file ? `${file.ino}:${file.size}:${file.mtimeMs}` : 'absent'}|${dir?.mtimeMs ?? 0}`;
 }
 
 /** True while a damaged peers.json moved aside is newer than the peers.json in place (if any). */

@@ -6,8 +6,9 @@
  *
  * A pass: read the reservation and the unread messages, decide; to notify, first commit
  * the reservation (so a crash cannot cause a notice storm), then hand the notice to the
- * host sink, then record what happened on the messages it covered. A startup pass and a
- * one-second reconciliation loop recover lost notices and interrupted handoffs.
+ * host sink, then record what happened on the messages it covered. A startup pass and
+ * reconciliation passes (when a backoff ends, and every 5 s besides) recover lost notices
+ * and interrupted handoffs.
  */
 import { randomBytes } from 'node:crypto';
 import { isInterlinkError, messageOf } from '../errors.js';
@@ -40,7 +41,14 @@ export interface NotifierOptions {
   now?: () => number;
 }
 
+/** After a notice, the next pass comes this soon, to record what follows the handoff. */
 const RECONCILE_MS = 1_000;
+/**
+ * With nothing due, a pass this often still takes over a dead holder's lock and sees
+ * what another process of the session stored; stores and acknowledgements in this process
+ * kick a pass at once, and a backoff that ends schedules one for that moment.
+ */
+const IDLE_PASS_MS = 5_000;
 
 export class Notifier {
   private release: (() => Promise<void>) | undefined;
@@ -52,7 +60,7 @@ export class Notifier {
   constructor(private readonly options: NotifierOptions) {}
 
   start(): void {
-    this.loop.start(this.options.intervalMs ?? RECONCILE_MS);
+    this.loop.start(this.options.intervalMs ?? IDLE_PASS_MS);
   }
 
   /** Runs a pass soon (after a store or an acknowledgement). Passes never overlap. */
@@ -84,15 +92,16 @@ export class Notifier {
     }
   }
 
-  private async pass(): Promise<void> {
-    if (!(await this.holdsLock())) return;
+  /** Returns when the next pass is due: the end of a backoff, soon after a notice, else the idle interval. */
+  private async pass(): Promise<number | undefined> {
+    if (!(await this.holdsLock())) return undefined;
     const { mailbox, sink, session } = this.options;
     const { reservation, attention } = await mailbox.noticeState();
     // Taken after the read: every message the notice covers was stored by `now`, which
     // is what lets a listener judge the notice stale later (Mailbox.oldestUnreadAttention).
     const now = (this.options.now ?? Date.now)();
     const decision = decideNotice({ now, attention, reservation });
-    if (decision.action !== 'reserve') return;
+    if (decision.action !== 'reserve') return decision.until === undefined ? undefined : decision.until - now;
     const id = `n-${randomBytes(8).toString('hex')}`;
     await mailbox.reserveNotice(id, decision.attempt, decision.covered);
     const senderKeys = [...new Set(decision.covered.map((receipt) => receipt.sender))];
@@ -106,5 +115,6 @@ export class Notifier {
       outcome = 'delivery_failed';
     }
     await mailbox.recordNoticeOutcome(id, outcome);
+    return RECONCILE_MS;
   }
 }

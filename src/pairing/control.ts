@@ -1,11 +1,11 @@
 /**
  * The pairing control outbox: signed pair_request and pair_accept messages waiting in the
- * pairing store until a relay accepts them. Every 2 s (and at once after a relay
- * connects or a message is queued) each one is offered to every connected relay, signed
- * again at each offer with a fresh timestamp and the same msg_id: a message that waited
- * longer than the receiver's 24 h freshness window is still fresh when it leaves, and the
- * receiver sees one message however often it was signed. Accepted by one relay, it
- * leaves the queue.
+ * pairing store until a relay accepts them. Each one is offered to every connected relay
+ * at once after a relay connects or a message is queued, every 2 s while any wait, and
+ * the store is looked at every 10 s when none does. Each offer is signed again with a
+ * fresh timestamp and the same msg_id: a message that waited longer than the receiver's
+ * 24 h freshness window is still fresh when it leaves, and the receiver sees one message
+ * however often it was signed. Accepted by one relay, it leaves the queue.
  */
 import { signEnvelope } from '../envelope/envelope.js';
 import { formatRoute } from '../envelope/route.js';
@@ -18,6 +18,8 @@ import type { PairingStore } from './store.js';
 import { messageOf } from '../errors.js';
 
 const PASS_MS = 2_000;
+/** With nothing queued, a pass every so often still finds what another process queued. */
+const IDLE_PASS_MS = 10_000;
 const FLUSH_POLL_MS = 100;
 
 export interface ControlOutboxOptions {
@@ -39,7 +41,7 @@ export class ControlOutbox {
 
   start(): void {
     for (const relay of this.options.relays) relay.on('connected', () => void this.kick());
-    this.loop.start(PASS_MS);
+    this.loop.start(IDLE_PASS_MS);
   }
 
   /** No pass starts after this; resolves when the one under way is done. */
@@ -64,9 +66,10 @@ export class ControlOutbox {
     }
   }
 
-  private async pass(): Promise<void> {
+  private async pass(): Promise<number | undefined> {
     const { control } = await this.options.store.read();
     await Promise.all(control.flatMap((job) => this.options.relays.map((relay) => this.offer(relay, job))));
+    return control.length > 0 ? PASS_MS : undefined;
   }
 
   private async offer(relay: RelayClient, job: ControlJob): Promise<void> {
