@@ -49,7 +49,8 @@ export function relayMemory(projectRoot: string): Benchmark {
       for (const mode of ['durable', 'in memory'] as const) {
         context.progress(`relay memory: ${mode}`);
         const db = mode === 'durable' ? await mkdtemp(join(context.scratch, 'relay-mem-')) : undefined;
-        const relay = await startRelayProcess(projectRoot, db);
+        // One connection fills the queue: its fair share (5,000 messages by default) is raised to hold them all.
+        const relay = await startRelayProcess(projectRoot, db, { flags: ['--max-per-connection', String(QUEUED)] });
         try {
           const idle = relay.rss();
           await fill(relay.url, route, payloads);

@@ -25,6 +25,7 @@ const MESSAGES = { 2: 400, 8: 1_600, 32: 3_200 } as const;
 const WARMUP_PER_PAIR = 5;
 const IDLE_SESSIONS = 16;
 const IDLE_SECONDS = 30;
+const IDLE_SETTLE_SECONDS = 30;
 const TEXT = randomText(512);
 const STORED_WAIT_MS = 120_000;
 
@@ -154,8 +155,10 @@ async function idleCpu(machine: Machine): Promise<{ shares: number[]; rss: numbe
   const peers: Peer[] = [];
   try {
     for (let i = 0; i < IDLE_SESSIONS; i++) peers.push(await serve(machine, i % 2 === 0 ? 'alice' : 'bob', `idle${i}`));
-    // Let start-up work (first announcements, roster fetches) finish before measuring.
-    await new Promise((r) => setTimeout(r, 5_000));
+    // Let start-up work finish before measuring: first announcements and roster fetches,
+    // and the garbage collections V8 runs for half a minute after start-up, as allocation
+    // slows down, to give memory back.
+    await new Promise((r) => setTimeout(r, IDLE_SETTLE_SECONDS * 1000));
     const before = peers.map((p) => cpuSeconds(p.pid()!));
     const start = performance.now();
     await new Promise((r) => setTimeout(r, IDLE_SECONDS * 1000));
@@ -210,7 +213,7 @@ export function userPath(projectRoot: string): Benchmark {
           `Half the sessions send (alice), half receive (bob); each sender calls \`send_message\` with 512 characters of text to its own receiver session, one call at a time, ${WARMUP_PER_PAIR} warm-up messages per pair first.`,
           "`send_message` call: the SDK client's round trip. Send → receiver_stored: from the wall clock when the call started to the `receiver_stored` time in the receiver's own `message_status` history (the same clock; millisecond resolution). Messages/s: messages over the time from the first call to the last `receiver_stored`.",
           'In one process: the same pairs as agents inside the benchmark process (the end-to-end benchmark\'s method), with no MCP hop and no process boundary.',
-          `Idle: ${IDLE_SESSIONS} sessions (half of each identity) started and left alone; CPU from /proc/<pid>/stat over ${IDLE_SECONDS} s, after 5 s to settle. Memory: VmRSS of each serve after its run, and of the relay after the 32-session run.`,
+          `Idle: ${IDLE_SESSIONS} sessions (half of each identity) started and left alone; CPU from /proc/<pid>/stat over ${IDLE_SECONDS} s, after ${IDLE_SETTLE_SECONDS} s to settle (start-up and the garbage collections that follow it). Memory: VmRSS of each serve after its run, and of the relay after the 32-session run.`,
         ].join(' '),
         tables: [
           {
