@@ -58,6 +58,12 @@ export function intentOf(fields: { to: string; session: string | undefined; text
 export class OutboxState {
   readonly records = new Map<string, OutboxRecord>();
   private readonly byKey = new Map<string, string>();
+  /**
+   * The earliest time any settled record leaves (its settling + the retention window):
+   * before it, a prune has nothing to remove and skips the scan, which otherwise made
+   * every send cost a pass over two days of records.
+   */
+  private pruneDue = Number.POSITIVE_INFINITY;
 
   static fromData(data: OutboxData): OutboxState {
     const state = new OutboxState();
@@ -105,6 +111,7 @@ export class OutboxState {
     const record = this.records.get(op.msg_id);
     if (!record || !isPending(record)) return { ended: false, record };
     record.states.push({ state: op.state, at: op.at, reason: op.reason });
+    this.noteSettled(record);
     return { ended: true, record };
   }
 
@@ -114,23 +121,42 @@ export class OutboxState {
     if (!record || record.accepted_by.includes(op.relay)) return { changed: false };
     record.accepted_by.push(op.relay);
     if (!record.states.some((s) => s.state === 'bus_accepted')) record.states.push({ state: 'bus_accepted', at: op.at });
+    this.noteSettled(record);
     return { changed: true };
   }
 
   private insert(record: OutboxRecord): void {
     this.records.set(record.envelope.msg_id, record);
     if (record.idempotency_key !== undefined) this.byKey.set(record.idempotency_key, record.envelope.msg_id);
+    this.noteSettled(record);
+  }
+
+  private noteSettled(record: OutboxRecord): void {
+    const leaves = leavesAt(record);
+    if (leaves !== undefined && leaves < this.pruneDue) this.pruneDue = leaves;
   }
 
   /** Records leave after the retention window once they are settled; pending ones stay. */
   private prune(now: number): void {
+    if (now <= this.pruneDue) return;
+    this.pruneDue = Number.POSITIVE_INFINITY;
     for (const [msgId, record] of this.records) {
-      const settled = record.states.find((s) => s.state !== 'pending');
-      if (settled === undefined || settled.at + OUTBOX_RETENTION_MS >= now) continue;
+      const leaves = leavesAt(record);
+      if (leaves === undefined) continue;
+      if (leaves >= now) {
+        if (leaves < this.pruneDue) this.pruneDue = leaves;
+        continue;
+      }
       this.records.delete(msgId);
       if (record.idempotency_key !== undefined) this.byKey.delete(record.idempotency_key);
     }
   }
+}
+
+/** When a settled record leaves the outbox: the retention window after it settled; never while pending. */
+function leavesAt(record: OutboxRecord): number | undefined {
+  const settled = record.states.find((s) => s.state !== 'pending');
+  return settled === undefined ? undefined : settled.at + OUTBOX_RETENTION_MS;
 }
 
 export const outboxFormat: JournalFormat<OutboxState, OutboxOp, Result, OutboxData> = {
