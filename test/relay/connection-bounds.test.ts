@@ -5,23 +5,16 @@
  */
 import { join } from 'node:path';
 import WebSocket from 'ws';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { MAX_ROUTES_PER_CONNECTION, MAX_UNCOMMITTED_BYTES } from '../../src/relay/dispatch.js';
 import { MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES } from '../../src/relay/frames.js';
 import { RelayServer } from '../../src/relay/server.js';
 import { withFileLock } from '../../src/store/lock.js';
 import { tempDir } from '../helpers/fixtures.js';
+import { closedAfterEach } from '../helpers/relay-harness.js';
 import { newReader, TestClient } from '../helpers/relay-test-client.js';
 
-const relays: RelayServer[] = [];
-const clients: TestClient[] = [];
-const dirs: { remove: () => Promise<void> }[] = [];
-
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.terminate()));
-  await Promise.all(relays.splice(0).map((r) => r.close()));
-  await Promise.all(dirs.splice(0).map((d) => d.remove()));
-});
+const { relays, clients, dirs } = closedAfterEach();
 
 async function relayWith(dbDir?: string): Promise<RelayServer> {
   // Shares as large as the relay, so that only the bound under test can refuse.

@@ -9,10 +9,10 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { RelayServer, type RelayOptions } from '../../src/relay/server.js';
 import { tempDir } from '../helpers/fixtures.js';
-import { reapAll } from '../helpers/process.js';
+import { closedAfterEach } from '../helpers/relay-harness.js';
 import { startRelay as startRelayProcess } from '../helpers/spawn-relay.js';
 import { newReader, TestClient, until, type Accepted, type Reader, type Refused } from '../helpers/relay-test-client.js';
 
@@ -24,16 +24,7 @@ const DAY = 86_400_000;
 const CONNECTION_FULL = /this connection's share of the relay is full/;
 const ADDRESS_FULL = /your address's share of the relay is full \(it holds 40 messages/;
 
-const relays: RelayServer[] = [];
-const clients: TestClient[] = [];
-const dirs: { remove: () => Promise<void> }[] = [];
-
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.terminate()));
-  await Promise.all(relays.splice(0).map((r) => r.close()));
-  await reapAll();
-  await Promise.all(dirs.splice(0).map((d) => d.remove()));
-});
+const { relays, clients, dirs } = closedAfterEach();
 
 async function startRelay(options: Partial<RelayOptions> = {}): Promise<RelayServer> {
   const relay = await RelayServer.start({ host: '127.0.0.1', port: 0, maxPerAddress: PER_ADDRESS, maxPerConnection: PER_CONNECTION, ...options });

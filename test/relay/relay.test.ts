@@ -3,7 +3,7 @@
  * redelivery, authenticated reads, refusals, heartbeat, backpressure, roster, and the
  * durable store across restarts (kill -9 is in relay-process.test.ts).
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { signAuth } from '../../src/relay/auth.js';
 import { HIGH_WATER_BYTES } from '../../src/relay/connection.js';
 import { MAX_PAYLOAD_BYTES } from '../../src/relay/frames.js';
@@ -13,17 +13,10 @@ import { signAnnouncement, signGoodbye } from '../../src/presence/announcement.j
 import { ROSTER_RETAIN_MS } from '../../src/relay/roster.js';
 import { newReader, TestClient, until, type Accepted, type Deliver } from '../helpers/relay-test-client.js';
 import { tempDir } from '../helpers/fixtures.js';
+import { closedAfterEach } from '../helpers/relay-harness.js';
 
 const DAY = 86_400_000;
-const relays: RelayServer[] = [];
-const clients: TestClient[] = [];
-const dirs: { remove: () => Promise<void> }[] = [];
-
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.terminate()));
-  await Promise.all(relays.splice(0).map((r) => r.close()));
-  await Promise.all(dirs.splice(0).map((d) => d.remove()));
-});
+const { relays, clients, dirs } = closedAfterEach();
 
 async function startRelay(options: Partial<RelayOptions> = {}): Promise<RelayServer> {
   const relay = await RelayServer.start({ host: '127.0.0.1', port: 0, ...options });
