@@ -5,29 +5,13 @@
  * other without naming a session, and to `self`. Then a one-sided revocation and how the
  * two people repair it, and a request withdrawn with `pair cancel`.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { eventually, resultData, startPeer, type Peer } from '../helpers/mcp.js';
-import { Hand, person, reapCli, type Listed, type Person, type Requested, type Run } from '../helpers/pairing.js';
-import { reapAll } from '../helpers/process.js';
+import { Hand, person, type Listed, type Person, type Requested, type Run, pairingWorkspace } from '../helpers/pairing.js';
 import { startRelay } from '../helpers/spawn-relay.js';
 
 let root: string;
-const agents: Peer[] = [];
-const hands: Hand[] = [];
-
-beforeEach(async () => {
-  root = await mkdtemp(join(tmpdir(), 'interlink-first-hour-'));
-});
-afterEach(async () => {
-  await Promise.all(agents.splice(0).map((a) => a.close().catch(() => undefined)));
-  await Promise.all(hands.splice(0).map((h) => h.close().catch(() => undefined)));
-  await reapCli();
-  await reapAll();
-  await rm(root, { recursive: true, force: true });
-});
+const { peers: agents, hands } = pairingWorkspace('interlink-first-hour-', (dir) => (root = dir));
 
 function ok(run: Run): string {
   if (run.code !== 0) throw new Error(`exit ${run.code}: ${run.stderr}${run.stdout}`);

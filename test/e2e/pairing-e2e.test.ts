@@ -4,10 +4,9 @@
  * by hand (signed envelopes injected with a raw relay client). Each server announces its
  * own name (INTERLINK_NAME). Every wait is on a condition with a deadline.
  */
-import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { newMsgId, verifyEnvelope } from '../../src/envelope/envelope.js';
 import { loadOrCreateIdentity } from '../../src/identity/identity.js';
 import { verificationCode } from '../../src/pairing/code.js';
@@ -15,24 +14,11 @@ import { MAX_CONTROL, MAX_OUTGOING, type PairingData } from '../../src/pairing/r
 import { pairingPath } from '../../src/config/layout.js';
 import { newIdentity } from '../helpers/fixtures.js';
 import { eventually, startPeer, type Peer } from '../helpers/mcp.js';
-import { Hand, logged, person, readPairing, readPeers, reapCli, requestPair, snapshot, type Listed, type Requested } from '../helpers/pairing.js';
-import { reapAll } from '../helpers/process.js';
+import { Hand, logged, person, readPairing, readPeers, requestPair, snapshot, type Listed, type Requested, pairingWorkspace } from '../helpers/pairing.js';
 import { freePort, startRelay } from '../helpers/spawn-relay.js';
 
 let root: string;
-const peers: Peer[] = [];
-const hands: Hand[] = [];
-
-beforeEach(async () => {
-  root = await mkdtemp(join(tmpdir(), 'interlink-pair-e2e-'));
-});
-afterEach(async () => {
-  await Promise.all(peers.splice(0).map((p) => p.close().catch(() => undefined)));
-  await Promise.all(hands.splice(0).map((h) => h.close().catch(() => undefined)));
-  await reapCli();
-  await reapAll();
-  await rm(root, { recursive: true, force: true });
-});
+const { peers, hands } = pairingWorkspace('interlink-pair-e2e-', (dir) => (root = dir));
 
 async function peer(name: string, session: string, relays: string): Promise<Peer> {
   const p = await startPeer({ root, name, session, relays, env: { INTERLINK_NAME: name } });

@@ -5,8 +5,10 @@
  * of the files a test checks (peers.json, the pairing store, a server's warning log).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdir, readFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { afterEach, beforeEach } from 'vitest';
 import { signEnvelope, type Envelope, type EnvelopeFields } from '../../src/envelope/envelope.js';
 import { formatRoute } from '../../src/envelope/route.js';
 import { loadIdentity, type Identity } from '../../src/identity/identity.js';
@@ -14,6 +16,7 @@ import { pairingFileSchema, type PairingData } from '../../src/pairing/rules.js'
 import { pairingPath } from '../../src/config/layout.js';
 import { signAnnouncement } from '../../src/presence/announcement.js';
 import { newIdentity } from './fixtures.js';
+import { reapAll } from './process.js';
 import { MAIN, eventually, resultData, type Peer } from './mcp.js';
 import { TestClient, type Deliver } from './relay-test-client.js';
 
@@ -38,6 +41,28 @@ export async function reapCli(): Promise<void> {
     ),
   );
   running.clear();
+}
+
+/**
+ * For a test file of people and agents: before each test a fresh temp root (handed to
+ * `onRoot`), after it every server and hand the test left open closed, every CLI run and
+ * child reaped, and the root removed.
+ */
+export function pairingWorkspace(prefix: string, onRoot: (dir: string) => void): { peers: Peer[]; hands: Hand[] } {
+  const open = { peers: [] as Peer[], hands: [] as Hand[] };
+  let root: string | undefined;
+  beforeEach(async () => {
+    root = await mkdtemp(join(tmpdir(), prefix));
+    onRoot(root);
+  });
+  afterEach(async () => {
+    await Promise.all(open.peers.splice(0).map((p) => p.close().catch(() => undefined)));
+    await Promise.all(open.hands.splice(0).map((h) => h.close().catch(() => undefined)));
+    await reapCli();
+    await reapAll();
+    if (root !== undefined) await rm(root, { recursive: true, force: true });
+  });
+  return open;
 }
 
 /** One person's machine: config and state roots, the relays it uses, the name it announces. */

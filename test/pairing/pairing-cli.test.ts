@@ -5,31 +5,15 @@
  * this identity's `cli` session before it acts, so a command that returned has handled
  * everything sent to it before it started: the tests wait on that, never on time.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { newMsgId, signEnvelope } from '../../src/envelope/envelope.js';
 import { verificationCode } from '../../src/pairing/code.js';
 import { eventually, startPeer, type Peer } from '../helpers/mcp.js';
-import { Hand, logged, person, readPairing, reapCli, requestPair, snapshot, type Listed, type Requested } from '../helpers/pairing.js';
-import { reapAll } from '../helpers/process.js';
+import { Hand, logged, person, readPairing, requestPair, snapshot, type Listed, type Requested, pairingWorkspace } from '../helpers/pairing.js';
 import { startRelay } from '../helpers/spawn-relay.js';
 
 let root: string;
-const peers: Peer[] = [];
-const hands: Hand[] = [];
-
-beforeEach(async () => {
-  root = await mkdtemp(join(tmpdir(), 'interlink-pair-cli-'));
-});
-afterEach(async () => {
-  await Promise.all(peers.splice(0).map((p) => p.close().catch(() => undefined)));
-  await Promise.all(hands.splice(0).map((h) => h.close().catch(() => undefined)));
-  await reapCli();
-  await reapAll();
-  await rm(root, { recursive: true, force: true });
-});
+const { peers, hands } = pairingWorkspace('interlink-pair-cli-', (dir) => (root = dir));
 
 async function hand(url: string, session?: string): Promise<Hand> {
   const h = await Hand.connect(url, session !== undefined ? { session } : {});
