@@ -9,166 +9,18 @@
  */
 import { mkdtemp } from 'node:fs/promises';
 import { join } from 'node:path';
-import { performance } from 'node:perf_hooks';
-import { createIdentity } from '../../src/identity/identity.js';
-import { addPeer } from '../../src/peers/peers.js';
-import { startPeer, type Peer } from '../../test/helpers/mcp.js';
 import { runPairs, type RunResult } from './end-to-end.js';
-import { cpuSeconds, rssBytes } from './proc.js';
 import { profileArgs, startRelayProcess } from './relay-process.js';
-import type { BenchContext, Benchmark, Section } from './report.js';
-import { randomText } from './records.js';
-import { formatCount, formatMs, formatRatio, summarize, type Summary } from './stats.js';
+import type { BenchContext, Benchmark, Section, Table } from './report.js';
+import { formatCount, formatMs, formatRatio, summarize } from './stats.js';
+import { budgetTable, measureBudget, type Budget } from './user-path-budget.js';
+import { idleCpu, MESSAGES, runSessions, twoIdentities, WARMUP_PER_PAIR, type Machine, type PathResult } from './user-path-run.js';
 
 const SESSIONS = [2, 8, 32] as const;
-const MESSAGES = { 2: 400, 8: 1_600, 32: 3_200 } as const;
-const WARMUP_PER_PAIR = 5;
 const IDLE_SESSIONS = 16;
 const IDLE_SECONDS = 30;
 const IDLE_SETTLE_SECONDS = 30;
-const TEXT = randomText(512);
-const STORED_WAIT_MS = 120_000;
-
-interface Sent {
-  msgId: string;
-  /** wall clock when the call started: the receiver's history uses the same clock */
-  at: number;
-}
-
-interface PathResult {
-  sessions: number;
-  messages: number;
-  perSecond: number;
-  call: Summary;
-  stored: Summary;
-  serveRss: number[];
-  /** CPU microseconds per message in the measured phase, by who pays them. */
-  cpu: { sender: number; receiver: number; relay: number; client: number };
-}
-
-interface Machine {
-  root: string;
-  relayUrl: string;
-  relayPid: number;
-  main: string;
-  profileDir: string | undefined;
-}
-
-function serve(machine: Machine, name: 'alice' | 'bob', session: string): Promise<Peer> {
-  return startPeer({ root: machine.root, name, session, relays: machine.relayUrl, command: process.execPath, args: [...profileArgs(machine.profileDir), machine.main, 'serve'], env: { INTERLINK_LOG: 'error' } });
-}
-
-/** Two identities that know each other, as after pairing: alice's sessions send, bob's receive. */
-async function twoIdentities(root: string): Promise<void> {
-  const alice = await createIdentity(join(root, 'alice', 'config', 'id.key'));
-  const bob = await createIdentity(join(root, 'bob', 'config', 'id.key'));
-  await addPeer(join(root, 'alice', 'config', 'peers.json'), 'bob', bob.key);
-  await addPeer(join(root, 'bob', 'config', 'peers.json'), 'alice', alice.key);
-}
-
-/** A send to a receiver whose announcement has not reached the sender yet is refused; try again until it is routed. */
-async function firstSend(sender: Peer, session: string): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    try {
-      await sender.call('send_message', { to: 'bob', session, text: 'warm-up' });
-      return;
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-}
-
-async function storedAt(receiver: Peer, msgId: string): Promise<number | undefined> {
-  try {
-    const status = await receiver.call<{ history: { state: string; at: number }[] }>('message_status', { msg_id: msgId });
-    return status.history.find((h) => h.state === 'receiver_stored')?.at;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Waits, with a deadline, until the receiver has stored the pair's last message (they arrive in order). */
-async function waitStored(receiver: Peer, last: Sent): Promise<void> {
-  const deadline = Date.now() + STORED_WAIT_MS;
-  while ((await storedAt(receiver, last.msgId)) === undefined) {
-    if (Date.now() > deadline) throw new Error(`message ${last.msgId} not stored within ${STORED_WAIT_MS / 1000} s`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-async function runSessions(machine: Machine, sessions: 2 | 8 | 32): Promise<PathResult> {
-  const pairs = sessions / 2;
-  const receivers: Peer[] = [];
-  const senders: Peer[] = [];
-  try {
-    for (let i = 0; i < pairs; i++) {
-      receivers.push(await serve(machine, 'bob', `s${sessions}b${i}`));
-      senders.push(await serve(machine, 'alice', `s${sessions}a${i}`));
-    }
-    await Promise.all(senders.map((s, i) => firstSend(s, `s${sessions}b${i}`)));
-    const sent: Sent[][] = senders.map(() => []);
-    const calls: number[] = [];
-    const pump = async (i: number, count: number, record: boolean) => {
-      for (let n = 0; n < count; n++) {
-        const at = Date.now();
-        const start = performance.now();
-        const receipt = await senders[i]!.call<{ msg_id: string }>('send_message', { to: 'bob', session: `s${sessions}b${i}`, text: TEXT });
-        if (record) {
-          calls.push(performance.now() - start);
-          sent[i]!.push({ msgId: receipt.msg_id, at });
-        }
-      }
-    };
-    await Promise.all(senders.map((_, i) => pump(i, WARMUP_PER_PAIR, false)));
-    const perPair = Math.ceil(MESSAGES[sessions] / pairs);
-    const cpuOf = (peers: Peer[]) => peers.reduce((sum, p) => sum + cpuSeconds(p.pid()!), 0);
-    const cpuBefore = { sender: cpuOf(senders), receiver: cpuOf(receivers), relay: cpuSeconds(machine.relayPid), client: process.cpuUsage() };
-    await Promise.all(senders.map((_, i) => pump(i, perPair, true)));
-    await Promise.all(receivers.map((r, i) => waitStored(r, sent[i]!.at(-1)!)));
-    const client = process.cpuUsage(cpuBefore.client);
-    const spent = { sender: cpuOf(senders) - cpuBefore.sender, receiver: cpuOf(receivers) - cpuBefore.receiver, relay: cpuSeconds(machine.relayPid) - cpuBefore.relay, client: (client.user + client.system) / 1e6 };
-    const latencies: number[] = [];
-    let first = Number.POSITIVE_INFINITY;
-    let last = 0;
-    for (const [i, list] of sent.entries()) {
-      for (const message of list) {
-        const stored = await storedAt(receivers[i]!, message.msgId);
-        if (stored === undefined) throw new Error(`message ${message.msgId} has no receiver_stored`);
-        latencies.push(stored - message.at);
-        first = Math.min(first, message.at);
-        last = Math.max(last, stored);
-      }
-    }
-    const serveRss = [...senders, ...receivers].map((p) => rssBytes(p.pid()!));
-    const perMessage = (seconds: number) => (seconds * 1e6) / latencies.length;
-    const cpu = { sender: perMessage(spent.sender), receiver: perMessage(spent.receiver), relay: perMessage(spent.relay), client: perMessage(spent.client) };
-    return { sessions, messages: latencies.length, perSecond: (latencies.length * 1000) / Math.max(1, last - first), call: summarize(calls), stored: summarize(latencies), serveRss, cpu };
-  } finally {
-    await Promise.all([...senders, ...receivers].map((p) => p.close().catch(() => undefined)));
-  }
-}
-
-/** CPU used by idle sessions over IDLE_SECONDS, as a share of one core, per session. */
-async function idleCpu(machine: Machine): Promise<{ shares: number[]; rss: number[] }> {
-  const peers: Peer[] = [];
-  try {
-    for (let i = 0; i < IDLE_SESSIONS; i++) peers.push(await serve(machine, i % 2 === 0 ? 'alice' : 'bob', `idle${i}`));
-    // Let start-up work finish before measuring: first announcements and roster fetches,
-    // and the garbage collections V8 runs for half a minute after start-up, as allocation
-    // slows down, to give memory back.
-    await new Promise((r) => setTimeout(r, IDLE_SETTLE_SECONDS * 1000));
-    const before = peers.map((p) => cpuSeconds(p.pid()!));
-    const start = performance.now();
-    await new Promise((r) => setTimeout(r, IDLE_SECONDS * 1000));
-    const seconds = (performance.now() - start) / 1000;
-    const shares = peers.map((p, i) => (cpuSeconds(p.pid()!) - before[i]!) / seconds);
-    return { shares, rss: peers.map((p) => rssBytes(p.pid()!)) };
-  } finally {
-    await Promise.all(peers.map((p) => p.close().catch(() => undefined)));
-  }
-}
+const BUDGET_SESSIONS = 32;
 
 function mib(bytes: number): string {
   return (bytes / 2 ** 20).toFixed(1);
@@ -185,7 +37,7 @@ export function userPath(projectRoot: string): Benchmark {
       const root = await mkdtemp(join(context.scratch, 'user-path-'));
       await twoIdentities(root);
       const relay = await startRelayProcess(projectRoot, await mkdtemp(join(context.scratch, 'user-path-relay-')), { ...(context.profileDir !== undefined && { profileDir: context.profileDir }) });
-      const machine: Machine = { root, relayUrl: relay.url, relayPid: relay.pid, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js'), profileDir: context.profileDir };
+      const machine: Machine = { root, relayUrl: relay.url, relayPid: relay.pid, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js'), ...(context.profileDir !== undefined && { nodeArgs: () => profileArgs(context.profileDir) }) };
       const separate: PathResult[] = [];
       const inProcess: RunResult[] = [];
       let idle: { shares: number[]; rss: number[] };
@@ -199,10 +51,12 @@ export function userPath(projectRoot: string): Benchmark {
         }
         relayRss = relay.rss();
         context.progress(`user's path: ${IDLE_SESSIONS} idle sessions for ${IDLE_SECONDS} s`);
-        idle = await idleCpu(machine);
+        idle = await idleCpu(machine, IDLE_SESSIONS, IDLE_SECONDS, IDLE_SETTLE_SECONDS);
       } finally {
         await relay.stop();
       }
+      context.progress(`user's path: ${BUDGET_SESSIONS} sessions again, every process under the CPU profiler, for the per-message budget`);
+      const budget: Budget = await measureBudget(projectRoot, context, BUDGET_SESSIONS);
       const at32 = separate.find((r) => r.sessions === 32)!;
       const idleShare = summarize(idle.shares);
       const serveRss = summarize([...separate.flatMap((r) => r.serveRss), ...idle.rss]);
@@ -214,6 +68,8 @@ export function userPath(projectRoot: string): Benchmark {
           "`send_message` call: the SDK client's round trip. Send → receiver_stored: from the wall clock when the call started to the `receiver_stored` time in the receiver's own `message_status` history (the same clock; millisecond resolution). Messages/s: messages over the time from the first call to the last `receiver_stored`.",
           'In one process: the same pairs as agents inside the benchmark process (the end-to-end benchmark\'s method), with no MCP hop and no process boundary.',
           `Idle: ${IDLE_SESSIONS} sessions (half of each identity) started and left alone; CPU from /proc/<pid>/stat over ${IDLE_SECONDS} s, after ${IDLE_SETTLE_SECONDS} s to settle (start-up and the garbage collections that follow it). Memory: VmRSS of each serve after its run, and of the relay after the 32-session run.`,
+          'System calls: `perf stat` attached to the sender serves, the receiver serves and the relay for the measured phase of each run.',
+          `Budget: one more run at ${BUDGET_SESSIONS} sessions with every serve and the relay under \`node --cpu-prof\` (a sample every 2 ms); each sample is put in one stage by its stack (scripts/bench/budget.ts says how), and each process kind's shares are applied to the CPU it used per message in the unprofiled run. The profiler slows the run, so work that depends on the rate (a lock kept between commits, commits grouped) is taken more often there than in the unprofiled run.`,
         ].join(' '),
         tables: [
           {
@@ -243,6 +99,8 @@ export function userPath(projectRoot: string): Benchmark {
               return [String(r.sessions), formatCount(r.cpu.sender), formatCount(r.cpu.receiver), formatCount(r.cpu.relay), formatCount(r.cpu.client), formatCount(total), formatCount(2e6 / total)];
             }),
           },
+          syscallTable(separate),
+          budgetTable(budget, separate.find((r) => r.sessions === BUDGET_SESSIONS)!.cpu),
           {
             caption: 'Idle sessions and memory',
             headers: ['Measure:', 'Median', 'Max'],
@@ -260,8 +118,41 @@ export function userPath(projectRoot: string): Benchmark {
           { target: 'an idle session under 0.2% of a core', actual: `${percent(idleShare.median)} median, ${percent(idleShare.max)} max`, pass: idleShare.max < 0.002 },
           { target: 'one serve under 60 MiB RSS', actual: `${mib(serveRss.max)} MiB max`, pass: serveRss.max < 60 * 2 ** 20 },
         ],
-        notes: [`The benchmark process runs all ${SESSIONS.at(-1)} SDK clients and, for the in-process rows, all the agents; on this machine it shares the cores with every serve and the relay.`],
+        notes: [
+          `The benchmark process runs all ${SESSIONS.at(-1)} SDK clients and, for the in-process rows, all the agents; on this machine it shares the cores with every serve and the relay.`,
+          budgetNote(budget, at32, inProcess.at(-1)!),
+        ],
       };
     },
   };
+}
+
+/** System calls per message by process kind, from perf over each run's measured phase. */
+function syscallTable(runs: PathResult[]): Table {
+  const caption = 'System calls per message, by process kind (Linux `perf stat` on the kernel\'s tracepoints over the measured phase; a lock take is one link(2), an attempt at a sidecar lock)';
+  const first = runs[0]?.syscalls;
+  if (first === undefined || typeof first === 'string') return { caption, headers: ['Not measured:'], rows: [[first ?? 'no runs']] };
+  const rows: string[][] = [];
+  for (const run of runs) {
+    if (typeof run.syscalls === 'string') continue;
+    for (const role of ['sender', 'receiver', 'relay'] as const) {
+      const c = run.syscalls[role];
+      rows.push([String(run.sessions), role === 'relay' ? 'relay' : `${role} serves`, c.syncs.toFixed(2), c.lockTakes.toFixed(2), formatCount(c.syscalls), c.switches.toFixed(1)]);
+    }
+  }
+  return { caption, headers: ['Sessions', 'Processes:', 'fdatasync + fsync', 'Lock takes', 'All system calls', 'Context switches'], rows };
+}
+
+/** What the budget says stands between the measured rate and the target. */
+function budgetNote(budget: Budget, at32: PathResult, local: RunResult): string {
+  const perMessage = at32.cpu.sender + at32.cpu.receiver + at32.cpu.relay + at32.cpu.client;
+  const shares = [...budget.stages.entries()].map(([stage, row]) => ({ stage, us: row.sender + row.receiver + row.relay }));
+  const profiled = shares.reduce((sum, s) => sum + s.us, 0);
+  const top = shares.sort((a, b) => b.us - a.us)[0];
+  const topShare = top === undefined || profiled === 0 ? 0 : top.us / profiled;
+  return (
+    `At ${at32.sessions} sessions a message costs ${formatCount(perMessage)} µs of CPU across the processes, so the two cores allow about ${formatCount(2e6 / perMessage)} messages/s; 1,000/s needs at most 2,000 µs. ` +
+    `No single stage dominates: the largest, ${top?.stage ?? 'none'}, is ${(topShare * 100).toFixed(0)}% of the profiled time. ` +
+    `The same pairs inside one process reach ${formatCount(local.perSecond)} messages/s with the same signing, verification and fsynced commits, so most of the cost is that a message wakes four processes (two serves, the relay, the client), each with its own event loop, JSON-RPC and WebSocket framing, schema checks and cold caches, among ${at32.sessions + 1} processes sharing two cores.`
+  );
 }

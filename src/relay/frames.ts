@@ -23,6 +23,11 @@ const ref = z.string().min(1).max(64);
 const sig = z.string().refine((s) => isBase64urlOfLength(s, SIGNATURE_BYTES), 'must be a 64-byte base64url signature');
 const nonce = z.string().refine((s) => isBase64urlOfLength(s, NONCE_BYTES), 'must be a 32-byte base64url nonce');
 const key = z.string().refine((s) => isBase64urlOfLength(s, PUBLIC_KEY_BYTES), 'must be a 32-byte base64url key');
+/**
+ * A payload: any JSON object, checked as such and passed on as it is (the receiver parses
+ * it as an envelope). Not z.record, which copies every field of every message.
+ */
+const payload = z.custom<Record<string, unknown>>((x) => typeof x === 'object' && x !== null && !Array.isArray(x), 'must be a JSON object');
 /** Relay-assigned message id within a route: increasing, never reused. */
 const id = z.number().int().min(0);
 
@@ -35,7 +40,7 @@ export const helloFrame = z.object({ v, type: z.literal('hello'), nonce });
  * proof, which named no relay: the relay refuses it `auth_failed`, saying so.
  */
 export const authFrame = z.object({ v, type: z.literal('auth'), route, sig, relay: key.optional() });
-export const sendFrame = z.object({ v, type: z.literal('send'), ref, to: route, payload: z.record(z.string(), z.unknown()) });
+export const sendFrame = z.object({ v, type: z.literal('send'), ref, to: route, payload });
 export const ackFrame = z.object({ v, type: z.literal('ack'), route, ids: z.array(id).min(1).max(1024) });
 export const announceFrame = z.object({ v, type: z.literal('announce'), announcement: z.unknown() });
 export const goodbyeFrame = z.object({ v, type: z.literal('goodbye'), goodbye: z.unknown() });
@@ -53,7 +58,7 @@ export const welcomeFrame = z.object({ v, type: z.literal('welcome'), sig });
 export const authOkFrame = z.object({ v, type: z.literal('auth_ok'), route });
 export const acceptedFrame = z.object({ v, type: z.literal('accepted'), ref, id });
 export const refusedFrame = z.object({ v, type: z.literal('refused'), ref: ref.optional(), code: z.enum(REFUSAL_CODES), message: z.string() });
-export const deliverFrame = z.object({ v, type: z.literal('deliver'), route, id, payload: z.record(z.string(), z.unknown()) });
+export const deliverFrame = z.object({ v, type: z.literal('deliver'), route, id, payload });
 export const rosterEntry = z.object({ announcement: z.unknown(), age_ms: z.number().int().min(0) });
 export type RosterEntry = z.infer<typeof rosterEntry>;
 export const rosterFrame = z.object({ v, type: z.literal('roster'), ref, entries: z.array(rosterEntry) });

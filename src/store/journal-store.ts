@@ -14,11 +14,18 @@ import type { Recovery } from './json-store.js';
 import { closeSync } from 'node:fs';
 import { journalLine } from './journal-lines.js';
 import { appendLines, compact, cutBack, loadJournaled, openJournal, readTail, shouldCompact, type JournalFormat, type Loaded } from './journal.js';
-import { withFileLock } from './lock.js';
+import { letGoOfKept, withFileLock } from './lock.js';
 import { InterlinkError } from '../errors.js';
 
 /** How long a lazily submitted op may wait for company before it is committed alone. */
 const LINGER_MS = 20;
+/**
+ * How long the sidecar lock stays held after a commit, for the next one (lock.ts): a
+ * session committing under load takes the lock once per burst. Another process writing
+ * the same file waits at most about this much longer (it marks the lock, and the holder
+ * lets go at its next commit or when this runs out).
+ */
+const KEEP_LOCK_MS = 100;
 
 export interface JournalStoreOptions {
   readOnly?: boolean;
@@ -115,6 +122,7 @@ export class JournalStore<State, Op, Result, Data> {
 
   private async commit(batch: Job<Op, Result>[]): Promise<void> {
     await this.locked(async () => {
+      // Even under a lock kept since our last commit: one stat, which also notices files replaced by hand.
       await this.syncUnderLock();
       const loaded = this.loaded!;
       const results: Result[] = [];
@@ -206,10 +214,11 @@ export class JournalStore<State, Op, Result, Data> {
     if (this.queue.length > 0 && !this.flushing) void this.drain();
     while (this.flushing) await this.exclusive(async () => undefined);
     await this.exclusive(async () => this.closeJournal());
+    if (!this.options.readOnly) await letGoOfKept(this.path);
   }
 
   private locked<T>(fn: () => Promise<T>): Promise<T> {
-    return withFileLock(this.path, fn, this.options.lockTimeoutMs !== undefined ? { timeoutMs: this.options.lockTimeoutMs } : {});
+    return withFileLock(this.path, fn, { keepMs: KEEP_LOCK_MS, ...(this.options.lockTimeoutMs !== undefined && { timeoutMs: this.options.lockTimeoutMs }) });
   }
 
   /** In-process serialization of everything that touches the in-memory state. */

@@ -9,6 +9,7 @@ import {
   KNOWN_KINDS,
   MAX_TEXT_BYTES,
   STATUSES,
+  newMsgId,
   parseEnvelope,
   replyToSession,
   signEnvelope,
@@ -399,5 +400,13 @@ describe('signing', () => {
       expect(error).toBeInstanceOf(InterlinkError);
       expect((error as InterlinkError).code).toBe('bad_envelope');
     }
+  });
+});
+
+describe('newMsgId', () => {
+  it('gives 32 lowercase hex digits, never the same twice, across refills of its random pool', () => {
+    const ids = Array.from({ length: 2_000 }, () => newMsgId());
+    for (const id of ids) expect(id).toMatch(/^[0-9a-f]{32}$/);
+    expect(new Set(ids).size).toBe(ids.length);
   });
 });

@@ -52,7 +52,7 @@ const rules: { convention: string; home: string; patterns: RegExp[] }[] = [
   {
     convention: 'message id generation',
     home: 'envelope/envelope.ts',
-    patterns: [/randomBytes\(16\)/, /randomUUID/],
+    patterns: [/randomBytes\(16\)/, /randomUUID/, /randomFillSync\(/],
   },
   {
     convention: 'the notice size limit',

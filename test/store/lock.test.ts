@@ -5,7 +5,7 @@
  * never taken as death. This file runs in both the normal and the no-/proc run.
  */
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, readdir, rm, unlink, utimes, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, readdir, rm, stat, unlink, utimes, writeFile } from 'node:fs/promises';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +14,7 @@ import { holderIsDead, processIsRunning, SELF, type ProcessMark, type ProcessPro
 import { holdFileLock, withFileLock } from '../../src/store/lock.js';
 import { captureStderr, rejectsWith } from '../helpers/assert.js';
 import { raceChildren, reapChildren, startChild, startLine, writeScript } from '../helpers/children.js';
+import { eventually } from '../helpers/mcp.js';
 import { expectProcAsTheRunSays, procShown } from '../helpers/noproc.js';
 
 const DIST = fileURLToPath(new URL('../../dist/src/', import.meta.url));
@@ -159,6 +160,97 @@ describe('withFileLock across processes', () => {
     expect(await readFile(counter, 'utf8')).toBe('200');
     const written = outputs.flatMap((o) => JSON.parse(o) as number[]).sort((a, b) => a - b);
     expect(written).toEqual(Array.from({ length: 200 }, (_, i) => i + 1));
+  });
+});
+
+describe('withFileLock keeping the lock between uses', () => {
+  const lockFile = () => `${target}.lock`;
+  const inode = async () => (await stat(lockFile())).ino;
+
+  it('takes the lock once for a burst of uses and lets go after keepMs without one', async () => {
+    await withFileLock(target, async () => undefined, { keepMs: 200 });
+    const first = await inode();
+    for (let i = 0; i < 20; i++) await withFileLock(target, async () => undefined, { keepMs: 200 });
+    expect(await inode()).toBe(first);
+    await eventually(async () => (existsSync(lockFile()) ? undefined : true), 5_000, 'the kept lock to be let go');
+    expect(await readdir(dir)).toEqual([]);
+  });
+
+  it('lets go at once for a use that keeps nothing', async () => {
+    await withFileLock(target, async () => undefined, { keepMs: 60_000 });
+    expect(existsSync(lockFile())).toBe(true);
+    await withFileLock(target, async () => undefined);
+    expect(existsSync(lockFile())).toBe(false);
+  });
+
+  it('lets go when it finds the lock removed by hand, logs it, and takes it afresh', async () => {
+    const logged = captureStderr();
+    await withFileLock(target, async () => undefined, { keepMs: 60_000 });
+    await unlink(lockFile());
+    const theirs = holderRecord({ token: 'theirs', pid: 1, host: 'another-host' });
+    await writeFile(lockFile(), theirs);
+    await rejectsWith(withFileLock(target, async () => undefined, { keepMs: 60_000, timeoutMs: 0 }), 'busy');
+    expect(logged.join('')).toContain('lock_lost');
+    expect(await readFile(lockFile(), 'utf8')).toBe(theirs);
+  });
+
+  /**
+   * Uses the lock with a minute's keep, `gapMs` apart, until `stop` exists or after
+   * `uses` uses (0: back to back), then exits cleanly saying which ended it.
+   */
+  const keeperScript = (): Promise<string> =>
+    writeScript(dir, 'keep.mjs', [
+      `import { existsSync } from 'node:fs';`,
+      `import { withFileLock } from ${JSON.stringify(join(DIST, 'store/lock.js'))};`,
+      `const [file, uses, gapMs, stop] = process.argv.slice(2);`,
+      `for (let i = 0; i < Number(uses); i++) {`,
+      `  if (existsSync(stop)) { process.stdout.write('stopped\\n'); process.exit(0); }`,
+      `  await withFileLock(file, async () => { if (i === 0) process.stdout.write('kept\\n'); }, { keepMs: 60_000 });`,
+      `  await new Promise((resolve) => setTimeout(resolve, Number(gapMs)));`,
+      `}`,
+      `process.stdout.write('done\\n');`,
+    ]);
+
+  it('hands the lock to another process that waits, while the holder keeps using it', async () => {
+    // The holder would keep the lock for a minute; the waiter marks it and gets it at the
+    // holder's next use, and leaves the stop file that ends the holder's loop.
+    const stop = join(dir, 'stop');
+    const holder = startChild(await keeperScript(), [target, '20000', '5', stop]);
+    await holder.waitFor('kept\n');
+    expect(await withFileLock(target, async () => writeFile(stop, '').then(() => 'mine'), { timeoutMs: 5_000 })).toBe('mine');
+    expect(await holder.done).toMatchObject({ code: 0, stdout: 'kept\nstopped\n' });
+    expect(existsSync(lockFile())).toBe(false);
+  });
+
+  it('lets go at a clean exit, and a kept lock whose holder was killed is broken at once', async () => {
+    const clean = startChild(await keeperScript(), [target, '1', '0', join(dir, 'never')]);
+    expect(await clean.done).toMatchObject({ code: 0, stdout: 'kept\ndone\n' });
+    expect(existsSync(lockFile())).toBe(false);
+
+    expectProcAsTheRunSays();
+    const killed = startChild(await keeperScript(), [target, '1', '600000', join(dir, 'never')]);
+    await killed.waitFor('kept\n');
+    killed.child.kill('SIGKILL');
+    await killed.done;
+    expect(existsSync(lockFile())).toBe(true);
+    expect(await withFileLock(target, async () => 'ran', { timeoutMs: 0 })).toBe('ran');
+  });
+
+  it('keeps 4 processes that keep the lock from losing an update', async () => {
+    const counter = join(dir, 'counter');
+    await writeFile(counter, '0');
+    const script = await writeScript(dir, 'count-keep.mjs', [
+      `import { readFileSync, writeFileSync } from 'node:fs';`,
+      `import { withFileLock } from ${JSON.stringify(join(DIST, 'store/lock.js'))};`,
+      ...startLine,
+      `const file = process.argv[2];`,
+      `for (let i = 0; i < 50; i++) {`,
+      `  await withFileLock(file, async () => writeFileSync(file, String(Number(readFileSync(file, 'utf8')) + 1)), { keepMs: 100 });`,
+      `}`,
+      `process.stdout.write('ok\\n');`,
+    ]);
+    await raceChildren(script, () => [counter], 4);
+    expect(await readFile(counter, 'utf8')).toBe('200');
   });
 });
 

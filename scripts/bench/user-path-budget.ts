@@ -1,0 +1,97 @@
+/**
+ * The per-message budget of the user's path: one more run at 32 sessions with every serve
+ * and the relay under `node --cpu-prof`, each process's CPU in the measured phase split
+ * over the stages of budget.ts.
+ */
+import { existsSync } from 'node:fs';
+import { mkdtemp } from 'node:fs/promises';
+import { join } from 'node:path';
+import { STAGES, splitCpu, stageSamples, type Role, type Stage } from './budget.js';
+import { profileArgs, startRelayProcess } from './relay-process.js';
+import type { BenchContext, Table } from './report.js';
+import { formatCount } from './stats.js';
+import { runSessions, twoIdentities, type PathResult, type SessionCount } from './user-path-run.js';
+
+const ROLES: readonly Role[] = ['sender', 'receiver', 'relay'];
+
+export interface Budget {
+  sessions: number;
+  messages: number;
+  perSecond: number;
+  /** CPU µs per message under the profiler, by stage and process kind. */
+  stages: Map<Stage, Record<Role, number>>;
+}
+
+const PROFILE_WAIT_MS = 20_000;
+
+/** Waits until a process that exited has written its profile. */
+async function profileOf(path: string): Promise<string> {
+  const deadline = Date.now() + PROFILE_WAIT_MS;
+  while (!existsSync(path)) {
+    if (Date.now() > deadline) throw new Error(`no CPU profile at ${path}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return path;
+}
+
+export async function measureBudget(projectRoot: string, context: BenchContext, sessions: SessionCount): Promise<Budget> {
+  const profiles = await mkdtemp(join(context.scratch, 'budget-profiles-'));
+  const root = join(await mkdtemp(join(context.scratch, 'budget-')), 'machine');
+  await twoIdentities(root);
+  const relay = await startRelayProcess(projectRoot, await mkdtemp(join(context.scratch, 'budget-relay-')), { profileDir: profiles, profileName: 'relay-0.cpuprofile' });
+  let result: PathResult;
+  try {
+    result = await runSessions(
+      { root, relayUrl: relay.url, relayPid: relay.pid, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js'), nodeArgs: (role, i) => profileArgs(profiles, `${role}-${i}.cpuprofile`) },
+      sessions,
+      'budget',
+    );
+  } finally {
+    await relay.stop();
+  }
+  const stages = new Map<Stage, Record<Role, number>>();
+  for (const process of result.cpuByProcess) {
+    const path = await profileOf(join(profiles, `${process.role}-${process.index}.cpuprofile`));
+    const split = splitCpu(stageSamples(path, process.role, result.window.fromUs, result.window.toUs), process.cpuUs);
+    for (const [stage, us] of split) {
+      const row = stages.get(stage) ?? { sender: 0, receiver: 0, relay: 0 };
+      row[process.role] += us / result.messages;
+      stages.set(stage, row);
+    }
+  }
+  return { sessions, messages: result.messages, perSecond: result.perSecond, stages };
+}
+
+/**
+ * The budget as a table. The profiler slows every process, so each process kind's stage
+ * shares from the profiled run are applied to the CPU per message that kind used in the
+ * unprofiled run at the same size (`unprofiled`, µs).
+ */
+export function budgetTable(budget: Budget, unprofiled: Record<Role, number> & { client: number }): Table {
+  const profiledTotal: Record<Role, number> = { sender: 0, receiver: 0, relay: 0 };
+  for (const row of budget.stages.values()) for (const role of ROLES) profiledTotal[role] += row[role];
+  const scale = (role: Role) => (profiledTotal[role] > 0 ? unprofiled[role] / profiledTotal[role] : 0);
+  const cell = (us: number) => (us < 0.5 ? '' : formatCount(us));
+  const rows: string[][] = [];
+  for (const stage of STAGES) {
+    const row = budget.stages.get(stage);
+    if (row === undefined) continue;
+    const scaled = ROLES.map((role) => row[role] * scale(role));
+    const sum = scaled.reduce((a, b) => a + b, 0);
+    if (sum < 0.5) continue;
+    rows.push([stage, ...scaled.map(cell), formatCount(sum)]);
+  }
+  rows.push(["SDK clients (the agents' side of stdio, in the benchmark process)", '', '', '', formatCount(unprofiled.client)]);
+  const total = ROLES.reduce((sum, role) => sum + unprofiled[role], 0) + unprofiled.client;
+  rows.push(['**Total**', ...ROLES.map((role) => formatCount(unprofiled[role])), formatCount(total)]);
+  const underProfiler = ROLES.reduce((sum, role) => sum + profiledTotal[role], 0);
+  return {
+    caption:
+      `Per-message budget at ${budget.sessions} sessions: CPU µs per message by stage and by the process that pays it. ` +
+      `Each process kind's split over the stages comes from CPU profiles of a separate run (${formatCount(budget.messages)} messages; ` +
+      `${formatCount(budget.perSecond)} msg/s and ${formatCount(underProfiler)} µs per message in the serves and relay under the profiler), ` +
+      `applied to the CPU that kind used per message in the unprofiled ${budget.sessions}-session run above. Serve columns sum over their processes.`,
+    headers: ['Stage:', 'Sender serve', 'Receiver serve', 'Relay', 'All processes'],
+    rows,
+  };
+}
