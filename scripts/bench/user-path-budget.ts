@@ -10,7 +10,7 @@ import { STAGES, splitCpu, stageSamples, type Role, type Stage } from './budget.
 import { profileArgs, startRelayProcess } from './relay-process.js';
 import type { BenchContext, Table } from './report.js';
 import { formatCount } from './stats.js';
-import { runSessions, twoIdentities, type PathResult, type SessionCount } from './user-path-run.js';
+import { runSessions, shippedNodeOptions, twoIdentities, type PathResult, type SessionCount } from './user-path-run.js';
 
 const ROLES: readonly Role[] = ['sender', 'receiver', 'relay'];
 
@@ -42,7 +42,7 @@ export async function measureBudget(projectRoot: string, context: BenchContext, 
   let result: PathResult;
   try {
     result = await runSessions(
-      { root, relayUrl: relay.url, relayPid: relay.pid, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js'), nodeArgs: (role, i) => profileArgs(profiles, `${role}-${i}.cpuprofile`) },
+      { nodeOptions: await shippedNodeOptions(projectRoot), root, relayUrl: relay.url, relayPid: relay.pid, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js'), nodeArgs: (role, i) => profileArgs(profiles, `${role}-${i}.cpuprofile`) },
       sessions,
       'budget',
     );

@@ -3,9 +3,10 @@
  * client, half sending to the other half through a relay process, one message in flight
  * per sender (user-path.ts reports it; user-path-budget.ts profiles it).
  */
-import { mkdir } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { z } from 'zod';
 import { createIdentity } from '../../src/identity/identity.js';
 import { addPeer } from '../../src/peers/peers.js';
 import { processIsRunning } from '../../src/store/liveness.js';
@@ -30,6 +31,8 @@ interface Sent {
 export type ServeRole = 'sender' | 'receiver';
 
 export interface Machine {
+  /** NODE_OPTIONS for every serve, as the shipped host configs give it (shippedNodeOptions). */
+  nodeOptions: string;
   root: string;
   relayUrl: string;
   relayPid: number;
@@ -59,7 +62,23 @@ export function monotonicUs(): number {
 }
 
 function serve(machine: Machine, name: 'alice' | 'bob', session: string, role: ServeRole, index: number): Promise<Peer> {
-  return startPeer({ root: machine.root, name, session, relays: machine.relayUrl, command: process.execPath, args: [...(machine.nodeArgs?.(role, index) ?? []), machine.main, 'serve'], env: { INTERLINK_LOG: 'error' } });
+  return startPeer({
+    root: machine.root,
+    name,
+    session,
+    relays: machine.relayUrl,
+    command: process.execPath,
+    args: [...(machine.nodeArgs?.(role, index) ?? []), machine.main, 'serve'],
+    env: { INTERLINK_LOG: 'error', NODE_OPTIONS: machine.nodeOptions },
+  });
+}
+
+const pluginConfig = z.object({ mcpServers: z.object({ interlink: z.object({ env: z.record(z.string(), z.string()) }) }) });
+
+/** NODE_OPTIONS as plugin/.mcp.json starts `serve` for a caller that sets none (codex/config.toml sets the same). */
+export async function shippedNodeOptions(projectRoot: string): Promise<string> {
+  const config = pluginConfig.parse(JSON.parse(await readFile(join(projectRoot, 'plugin', '.mcp.json'), 'utf8')));
+  return (config.mcpServers.interlink.env.NODE_OPTIONS ?? '').replace('${NODE_OPTIONS:-}', '').trim();
 }
 
 /** Two identities that know each other, as after pairing: alice's sessions send, bob's receive. */

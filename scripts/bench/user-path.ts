@@ -14,7 +14,7 @@ import { profileArgs, startRelayProcess } from './relay-process.js';
 import type { BenchContext, Benchmark, Section, Table } from './report.js';
 import { formatCount, formatMs, formatRatio, summarize } from './stats.js';
 import { budgetTable, measureBudget, type Budget } from './user-path-budget.js';
-import { idleCpu, MESSAGES, runSessions, twoIdentities, WARMUP_PER_PAIR, type Machine, type PathResult } from './user-path-run.js';
+import { idleCpu, MESSAGES, runSessions, shippedNodeOptions, twoIdentities, WARMUP_PER_PAIR, type Machine, type PathResult } from './user-path-run.js';
 
 const SESSIONS = [2, 8, 32] as const;
 const IDLE_SESSIONS = 16;
@@ -37,7 +37,7 @@ export function userPath(projectRoot: string): Benchmark {
       const root = await mkdtemp(join(context.scratch, 'user-path-'));
       await twoIdentities(root);
       const relay = await startRelayProcess(projectRoot, await mkdtemp(join(context.scratch, 'user-path-relay-')), { ...(context.profileDir !== undefined && { profileDir: context.profileDir }) });
-      const machine: Machine = { root, relayUrl: relay.url, relayPid: relay.pid, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js'), ...(context.profileDir !== undefined && { nodeArgs: () => profileArgs(context.profileDir) }) };
+      const machine: Machine = { nodeOptions: await shippedNodeOptions(projectRoot), root, relayUrl: relay.url, relayPid: relay.pid, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js'), ...(context.profileDir !== undefined && { nodeArgs: () => profileArgs(context.profileDir) }) };
       const separate: PathResult[] = [];
       const inProcess: RunResult[] = [];
       let idle: { shares: number[]; rss: number[] };
@@ -63,7 +63,7 @@ export function userPath(projectRoot: string): Benchmark {
       return {
         title: "The user's path: separate serve processes over MCP stdio",
         measures: [
-          'Every session is its own `interlink-mcp serve` process driven over stdio by the official MCP SDK client (one client per process, all in the benchmark process); one durable relay (`relay --db`) in its own process; two identities that know each other, as after pairing.',
+          'Every session is its own `interlink-mcp serve` process driven over stdio by the official MCP SDK client (one client per process, all in the benchmark process), started with the `NODE_OPTIONS` that plugin/.mcp.json and codex/config.toml give it (`--max-semi-space-size=1`); one durable relay (`relay --db`) in its own process; two identities that know each other, as after pairing.',
           `Half the sessions send (alice), half receive (bob); each sender calls \`send_message\` with 512 characters of text to its own receiver session, one call at a time, ${WARMUP_PER_PAIR} warm-up messages per pair first.`,
           "`send_message` call: the SDK client's round trip. Send → receiver_stored: from the wall clock when the call started to the `receiver_stored` time in the receiver's own `message_status` history (the same clock; millisecond resolution). Messages/s: messages over the time from the first call to the last `receiver_stored`.",
           'In one process: the same pairs as agents inside the benchmark process (the end-to-end benchmark\'s method), with no MCP hop and no process boundary.',

@@ -72,6 +72,13 @@ async function argvOf(pid: number): Promise<string[] | undefined> {
   return (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0').filter((a) => a !== '');
 }
 
+/** The server runs with the 1 MiB young generation its config asks for (read from /proc where there is one). */
+async function expectSmallYoungGeneration(pid: number): Promise<void> {
+  if (!existsSync('/proc/self/environ')) return;
+  const environ = (await readFile(`/proc/${pid}/environ`, 'utf8')).split('\0');
+  expect(environ.find((v) => v.startsWith('NODE_OPTIONS='))).toMatch(/--max-semi-space-size=1$/);
+}
+
 describe.skipIf(process.platform === 'win32')('install from a clone, without a registry', () => {
   let root: string;
   let installed: Installed;
@@ -125,10 +132,13 @@ describe.skipIf(process.platform === 'win32')('install from a clone, without a r
     const session = randomUUID();
     const callerEnv = { PATH: path, CLAUDE_CODE_SESSION_ID: session };
     const env = Object.fromEntries(Object.entries(server.env).map(([name, value]) => [name, expandPluginEnv(value, callerEnv)]));
-    expect(env).toEqual({ INTERLINK_CHANNELS: '' });
+    expect(env).toEqual({ INTERLINK_CHANNELS: '', NODE_OPTIONS: ' --max-semi-space-size=1' });
+    // A caller's own NODE_OPTIONS are kept, with the server's flag after them.
+    expect(expandPluginEnv(server.env.NODE_OPTIONS!, { NODE_OPTIONS: '--no-warnings' })).toBe('--no-warnings --max-semi-space-size=1');
 
     const bob = await peer({ name: 'bob', session, command: server.command, args: server.args, env: { ...callerEnv, ...env } });
     expect(await bob.call('get_my_session_id')).toMatchObject({ session_id: session });
+    await expectSmallYoungGeneration(bob.pid()!);
     const argv = await argvOf(bob.pid()!);
     if (argv !== undefined) expect(argv.slice(1)).toEqual([join(installed.bin, 'interlink-mcp'), ...server.args]);
   });
@@ -163,6 +173,7 @@ describe.skipIf(process.platform === 'win32')('install from a clone, without a r
     const carol = await peer({ name: 'carol', session: 'ignored-in-codex-mode', command: server.command, args: server.args, env: { PATH: path, TERM: 'dumb', ...server.env } });
     expect(await carol.call('bind_codex_session', { thread_id: thread })).toMatchObject({ session_id: thread });
     expect(await carol.call('get_my_session_id')).toMatchObject({ session_id: thread });
+    await expectSmallYoungGeneration(carol.pid()!);
     const argv = await argvOf(carol.pid()!);
     if (argv !== undefined) expect(argv.slice(1)).toEqual([join(installed.bin, 'interlink-mcp'), ...server.args]);
   });
