@@ -177,10 +177,13 @@ describe.runIf(enabled)(`Claude Code ${CLAUDE_CODE_VERSION} with the interlink p
     expect(init.tools).toEqual(expect.arrayContaining(toolsFor('claude').map((t) => pluginTool(t.name))));
   });
 
-  it.runIf(process.platform === 'linux')('starts the installed server from PATH, in the session, with the channels switch expanded', async () => {
+  it.runIf(process.platform === 'linux')('starts the installed server from PATH, in the session, with the channels switch and NODE_OPTIONS expanded', async () => {
     const servers = (await markedProcesses(run)).filter((p) => p.argv.includes(installed.entry) && p.argv.includes('serve'));
     expect(servers).toHaveLength(1);
-    expect(servers[0]).toMatchObject({ cwd: project, env: { CLAUDE_CODE_SESSION_ID: sessionId, INTERLINK_CHANNELS: '' } });
+    expect(servers[0]).toMatchObject({
+      cwd: project,
+      env: { CLAUDE_CODE_SESSION_ID: sessionId, INTERLINK_CHANNELS: '', NODE_OPTIONS: expect.stringMatching(/^\s*--max-semi-space-size=1$/) },
+    });
   });
 
   it('completes a first turn against the fake API, binds the session, and starts the listener', async () => {

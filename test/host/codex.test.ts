@@ -155,7 +155,7 @@ describe.runIf(enabled)(`Codex ${CODEX_VERSION} with Interlink from codex/`, () 
     expect(servers).toHaveLength(1);
     for (const server of servers) {
       expect(server.argv).toContain('--codex');
-      expect(server.env).toMatchObject({ INTERLINK_MODE: 'codex', INTERLINK_STATE_DIR: bob.state, CODEX_HOME: codexHome });
+      expect(server.env).toMatchObject({ INTERLINK_MODE: 'codex', INTERLINK_STATE_DIR: bob.state, CODEX_HOME: codexHome, NODE_OPTIONS: '--max-semi-space-size=1' });
       expect(server.cwd).toBe(project);
     }
   });

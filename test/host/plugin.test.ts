@@ -54,7 +54,7 @@ describe('plugin files', () => {
   it('run the installed interlink-mcp from PATH, never npx, and pin no paths', async () => {
     const servers = z.object({ mcpServers: z.record(z.string(), z.object({ command: z.string(), args: z.array(z.string()), env: z.record(z.string(), z.string()) })) }).parse(await json('plugin/.mcp.json'));
     expect(servers.mcpServers).toEqual({
-      interlink: { command: 'interlink-mcp', args: ['serve'], env: { INTERLINK_CHANNELS: '${INTERLINK_CHANNELS:-}' } },
+      interlink: { command: 'interlink-mcp', args: ['serve'], env: { INTERLINK_CHANNELS: '${INTERLINK_CHANNELS:-}', NODE_OPTIONS: '${NODE_OPTIONS:-} --max-semi-space-size=1' } },
     });
   });
 
