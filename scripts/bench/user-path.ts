@@ -13,7 +13,7 @@ import { runPairs, type RunResult } from './end-to-end.js';
 import { profileArgs, startRelayProcess } from './relay-process.js';
 import type { BenchContext, Benchmark, Section, Table } from './report.js';
 import { formatCount, formatMs, formatRatio, summarize } from './stats.js';
-import { budgetTable, measureBudget, type Budget } from './user-path-budget.js';
+import { budgetTable, lockTakesOf, measureBudget, type Budget, type Unprofiled } from './user-path-budget.js';
 import { idleCpu, MESSAGES, runSessions, shippedNodeOptions, twoIdentities, WARMUP_PER_PAIR, type Machine, type PathResult } from './user-path-run.js';
 
 const SESSIONS = [2, 8, 32] as const;
@@ -100,7 +100,7 @@ export function userPath(projectRoot: string): Benchmark {
             }),
           },
           syscallTable(separate),
-          budgetTable(budget, separate.find((r) => r.sessions === BUDGET_SESSIONS)!.cpu),
+          budgetTable(budget, unprofiledAt(separate, BUDGET_SESSIONS)),
           {
             caption: 'Idle sessions and memory',
             headers: ['Measure:', 'Median', 'Max'],
@@ -155,4 +155,9 @@ function budgetNote(budget: Budget, at32: PathResult, local: RunResult): string 
     `No single stage dominates: the largest, ${top?.stage ?? 'none'}, is ${(topShare * 100).toFixed(0)}% of the profiled time. ` +
     `The same pairs inside one process reach ${formatCount(local.perSecond)} messages/s with the same signing, verification and fsynced commits, so most of the cost is that a message wakes four processes (two serves, the relay, the client), each with its own event loop, JSON-RPC and WebSocket framing, schema checks and cold caches, among ${at32.sessions + 1} processes sharing two cores.`
   );
+}
+
+function unprofiledAt(runs: PathResult[], sessions: number): Unprofiled {
+  const run = runs.find((r) => r.sessions === sessions)!;
+  return { cpu: run.cpu, lockTakes: lockTakesOf(run) };
 }
