@@ -61,7 +61,7 @@ type LockState = { kind: 'absent' } | { kind: 'held'; holder: Holder } | { kind:
 function inspect(lockPath: string): LockState {
   try {
     const holder = parseHolder(readFileSync(lockPath, 'utf8'));
-    return holder ? { kind: 'held', holder } : { kind: 'unreadable', ageMs: Date.now() - statSync(lockPath).mtimeMs };
+    return holder ? { kind: 'held', holder } : { kind: 'unreadable', ageMs: Date.now() - lastWritten(lockPath) };
   } catch (err) {
     if (errnoCode(err) === 'ENOENT') {
       // A dangling symlink reads as absent yet blocks every create: say so instead of spinning.
@@ -268,6 +268,16 @@ export async function acquire(lockPath: string, timeoutMs: number): Promise<stri
  * judged by its age, and only a readable one is marked).
  */
 const WANTED_MTIME_S = 1;
+
+/**
+ * When the lock file was last written: its mtime, unless a waiter's mark replaced that
+ * (a mark that landed on a lock just created in place, on a filesystem without links, in
+ * the moment before its holder is written); then its ctime, which the mark set to now.
+ */
+function lastWritten(lockPath: string): number {
+  const info = statSync(lockPath);
+  return info.mtimeMs <= WANTED_MTIME_S * 1000 ? info.ctimeMs : info.mtimeMs;
+}
 
 function signalWanted(lockPath: string): void {
   try {

@@ -105,7 +105,9 @@ async function reuseKept(lockPath: string): Promise<Kept | undefined> {
 
 async function afterUse(lockPath: string, held: { token: string; since: number; fd?: number; ino?: number }, keepMs: number | undefined): Promise<void> {
   const now = Date.now();
-  const keep = keepMs !== undefined && keepMs > 0 && now - held.since < MAX_KEEP_MS && now >= (yieldUntil.get(lockPath) ?? 0);
+  const yielding = now < (yieldUntil.get(lockPath) ?? 0);
+  if (!yielding) yieldUntil.delete(lockPath);
+  const keep = keepMs !== undefined && keepMs > 0 && now - held.since < MAX_KEEP_MS && !yielding;
   let opened = held.fd !== undefined && held.ino !== undefined ? { fd: held.fd, ino: held.ino } : undefined;
   if (keep && opened === undefined) {
     try {

@@ -356,6 +356,15 @@ describe('withFileLock judging a lock file it finds', () => {
     expect(await withFileLock(target, async () => 'ran', { timeoutMs: 2000 })).toBe('ran');
   });
 
+  it("judges an unreadable lock that carries a waiter's mark by when it was marked, not by the mark", async () => {
+    // The mark (mtime at the epoch's first second) is not an age: such a lock is fresh, then cleared as debris.
+    const lockFile = `${target}.lock`;
+    await writeFile(lockFile, '{"half-written');
+    await utimes(lockFile, 1, 1);
+    await rejectsWith(withFileLock(target, async () => 'ran', { timeoutMs: 300 }), 'busy');
+    expect(await withFileLock(target, async () => 'ran', { timeoutMs: 5_000 })).toBe('ran');
+  });
+
   it('clears an empty lock a dead creator left within seconds, not ten', async () => {
     // A lock is linked into place whole, so an empty one is debris (an older version's crash).
     await writeFile(`${target}.lock`, '');
