@@ -344,7 +344,9 @@ export async function releaseLock(lockPath: string, token: string): Promise<void
       return;
     }
   } catch (err) {
-    if (errnoCode(err) !== 'ENOENT') log.warn('lock_release_failed', { lock: lockPath, message: messageOf(err) });
+    // Gone already (removed by hand, or its whole directory): nothing left to release.
+    if (errnoCode(err) === 'ENOENT') return;
+    log.warn('lock_release_failed', { lock: lockPath, message: messageOf(err) });
   }
   await releaseUnderBreaker(lockPath, token);
 }

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { holderIsDead, processIsRunning, SELF, type ProcessMark, type ProcessProbe } from '../../src/store/liveness.js';
-import { holdFileLock, withFileLock } from '../../src/store/lock.js';
+import { holdFileLock, letGoOfKept, withFileLock } from '../../src/store/lock.js';
 import { captureStderr, rejectsWith } from '../helpers/assert.js';
 import { raceChildren, reapChildren, startChild, startLine, writeScript } from '../helpers/children.js';
 import { eventually } from '../helpers/mcp.js';
@@ -192,6 +192,15 @@ describe('withFileLock keeping the lock between uses', () => {
     await rejectsWith(withFileLock(target, async () => undefined, { keepMs: 60_000, timeoutMs: 0 }), 'busy');
     expect(logged.join('')).toContain('lock_lost');
     expect(await readFile(lockFile(), 'utf8')).toBe(theirs);
+  });
+
+  it('lets go quietly of a kept lock whose directory was removed meanwhile', async () => {
+    const logged = captureStderr();
+    const nested = join(dir, 'nested', 'state.json');
+    await withFileLock(nested, async () => undefined, { keepMs: 60_000 });
+    await rm(join(dir, 'nested'), { recursive: true });
+    await letGoOfKept(nested);
+    expect(logged.join('')).not.toContain('lock_release_failed');
   });
 
   /**
