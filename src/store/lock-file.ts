@@ -31,7 +31,6 @@ import { log } from '../log.js';
 export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
 /** A lock-breaker that has not finished in this long died while breaking. */
 const BREAKER_STALE_MS = 10_000;
-/** A lock file that cannot be parsed this long after it was written is debris. */
 /**
  * A lock is never empty while its holder lives (it is linked into place whole), so an
  * unreadable one is debris from an older version or damage: broken after a moment.
