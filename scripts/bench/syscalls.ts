@@ -17,16 +17,22 @@ export type SyscallCounts = Record<keyof typeof SYSCALL_EVENTS, number>;
 
 const EVENTS = Object.values(SYSCALL_EVENTS).flat();
 
-let checked: string | undefined;
+/** The probe's answer, asked once: undefined inside when perf can count here. */
+let probed: { why: string | undefined } | undefined;
 
 /** Undefined when perf can count these events here; otherwise why not. */
 export function perfUnavailable(): string | undefined {
-  if (checked !== undefined) return checked === '' ? undefined : checked;
+  probed ??= { why: probePerf() };
+  return probed.why;
+}
+
+function probePerf(): string | undefined {
   const probe = spawnSync('perf', ['stat', '-x,', '-e', EVENTS.join(','), '--', 'true'], { encoding: 'utf8', timeout: 10_000 });
-  if (probe.error !== undefined) checked = `perf could not be run (${probe.error.message})`;
-  else if (probe.status !== 0 || /not supported|No permission|Permission denied/i.test(probe.stderr)) checked = `perf stat cannot count syscall tracepoints here: ${probe.stderr.trim().split('\n')[0] ?? 'exit ' + String(probe.status)}`;
-  else checked = '';
-  return checked === '' ? undefined : checked;
+  if (probe.error !== undefined) return `perf could not be run (${probe.error.message})`;
+  if (probe.status !== 0 || /not supported|No permission|Permission denied/i.test(probe.stderr)) {
+    return `perf stat cannot count syscall tracepoints here: ${probe.stderr.trim().split('\n')[0] ?? 'exit ' + String(probe.status)}`;
+  }
+  return undefined;
 }
 
 export interface Counting {

@@ -5,7 +5,7 @@
  * never taken as death. This file runs in both the normal and the no-/proc run.
  */
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, readdir, rm, stat, unlink, utimes, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, open, readFile, readdir, rm, stat, unlink, utimes, writeFile } from 'node:fs/promises';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -170,7 +170,10 @@ describe('withFileLock keeping the lock between uses', () => {
   it('takes the lock once for a burst of uses and lets go after keepMs without one', async () => {
     await withFileLock(target, async () => undefined, { keepMs: 200 });
     const first = await inode();
-    for (let i = 0; i < 20; i++) await withFileLock(target, async () => undefined, { keepMs: 200 });
+    for (let i = 0; i < 20; i++) {
+      await withFileLock(target, async () => undefined, { keepMs: 200 });
+      expect(existsSync(lockFile())).toBe(true);
+    }
     expect(await inode()).toBe(first);
     await eventually(async () => (existsSync(lockFile()) ? undefined : true), 5_000, 'the kept lock to be let go');
     expect(await readdir(dir)).toEqual([]);
@@ -219,6 +222,27 @@ describe('withFileLock keeping the lock between uses', () => {
       `}`,
       `process.stdout.write('done\\n');`,
     ]);
+
+  it('is marked by a process that waits for it, and its holder lets go at the next use', async () => {
+    await withFileLock(target, async () => undefined, { keepMs: 60_000 });
+    // Held open here too, so the kept lock's inode cannot be reused by the lock that follows it.
+    const kept = await open(lockFile(), 'r');
+    const keptIno = (await kept.stat()).ino;
+    const waiter = startChild(
+      await writeScript(dir, 'wait.mjs', [
+        `import { withFileLock } from ${JSON.stringify(join(DIST, 'store/lock.js'))};`,
+        `await withFileLock(process.argv[2], async () => process.stdout.write('got it\\n'), { timeoutMs: 30_000 });`,
+      ]),
+      [target],
+    );
+    // The waiter's mark: the lock's mtime set to the epoch's first second.
+    await eventually(async () => ((await stat(lockFile())).mtimeMs <= 1_000 ? true : undefined), 10_000, 'the waiter to mark the lock');
+    // This use sees the mark: it lets go and runs under a lock taken afresh, and keeps nothing after it.
+    const ranUnder = await withFileLock(target, async () => (await stat(lockFile())).ino, { keepMs: 60_000 });
+    await kept.close();
+    expect(ranUnder).not.toBe(keptIno);
+    expect(await waiter.done).toMatchObject({ code: 0, stdout: 'got it\n' });
+  });
 
   it('hands the lock to another process that waits, while the holder keeps using it', async () => {
     // The holder would keep the lock for a minute; the waiter marks it and gets it at the
