@@ -11,17 +11,31 @@ export interface RelayProcess {
   key: string;
 }
 
-/** A port that was free a moment ago (for restarting a relay on the same address). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * Ports picked for a relay that restarts on the same address lie below the ranges the OS
+ * hands out for listen(0) and outgoing connections (Linux 32768-60999, macOS from 49152),
+ * so a port free a moment ago is not taken meanwhile by any of the connections the other
+ * test files open; only another pick from here could take it, one chance in thousands.
+ */
+const PICK_FROM = 20_000;
+const PICK_SPAN = 12_000;
+const PICK_TRIES = 50;
+
+function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address !== null ? address.port : 0;
-      server.close(() => resolve(port));
-    });
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
   });
+}
+
+/** A port that was free a moment ago (for restarting a relay on the same address). */
+export async function freePort(): Promise<number> {
+  for (let i = 0; i < PICK_TRIES; i++) {
+    const port = PICK_FROM + Math.floor(Math.random() * PICK_SPAN);
+    if (await bindable(port)) return port;
+  }
+  throw new Error(`no free port among ${PICK_TRIES} tries in ${PICK_FROM}-${PICK_FROM + PICK_SPAN - 1}`);
 }
 
 /**
