@@ -1,8 +1,8 @@
 /**
- * Writes test/vectors/envelope-v2.json and envelope-v3.json: envelope test vectors from
- * fixed seeds, timestamps and msg_ids, so every run produces the same files (Ed25519
- * signing is deterministic). The version 2 file is the Rust Interlink's layout and does
- * not change.
+ * Writes test/vectors/envelope-v2.json, envelope-v3.json and envelope-v4.json: envelope
+ * test vectors from fixed seeds, timestamps, msg_ids and (version 4) seal nonces, so every
+ * run produces the same files (Ed25519 signing is deterministic). The version 2 file is
+ * the Rust Interlink's layout and does not change.
  *
  *   npm run build && node dist/scripts/gen-vectors.js
  *
@@ -14,9 +14,10 @@ import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { signEnvelope, signedBytes, type Envelope } from '../src/envelope/envelope.js';
+import { signEnvelope, signedBytes, wireOf, type Envelope, type SealedWire } from '../src/envelope/envelope.js';
+import { bodyBytes, directionKey, montgomeryPublicKey, openBody, sealPlaintext, type SealedBody } from '../src/envelope/seal.js';
 import { encodeBase64url } from '../src/identity/base64url.js';
-import { signingKeyFromSeed, type SigningKey } from '../src/identity/ed25519.js';
+import { signBytes as signBytesWith, signingKeyFromSeed, type SigningKey } from '../src/identity/ed25519.js';
 
 export interface Vector {
   name: string;
@@ -24,10 +25,26 @@ export interface Vector {
   seed_b64url?: string;
   envelope: WireEnvelope;
   signed_bytes_hex: string;
+  /** Version 4: what the recipient gets when it opens the body (see docs/PROTOCOL.md "Sealing"). */
+  seal?: SealVector;
+}
+
+export interface SealVector {
+  /** The recipient's Ed25519 seed: with `seed_b64url`, both ends of the seal. */
+  recipient_seed_b64url: string;
+  /** Whether the body opens for the recipient and holds valid fields. */
+  opens: boolean;
+  x25519_sender_public_hex: string;
+  x25519_recipient_public_hex: string;
+  /** HKDF-SHA256 of the X25519 secret, for this direction. */
+  direction_key_hex: string;
+  /** The padded plaintext, when it opens. */
+  plaintext_hex?: string;
+  body?: SealedBody;
 }
 
 /** An envelope as written on the wire: `kind` may be left out and then means "message". */
-export type WireEnvelope = Omit<Envelope, 'kind'> & { kind?: string };
+export type WireEnvelope = (Omit<Envelope, 'kind'> & { kind?: string }) | SealedWire;
 
 /** The group order L. */
 const L = 2n ** 252n + 27742317777372353535851937790883648493n;
@@ -65,11 +82,11 @@ function challenge(r: Uint8Array, publicKey: Uint8Array, message: Uint8Array): b
   return leToBigInt(createHash('sha512').update(r).update(publicKey).update(message).digest()) % L;
 }
 
-function withSig(envelope: Envelope, signature: Uint8Array): Envelope {
+function withSig<T extends { sig: string }>(envelope: T, signature: Uint8Array): T {
   return { ...envelope, sig: encodeBase64url(signature) };
 }
 
-function sigBytes(envelope: Envelope): Buffer {
+function sigBytes(envelope: { sig: string }): Buffer {
   return Buffer.from(envelope.sig, 'base64url');
 }
 
@@ -80,8 +97,13 @@ function vector(name: string, valid: boolean, envelope: WireEnvelope, key?: Sign
     valid,
     ...(key !== undefined && { seed_b64url: encodeBase64url(key.seed) }),
     envelope,
-    signed_bytes_hex: signedBytes({ ...unsigned, kind: unsigned.kind ?? 'message' }).toString('hex'),
+    signed_bytes_hex: signedBytes({ ...unsigned, kind: unsigned.kind ?? 'message' } as Parameters<typeof signedBytes>[0]).toString('hex'),
   };
+}
+
+/** The nonce of a version 4 vector: SHA-256 of a label, first 12 bytes. */
+function nonceFor(label: string): Buffer {
+  return createHash('sha256').update(`interlink-v4 test vector nonce: ${label}`).digest().subarray(0, 12);
 }
 
 function parties() {
@@ -95,9 +117,10 @@ function parties() {
  * The three honest envelopes both files start from: a minimal message, one with every
  * optional field, and a pairing request. With `sessions`, each is version 3 for that session.
  */
-function baseEnvelopes(sessions?: { minimal: string; full: string; pairRequest: string }) {
+function baseEnvelopes(sessions?: { minimal: string; full: string; pairRequest: string }, version: 3 | 4 = 3) {
   const { alice, bob, carol, aliceKey, bobKey, carolKey } = parties();
-  const to = (session: string | undefined) => (session === undefined ? {} : { to_session: session });
+  const to = (session: string | undefined) =>
+    session === undefined ? {} : version === 3 ? { to_session: session, version } : { to_session: session, seal_nonce: nonceFor(session) };
   const minimal = signEnvelope(alice, { to: bobKey, ...to(sessions?.minimal), text: 'hello', ts: TS, msg_id: MSG_ID });
   const full = signEnvelope(bob, {
     to: aliceKey,
@@ -174,7 +197,7 @@ export function buildV3Vectors(): Vector[] {
   const { alice, bob, carol, bobKey, carolKey } = parties();
   const { minimal, full, pairRequest } = baseEnvelopes({ minimal: 'main', full: 'sessión-α', pairRequest: 'cli' });
   const { v: _v, to_session: _toSession, ...downgraded } = minimal;
-  const v2 = buildVectors()[0]!.envelope;
+  const v2 = buildVectors()[0]!.envelope as Envelope;
   return [
     vector('valid: minimal message for session "main"', true, minimal, alice),
     vector('valid: every optional field, a non-ASCII session, reply_to and non-ASCII text', true, full, bob),
@@ -188,9 +211,77 @@ export function buildV3Vectors(): Vector[] {
   ];
 }
 
+/** A version 4 vector, with what its recipient computes when it opens the body. */
+function sealedVector(name: string, valid: boolean, envelope: SealedWire, sender: SigningKey, recipient: SigningKey): Vector {
+  const header = { to_session: envelope.to_session, ts: envelope.ts, kind: envelope.kind, msg_id: envelope.msg_id };
+  const from = Buffer.from(envelope.from, 'base64url');
+  const to = Buffer.from(envelope.to, 'base64url');
+  const key = directionKey(recipient, from, to);
+  let opened: SealedBody | undefined;
+  try {
+    opened = openBody(recipient, from, to, header, Buffer.from(envelope.sealed, 'base64url'));
+  } catch {
+    opened = undefined;
+  }
+  return {
+    ...vector(name, valid, envelope, sender),
+    seal: {
+      recipient_seed_b64url: encodeBase64url(recipient.seed),
+      opens: opened !== undefined,
+      x25519_sender_public_hex: montgomeryPublicKey(from).toString('hex'),
+      x25519_recipient_public_hex: montgomeryPublicKey(to).toString('hex'),
+      direction_key_hex: key.toString('hex'),
+      ...(opened !== undefined && { plaintext_hex: bodyBytes(opened).toString('hex'), body: opened }),
+    },
+  };
+}
+
+function resign(key: SigningKey, envelope: SealedWire): SealedWire {
+  const { sig: _sig, ...unsigned } = envelope;
+  return { ...unsigned, sig: encodeBase64url(signBytesWith(key, signedBytes(unsigned))) };
+}
+
+/** Version 4: the body sealed to the recipient; the signature covers the ciphertext. */
+export function buildV4Vectors(): Vector[] {
+  const { alice, bob, carol, carolKey } = parties();
+  const { minimal, full, pairRequest } = baseEnvelopes({ minimal: 'main', full: 'sessión-α', pairRequest: 'cli' }, 4);
+  const [m, f, p] = [minimal, full, pairRequest].map((e) => wireOf(e) as SealedWire) as [SealedWire, SealedWire, SealedWire];
+  const { v: _v, ...unversioned } = m;
+
+  const flipped = Buffer.from(m.sealed, 'base64url');
+  flipped[12] = flipped[12]! ^ 0x01;
+
+  // Signed by alice, but the body was sealed to carol: the signature holds, the seal does not open for bob.
+  const toCarol = wireOf(signEnvelope(alice, { to: carolKey, to_session: 'main', text: 'hello', ts: m.ts, msg_id: m.msg_id, seal_nonce: nonceFor('spliced') })) as SealedWire;
+  const spliced = resign(alice, { ...m, sealed: toCarol.sealed });
+  // The same sealed body under a header with another ts, signed again: the AEAD refuses it.
+  const retimed = resign(alice, { ...m, ts: m.ts + 1 });
+  // Authentic, but the padding after the fields is not zero.
+  const padded = bodyBytes({ text: 'hello' });
+  padded[padded.length - 1] = 1;
+  const badPadding = resign(alice, {
+    ...m,
+    sealed: encodeBase64url(sealPlaintext(alice, Buffer.from(m.to, 'base64url'), { to_session: m.to_session, ts: m.ts, kind: m.kind, msg_id: m.msg_id }, padded, nonceFor('padding'))),
+  });
+
+  return [
+    sealedVector('valid: minimal message for session "main"', true, m, alice, bob),
+    sealedVector('valid: every optional field, a non-ASCII session, reply_to and non-ASCII text', true, f, bob, alice),
+    sealedVector('valid: pair_request from a stranger to the session "cli"', true, p, carol, alice),
+    sealedVector('invalid: to_session changed after signing (a relay moving it to another session)', false, { ...m, to_session: 'other' }, alice, bob),
+    sealedVector('invalid: to changed after signing (a relay re-targeting it)', false, { ...m, to: carolKey }, alice, carol),
+    sealedVector('invalid: one bit of the sealed body flipped', false, { ...m, sealed: encodeBase64url(flipped) }, alice, bob),
+    sealedVector('invalid: the sealed body of another message spliced in', false, { ...m, sealed: f.sealed }, alice, bob),
+    sealedVector('valid signature, does not open: a body sealed to someone else, signed for bob', true, spliced, alice, bob),
+    sealedVector('valid signature, does not open: ts changed and signed again (the header is sealed with the body)', true, retimed, alice, bob),
+    sealedVector('valid signature, does not open: padding that is not zero', true, badPadding, alice, bob),
+    vector('invalid: v removed (read as version 2, which has no sealed field)', false, unversioned as unknown as WireEnvelope, alice),
+  ];
+}
+
 function main(): void {
   const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-  for (const [file, vectors] of [['envelope-v2.json', buildVectors()], ['envelope-v3.json', buildV3Vectors()]] as const) {
+  for (const [file, vectors] of [['envelope-v2.json', buildVectors()], ['envelope-v3.json', buildV3Vectors()], ['envelope-v4.json', buildV4Vectors()]] as const) {
     const path = resolve(root, 'test', 'vectors', file);
     writeFileSync(path, JSON.stringify(vectors, null, 2) + '\n');
     process.stdout.write(`wrote ${vectors.length} vectors to ${path}\n`);

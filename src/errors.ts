@@ -57,6 +57,8 @@ export const CODE_MEANINGS = {
   wrong_recipient: 'the envelope is addressed to another identity',
   wrong_session: 'the envelope is signed for another session of this identity',
   unsupported_kind: 'the envelope has a kind this version does not handle',
+  bad_seal: 'the sealed body does not open with the key sender and receiver share, or holds invalid fields',
+  unsealed: 'a clear (unsealed) envelope from a sender not marked clear in peers.json',
   not_allowlisted: 'a message from a key that is not a peer',
   unexpected_pairing: 'a pairing message from a sender that may not send it',
   unsolicited_accept: 'a pair_accept that answers no outstanding request',
@@ -79,7 +81,7 @@ export type Code = keyof typeof CODE_MEANINGS;
 /** What an InterlinkError carries: tool results, `--json` output, log lines. */
 export const ERROR_CODES = [
   'key_exists', 'key_missing', 'key_unreadable', 'bad_key', 'bad_name', 'peer_conflict', 'unknown_peer', 'own_key', 'bad_config',
-  'bad_envelope', 'too_large', 'empty_text', 'bad_signature',
+  'bad_envelope', 'too_large', 'empty_text', 'bad_signature', 'bad_seal',
   'busy', 'corrupt', 'storage', 'storage_uncertain',
   'no_route', 'invalid_session', 'not_pending', 'idempotency_conflict', 'unknown_message', 'relay_unreachable', 'relay_untrusted',
   'ambiguous_target', 'unknown_target', 'already_peer', 'pairing_full', 'unknown_request', 'confirmation_pending',
@@ -94,7 +96,7 @@ export type ToolCode = (typeof TOOL_CODES)[number];
 
 /** The trust gate's verdicts, in the order the checks run (gate/decide.ts). */
 export const REJECT_CODES = [
-  'bad_signature', 'wrong_recipient', 'wrong_session', 'unsupported_kind', 'not_allowlisted', 'unexpected_pairing', 'unsolicited_accept', 'from_future', 'stale', 'replay',
+  'bad_signature', 'wrong_recipient', 'wrong_session', 'unsupported_kind', 'bad_seal', 'unsealed', 'not_allowlisted', 'unexpected_pairing', 'unsolicited_accept', 'from_future', 'stale', 'replay',
 ] as const satisfies readonly Code[];
 export type RejectCode = (typeof REJECT_CODES)[number];
 

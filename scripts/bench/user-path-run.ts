@@ -39,6 +39,8 @@ export interface Machine {
   main: string;
   /** Node flags for every serve, e.g. to profile it. */
   nodeArgs?: (role: ServeRole, index: number) => string[];
+  /** More environment for every serve (the sealing benchmark's unsealed baseline). */
+  env?: Record<string, string>;
 }
 
 export interface PathResult {
@@ -69,7 +71,7 @@ function serve(machine: Machine, name: 'alice' | 'bob', session: string, role: S
     relays: machine.relayUrl,
     command: process.execPath,
     args: [...(machine.nodeArgs?.(role, index) ?? []), machine.main, 'serve'],
-    env: { INTERLINK_LOG: 'error', NODE_OPTIONS: machine.nodeOptions },
+    env: { INTERLINK_LOG: 'error', NODE_OPTIONS: machine.nodeOptions, ...machine.env },
   });
 }
 

@@ -8,6 +8,10 @@
 import { dirname } from 'node:path';
 import { knownRelaysPath, mailboxPath, outboxPath, pairingPath, rejectedPath, replayPath } from '../config/layout.js';
 import { formatRoute } from '../envelope/route.js';
+import { offerable, wireOf, type Envelope } from '../envelope/envelope.js';
+import type { Receipt } from '../envelope/receipt.js';
+import { parseReceiptText } from '../receipts/receipts.js';
+import { ReceiptSender } from './receipts.js';
 import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
 import { log } from '../log.js';
 import type { StoredRecord } from '../mailbox/format.js';
@@ -49,6 +53,29 @@ export interface AgentOptions {
   tls?: ClientTls;
   /** Called after each new message is committed to the mailbox (receiver_stored). */
   onStored?: (record: StoredRecord) => void;
+  /**
+   * The benchmark's baseline (INTERLINK_BENCH_UNSEALED): send clear version 3 envelopes,
+   * admit clear ones from every peer, send no receipts. Never for real use.
+   */
+  unsealed?: boolean;
+}
+
+/**
+ * Records what a receipt reports in the outbox, durably (the relay is acknowledged after).
+ * A receipt whose text is not a receipt is logged and dropped: the same bytes would be
+ * refused however often they came.
+ */
+async function applyReceipt(outbox: Outbox, envelope: Envelope): Promise<void> {
+  let entries;
+  try {
+    entries = parseReceiptText(envelope.text);
+  } catch (err) {
+    log.warn('receipt_unreadable', { from: envelope.from, msg_id: envelope.msg_id, error: messageOf(err) });
+    return;
+  }
+  const { applied, ignored } = await outbox.recordRemote(envelope.from, entries);
+  // Reports on messages this session did not send to that key change nothing (a forged or stray receipt).
+  if (ignored > 0) log.info('receipt_entries_ignored', { from: envelope.from, msg_id: envelope.msg_id, applied, ignored });
 }
 
 export class Agent {
@@ -70,9 +97,10 @@ export class Agent {
     sticky: ReadonlyMap<string, string>,
     clock: SendClock,
     private readonly replayIndex: ReplayIndex,
+    private readonly receipts: ReceiptSender,
   ) {
     this.route = formatRoute({ key: options.identity.key, session: options.session });
-    this.sender = new Sender({ identity: options.identity, session: options.session, route: this.route, outbox, outbound, relays, presence, peers: peerWatch, sticky, clock });
+    this.sender = new Sender({ identity: options.identity, session: options.session, route: this.route, outbox, outbound, relays, presence, peers: peerWatch, sticky, clock, unsealed: options.unsealed === true });
   }
 
   static async start(options: AgentOptions): Promise<Agent> {
@@ -99,6 +127,8 @@ export class Agent {
     const sticky = new Map<string, string>();
     const peerWatch = new PeerWatch(options.peersPath, identity.key);
     let agent: Agent | undefined;
+    // Made below, once the relays exist; used only after deliveries start.
+    let receipts: ReceiptSender | undefined;
     const inbound = new Inbound({
       me: identity,
       session,
@@ -113,9 +143,16 @@ export class Agent {
         options.onStored?.(record);
       },
       rejected: (entry) => recordRejection(rejectedPath(stateDir, identity.key, session), entry),
+      receipt: (envelope) => applyReceipt(outbox, envelope),
+      ...(options.unsealed === true && { admitClear: true }),
+      reports: {
+        stored: (envelope) => receipts?.stored(envelope),
+        refused: async (wire, code) => receipts?.refused(wire, code),
+      },
     });
-    const outbound = new Outbound(outbox, relays);
-    agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, peerWatch, sticky, new SendClock(await outbox.lastTimestamp()), replay);
+    const outbound = new Outbound(outbox, relays, options.unsealed === true ? wireOf : (envelope) => offerable(identity.signingKey, envelope));
+    receipts = new ReceiptSender({ identity, relays, trust: () => peerWatch.trust(), sticky, enabled: options.unsealed !== true });
+    agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, peerWatch, sticky, new SendClock(await outbox.lastTimestamp()), replay, receipts);
     // Read peers.json once now, so a damaged one is reported (and moved aside) at start, not at the first message.
     await peerWatch.trust().catch((err: unknown) => log.warn('peers_unreadable', { error: messageOf(err) }));
     for (const relay of relays) {
@@ -228,13 +265,22 @@ export class Agent {
     const counts = await this.mailbox.acknowledge(receipts);
     // The reservation may have ended; anything that arrived meanwhile gets its notice now.
     this.notifier?.kick();
+    await this.reportAcknowledged(receipts);
     return counts;
   }
 
   /** Both directions with one peer, oldest first; `consume` acknowledges exactly the inbound ones returned. */
   async history(peer: string, limit = 20, consume = false) {
     const { key } = await this.peerWatch.resolve(peer);
-    return conversation(this.outbox, this.mailbox, key, limit, consume);
+    const result = await conversation(this.outbox, this.mailbox, key, limit, consume);
+    if (consume) await this.reportAcknowledged(result.messages.flatMap((m) => (m.receipt === undefined ? [] : [m.receipt])));
+    return result;
+  }
+
+  /** Tells the senders (signed receipts) that these messages are acknowledged here. */
+  private async reportAcknowledged(receipts: readonly Receipt[]): Promise<void> {
+    if (receipts.length === 0) return;
+    this.receipts.acknowledged(await this.mailbox.records(receipts));
   }
 
   listPeers() {
@@ -281,6 +327,7 @@ export class Agent {
     this.outbound.stop();
     this.pairing.stop();
     this.inbound.close();
+    await this.receipts.close();
     if (options.goodbye !== false) await this.presence.goodbye().catch(() => undefined);
     else this.presence.stop();
     for (const relay of this.relays) relay.close();

@@ -16,7 +16,7 @@
  * with backoff, and so is a message from an unknown key while peers.json is damaged (it
  * may come from a peer whose entry was lost).
  */
-import { parseEnvelope, replyToSession, versionOf, type Envelope } from '../envelope/envelope.js';
+import { openEnvelope, parseEnvelope, replyToSession, versionOf, type Envelope, type WireEnvelope } from '../envelope/envelope.js';
 import { receiptKey, receiptOf } from '../envelope/receipt.js';
 import { decide, type OutstandingRequest, type RejectCode, type Verdict } from '../gate/decide.js';
 import type { Identity } from '../identity/identity.js';
@@ -75,6 +75,12 @@ export interface InboundDeps {
   /** The sender's session from its last admitted message: where replies go by default. */
   sticky: Map<string, string>;
   onStored?: (record: StoredRecord) => void;
+  /** Applies an admitted receipt to the outbox; throws if it could not be stored (not acknowledged then). */
+  receipt?: (envelope: Envelope) => Promise<void>;
+  /** The benchmark's unsealed baseline (INTERLINK_BENCH_UNSEALED): clear envelopes from every peer and this identity are admitted. */
+  admitClear?: boolean;
+  /** Tells senders what became of their messages (agent/receipts.ts). */
+  reports?: { stored: (envelope: Envelope) => void; refused: (wire: WireEnvelope, code: RejectCode) => Promise<void> };
   /** Records what the gate refused (rejected.ts); throws if it could not (not acknowledged then). */
   rejected?: (entry: Rejection) => Promise<void>;
 }
@@ -125,25 +131,37 @@ export class Inbound {
 
   private async handleInTurn(relay: RelayClient, delivery: Delivery, attempt: number, turns: Turns, turn: Turn): Promise<void> {
     if (this.closed) return;
-    let envelope: Envelope;
+    let wire: WireEnvelope;
     try {
-      envelope = parseEnvelope(delivery.payload);
+      wire = parseEnvelope(delivery.payload);
     } catch (err) {
       log.warn('inbound_rejected', { relay: relay.url, code: 'bad_envelope', reason: messageOf(err) });
       relay.ack(delivery.route, [delivery.id]);
       return;
     }
     try {
-      const verdict = await this.judge(envelope);
+      const verdict = await this.judge(wire);
       if (!verdict.ok && verdict.due !== undefined) {
         // A little ahead of this clock: not refused, not acknowledged; judged again when due.
-        log.info('inbound_held', { relay: relay.url, from: envelope.from, msg_id: envelope.msg_id, due: verdict.due });
+        log.info('inbound_held', { relay: relay.url, from: wire.from, msg_id: wire.msg_id, due: verdict.due });
         this.again(relay, delivery, attempt, turns, Math.max(0, verdict.due - Date.now()));
         return;
       }
       if (!verdict.ok) {
         // A redelivery to this same session is routine (a reconnect, a second relay): quiet.
-        if (verdict.code !== 'replay') await this.refused(relay, envelope, verdict.code, verdict.reason);
+        if (verdict.code !== 'replay') {
+          await this.refused(relay, wire, verdict.code, verdict.reason);
+          await this.deps.reports?.refused(wire, verdict.code).catch((err: unknown) => log.warn('receipt_failed', { error: messageOf(err) }));
+        }
+        relay.ack(delivery.route, [delivery.id]);
+        return;
+      }
+      const envelope = verdict.envelope;
+      if (verdict.admission === 'receipt') {
+        // A report on my own messages: applied to the outbox (durably) before the relay
+        // forgets it; never mail, never a notice, never receipted.
+        turn.done();
+        await this.deps.receipt?.(envelope);
         relay.ack(delivery.route, [delivery.id]);
         return;
       }
@@ -166,7 +184,10 @@ export class Inbound {
       if (stored.outcome === 'full') throw new Error(`mailbox full (${stored.reason})`);
       this.remember(envelope);
       relay.ack(delivery.route, [delivery.id]);
-      if (stored.outcome === 'stored') this.deps.onStored?.(stored.record);
+      if (stored.outcome === 'stored') {
+        this.deps.onStored?.(stored.record);
+        this.deps.reports?.stored(envelope);
+      }
     } catch (err) {
       this.retryLater(relay, delivery, attempt, turns, err);
     }
@@ -194,26 +215,30 @@ export class Inbound {
    * RECORDS_PER_SECOND, so a flood of refusals costs the disk a bounded rate; the log still
    * names every one.
    */
-  private async refused(relay: RelayClient, envelope: Envelope, code: RejectCode, reason: string): Promise<void> {
+  private async refused(relay: RelayClient, envelope: WireEnvelope, code: RejectCode, reason: string): Promise<void> {
     log.warn('inbound_rejected', { relay: relay.url, code, reason, from: envelope.from, msg_id: envelope.msg_id });
     if (code !== 'bad_signature' && this.recordBudget.take(Date.now())) {
       await this.deps.rejected?.({ from: envelope.from, msg_id: envelope.msg_id, code, reason, at: Date.now(), ts: envelope.ts });
     }
   }
 
-  private async judge(envelope: Envelope): Promise<Verdict> {
+  private async judge(envelope: WireEnvelope): Promise<Verdict> {
     const { table, damaged } = await this.deps.trust();
     const key = receiptKey(receiptOf(envelope));
     const inMailbox = this.seen.has(key) || (await this.deps.mailbox.has(envelope.from, envelope.msg_id));
+    const signingKey = this.deps.me.signingKey;
     const verdict = decide(envelope, {
       me: this.deps.me.key,
       session: this.deps.session,
       peers: new Map(table.peers.map((p) => [p.key, p.petname])),
+      clear: this.deps.admitClear === true ? { has: (key) => key === this.deps.me.key || table.has(key) } : table.clear,
+      open: (sealed) => openEnvelope(signingKey, sealed),
       outstandingRequests: envelope.kind === 'pair_accept' ? await this.deps.outstanding() : [],
       now: Date.now(),
       seen: () => inMailbox,
     });
-    if (!verdict.ok && verdict.code === 'not_allowlisted' && damaged) {
+    // A clear message from a key not marked clear may be from a peer marked so whose entry was lost.
+    if (!verdict.ok && (verdict.code === 'not_allowlisted' || verdict.code === 'unsealed') && damaged) {
       throw new HeldForDamagedPeers('peers.json was damaged and moved aside; holding messages from unknown keys until a person restores it');
     }
     return verdict;

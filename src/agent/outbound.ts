@@ -6,6 +6,7 @@
  * large, a malformed route) leaves the loop as `delivery_failed` with the relays' reason,
  * instead of being offered forever.
  */
+import { wireOf, type Envelope, type WireEnvelope } from '../envelope/envelope.js';
 import { log } from '../log.js';
 import type { Outbox, OutboxRecord } from '../outbox/outbox.js';
 import type { RelayClient } from '../relay/client.js';
@@ -33,9 +34,11 @@ export class Outbound {
     (err) => log.warn('outbound_pass_failed', { error: messageOf(err) }),
   );
 
+  /** `wire`: what a relay is offered for a stored envelope (envelope.ts `offerable`). */
   constructor(
     private readonly outbox: Outbox,
     private readonly relays: readonly RelayClient[],
+    private readonly wire: (envelope: Envelope) => WireEnvelope = wireOf,
   ) {}
 
   start(): void {
@@ -74,7 +77,7 @@ export class Outbound {
     if (!relay.connected || this.inFlight.has(key) || record.accepted_by.includes(relay.url)) return;
     this.inFlight.add(key);
     try {
-      const outcome = await relay.send(record.route, record.envelope);
+      const outcome = await relay.send(record.route, this.wire(record.envelope));
       if (outcome.accepted) {
         this.refused.delete(record.envelope.msg_id);
         await this.outbox.markAccepted(record.envelope.msg_id, relay.url);

@@ -42,7 +42,7 @@ export class PeerWatch {
   }
 
   /** The key a petname (or `self`) names; a clear error when none does. */
-  async resolve(to: string): Promise<{ key: string; petname?: string }> {
+  async resolve(to: string): Promise<{ key: string; petname?: string; clear?: true }> {
     if (to === 'self') return { key: this.me };
     const { table, damaged } = await this.trust();
     const key = table.keyOf(to);
@@ -50,12 +50,12 @@ export class PeerWatch {
       throw new InterlinkError('unknown_peer', `no peer is called ${to} because peers.json was damaged and moved aside; a person must restore it (the server log says where the original is)`);
     }
     if (key === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${to}`, undefined, { hint: { tool: 'see list_peers; a person adds peers', cli: 'see `interlink-mcp peers list`' } });
-    return { key, petname: to };
+    return { key, petname: to, ...(table.clear.has(key) && { clear: true as const }) };
   }
 
   async list() {
     const table = await this.peers();
-    return { peers: table.peers.map((p) => ({ petname: p.petname, key: p.key, fingerprint: fingerprintOf(parsePublicKey(p.key)) })) };
+    return { peers: table.peers.map((p) => ({ petname: p.petname, key: p.key, fingerprint: fingerprintOf(parsePublicKey(p.key)), ...(p.clear === true && { clear: true }) })) };
   }
 
   async add(petname: string, key: string) {

@@ -9,7 +9,7 @@ import { InterlinkError } from '../errors.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import type { Mailbox } from '../mailbox/mailbox.js';
 import { currentState } from '../mailbox/state.js';
-import { outboundState, type Outbox } from '../outbox/outbox.js';
+import { shownState, type OutboxRecord, type Outbox } from '../outbox/outbox.js';
 
 export interface InboxMessage {
   sender: string;
@@ -47,10 +47,27 @@ export function inboxMessage(record: StoredRecord): InboxMessage {
   };
 }
 
+/** A history entry; `reported_by: "receiver"` marks a state the receiver reported in a signed receipt, at its clock. */
+export interface HistoryEntry {
+  state: string;
+  at: number;
+  reason?: string;
+  code?: string;
+  reported_by?: 'receiver';
+}
+
+/** The sender's history of one message: its own states, then what the receiver reported. */
+export function outboundHistory(record: OutboxRecord): HistoryEntry[] {
+  return [
+    ...record.states,
+    ...(record.remote ?? []).map((r) => ({ state: r.state, at: r.at, ...(r.code !== undefined && { code: r.code }), reported_by: 'receiver' as const })),
+  ];
+}
+
 /** One message's state and history, from this session's outbox or mailbox. */
-export async function messageStatus(outbox: Outbox, mailbox: Mailbox, msgId: string): Promise<{ msg_id: string; direction: 'outbound' | 'inbound'; state: string; history: { state: string; at: number }[] }> {
+export async function messageStatus(outbox: Outbox, mailbox: Mailbox, msgId: string): Promise<{ msg_id: string; direction: 'outbound' | 'inbound'; state: string; history: HistoryEntry[] }> {
   const outbound = await outbox.get(msgId);
-  if (outbound) return { msg_id: msgId, direction: 'outbound', state: outboundState(outbound), history: outbound.states };
+  if (outbound) return { msg_id: msgId, direction: 'outbound', state: shownState(outbound), history: outboundHistory(outbound) };
   const inbound = await mailbox.findByMsgId(msgId);
   if (inbound) return { msg_id: msgId, direction: 'inbound', state: currentState(inbound), history: inbound.states };
   throw new InterlinkError('unknown_message', `no message ${msgId} in this session's outbox or mailbox`);
@@ -62,7 +79,7 @@ export async function conversation(outbox: Outbox, mailbox: Mailbox, key: string
   const outbound = (await outbox.all()).filter((r) => r.envelope.to === key).slice(-limit);
   const merged = [
     ...inbound.map((r) => ({ direction: 'inbound' as const, envelope: r.envelope, state: currentState(r) })),
-    ...outbound.map((r) => ({ direction: 'outbound' as const, envelope: r.envelope, state: outboundState(r) })),
+    ...outbound.map((r) => ({ direction: 'outbound' as const, envelope: r.envelope, state: shownState(r) as string })),
   ]
     .sort((a, b) => a.envelope.ts - b.envelope.ts)
     .slice(-limit);

@@ -4,7 +4,7 @@
  * unsent messages (DESIGN.md "The agent: one session").
  */
 import { unsafeNameReason } from '../config/paths.js';
-import { MAX_TEXT_BYTES, signEnvelope, type Status } from '../envelope/envelope.js';
+import { MAX_TEXT_BYTES, signEnvelope, wireOf, type Status } from '../envelope/envelope.js';
 import { formatRoute, parseRoute } from '../envelope/route.js';
 import { InterlinkError, isInterlinkError } from '../errors.js';
 import type { Identity } from '../identity/identity.js';
@@ -56,6 +56,8 @@ export interface SenderParts {
   /** The session each peer last wrote from (inbound keeps it current). */
   sticky: ReadonlyMap<string, string>;
   clock: SendClock;
+  /** The benchmark's unsealed baseline: sign clear version 3 envelopes. */
+  unsealed?: boolean;
 }
 
 export class Sender {
@@ -95,15 +97,18 @@ export class Sender {
       }
       session = await this.chooseSession(target.key, args.session);
       await turn.ready;
+      // Sealed to the recipient (version 4); a peer a person marked clear (the Rust
+      // Interlink) gets the clear version 2 it reads, whose session is not signed.
       const envelope = signEnvelope(identity.signingKey, {
         to: target.key,
-        to_session: session,
+        ...(target.clear !== true && { to_session: session }),
+        ...(this.parts.unsealed === true && { version: 3 as const }),
         text: args.text,
         reply_to: this.parts.route,
         ts: this.parts.clock.next(),
         ...taskFields(args),
       });
-      if (Buffer.byteLength(JSON.stringify(envelope), 'utf8') > MAX_PAYLOAD_BYTES) {
+      if (Buffer.byteLength(JSON.stringify(wireOf(envelope)), 'utf8') > MAX_PAYLOAD_BYTES) {
         throw new InterlinkError('too_large', `the signed message is larger than a relay accepts (${MAX_PAYLOAD_BYTES} bytes)`);
       }
       // Submitted within the turn, so the outbox holds messages in the order they were signed.

@@ -61,6 +61,7 @@ const SCHEMA = z.object({
   // At most 15 digits: every such number is a safe integer (real pids have 7 at most).
   INTERLINK_HOST_PID: text.pipe(z.string().regex(/^[1-9][0-9]{0,14}$/).transform(Number).optional()),
   INTERLINK_CRASH_AT: text,
+  INTERLINK_BENCH_UNSEALED: text.pipe(z.enum(['0', '1']).optional()),
 });
 
 export type VariableName = keyof typeof SCHEMA.shape;
@@ -99,6 +100,11 @@ export const VARIABLES: Readonly<Record<VariableName, VariableDoc>> = {
   INTERLINK_LOG: { meaning: 'what is logged to stderr (JSON lines)', accepts: '`debug`, `info`, `warn`, `error` or `silent` (in any case)', default: '`warn`; `info` for `relay`' },
   INTERLINK_HOST_PID: { meaning: "the Claude process the listener serves (the plugin's hook passes `$PPID`); the listener stops when it is gone", accepts: 'a process id', default: 'none: the listener waits for notices or its renewal' },
   INTERLINK_CRASH_AT: { meaning: 'crash tests only: the named crash point at which the process kills itself', accepts: 'a crash point name, or `<name>@<n>` for its n-th passage', default: 'none: crash points do nothing' },
+  INTERLINK_BENCH_UNSEALED: {
+    meaning: 'benchmark only (`npm run bench` compares with it): `serve` sends clear version 3 envelopes that every relay can read, admits clear ones from every peer, and sends no receipts; it logs a warning. Never for real use',
+    accepts: '`1` (on) or `0` (off)',
+    default: '`0`',
+  },
 };
 
 /** Everything the commands take from the environment, resolved to the values they use. */
@@ -127,6 +133,8 @@ export interface Config {
   /** INTERLINK_LOG; undefined: the command's default (`info` for `relay`, `warn` for the others). */
   log: LogSetting | undefined;
   hostPid: number | undefined;
+  /** INTERLINK_BENCH_UNSEALED: the benchmark's baseline without sealing and receipts. */
+  benchUnsealed: boolean;
 }
 
 /** Parses the environment once; a value the schema refuses throws `bad_config`. */
@@ -151,6 +159,7 @@ export function loadConfig(env: Env): Config {
     codexBin: v.INTERLINK_CODEX_BIN ?? 'codex',
     log: v.INTERLINK_LOG,
     hostPid: v.INTERLINK_HOST_PID,
+    benchUnsealed: v.INTERLINK_BENCH_UNSEALED === '1',
   };
 }
 

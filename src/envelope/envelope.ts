@@ -1,10 +1,19 @@
 /**
- * The signed message. One zod schema is the wire format; `signedBytes` is the exact byte
- * string the signature covers (docs/PROTOCOL.md, "Envelope").
+ * The signed message. zod schemas are the wire and storage formats; `signedBytes` is the
+ * exact byte string the signature covers (docs/PROTOCOL.md, "Envelope").
  *
- * Two versions are read; this implementation writes version 3.
+ * Three versions are read; this implementation writes version 4.
  *
- * Version 3 (`"v": 3`), signed bytes in order:
+ * Version 4 (`"v": 4`): the body is sealed to the recipient (seal.ts). On the wire it
+ * carries only the header — from, to, to_session, ts, kind, msg_id — and `sealed`, the
+ * encrypted body (text, status, task_id, in_reply_to, reply session). Signed bytes:
+ *   "interlink-v4\0" || from (32) || to (32) || to_session || ts (u64 LE) || kind ||
+ *   msg_id || sealed (u32 LE length, then the raw sealed bytes)
+ * so the signature binds sender, recipient, session and ciphertext: a relay can neither
+ * re-target a message nor splice a body from another one. Stores keep the opened form:
+ * the wire fields (signature and ciphertext, as admitted) plus the body they hold.
+ *
+ * Version 3 (`"v": 3`), clear, signed bytes in order:
  *   "interlink-v3\0"                      domain and version
  *   from (32 bytes) || to (32 bytes)      raw public keys
  *   to_session                             the recipient's session (length-prefixed)
@@ -20,7 +29,10 @@
  * index (agent/claims.ts); its `reply_to` is an unsigned hint honoured only when its key is
  * `from`.
  *
- * In both, an absent optional field is signed as the empty string, so the schema refuses
+ * Clear versions are admitted only from peers a person marked `clear` (the Rust original
+ * cannot seal); see the trust gate.
+ *
+ * In all, an absent optional field is signed as the empty string, so the schema refuses
  * empty optional fields, and strings must be well-formed Unicode (UTF-8 would map unpaired
  * surrogates to U+FFFD): every envelope has exactly one signed meaning.
  */
@@ -31,16 +43,23 @@ import { decodeBase64url, encodeBase64url, isBase64urlOfLength } from '../identi
 import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES, signBytes, verifyBytes, type SigningKey } from '../identity/ed25519.js';
 import { isWellFormedUnicode, unsafeNameReason } from '../config/paths.js';
 import { lengthPrefixed, u64le } from './bytes.js';
-import { parseRoute, routeText } from './route.js';
+import { formatRoute, parseRoute, routeText } from './route.js';
+import { MIN_PADDED_BYTES, NONCE_BYTES, SealError, TAG_BYTES, openBody, sealBody } from './seal.js';
 
-export const SIGNING_DOMAINS = { 2: 'interlink-v2\0', 3: 'interlink-v3\0' } as const;
+export const SIGNING_DOMAINS = { 2: 'interlink-v2\0', 3: 'interlink-v3\0', 4: 'interlink-v4\0' } as const;
 export type EnvelopeVersion = keyof typeof SIGNING_DOMAINS;
 /** The version this implementation signs. */
-export const CURRENT_VERSION = 3;
+export const CURRENT_VERSION = 4;
 export const MAX_TEXT_BYTES = 256 * 1024;
 export const MAX_TASK_ID_BYTES = 128;
+/**
+ * The longest `sealed` text: a body at its largest (text, task id, ids, session and their
+ * lengths) padded by at most 12%, plus nonce and tag, in base64url.
+ */
+export const MAX_SEALED_CHARS = Math.ceil(((MAX_TEXT_BYTES + 1024) * 1.125 + NONCE_BYTES + TAG_BYTES) * (4 / 3));
 
-export const KNOWN_KINDS = ['message', 'pair_request', 'pair_accept'] as const;
+/** `receipt`: a receiver's signed report on the sender's messages (receipts/receipts.ts). */
+export const KNOWN_KINDS = ['message', 'pair_request', 'pair_accept', 'receipt'] as const;
 export type KnownKind = (typeof KNOWN_KINDS)[number];
 
 export const STATUSES = ['update', 'needs_input', 'result', 'failed', 'canceled'] as const;
@@ -48,6 +67,7 @@ export type Status = (typeof STATUSES)[number];
 export const TERMINAL_STATUSES: ReadonlySet<Status> = new Set(['result', 'failed', 'canceled']);
 
 const MSG_ID = /^[0-9a-f]{32}$/;
+const BASE64URL = /^[A-Za-z0-9_-]*$/;
 
 const publicKeyText = z.string().refine((s) => isBase64urlOfLength(s, PUBLIC_KEY_BYTES), 'must be a 32-byte base64url public key');
 export const msgIdText = z.string().regex(MSG_ID, 'must be 32 lowercase hex digits');
@@ -55,27 +75,41 @@ const nonEmptyOptional = (inner: z.ZodString) => inner.min(1, 'must be absent ra
 
 const sessionText = z.string().refine((s) => unsafeNameReason(s) === undefined, 'must be a session id (1 to 128 bytes, no "..", "/", "\\", control characters or surrounding white space)');
 
+/** Canonical base64url of a sealed body: at least a nonce, the smallest size class and a tag. */
+const sealedText = z
+  .string()
+  .max(MAX_SEALED_CHARS, `must be at most ${MAX_SEALED_CHARS} characters`)
+  .refine(
+    (s) => s.length >= Math.ceil(((NONCE_BYTES + MIN_PADDED_BYTES + TAG_BYTES) * 4) / 3) && BASE64URL.test(s) && s.length % 4 !== 1 && Buffer.from(s, 'base64url').toString('base64url') === s,
+    'must be canonical base64url of a nonce, a padded body and a tag',
+  );
+
+const textField = z
+  .string()
+  .refine(isWellFormedUnicode, 'must be well-formed Unicode (no unpaired surrogates)')
+  .refine((s) => Buffer.byteLength(s, 'utf8') <= MAX_TEXT_BYTES, `must be at most ${MAX_TEXT_BYTES} bytes of UTF-8`);
+const taskIdField = nonEmptyOptional(z.string()).refine(
+  (s) => s === undefined || (isWellFormedUnicode(s) && Buffer.byteLength(s, 'utf8') <= MAX_TASK_ID_BYTES && !/[\u0000-\u001f\u007f]/.test(s)),
+  `must be well-formed Unicode, at most ${MAX_TASK_ID_BYTES} bytes, without control characters`,
+);
+
 /** The fields as an object schema (for `.omit` and friends); `envelopeSchema` adds the rules between them. */
 export const envelopeFields = z.object({
   /** Absent means version 2. */
-  v: z.union([z.literal(2), z.literal(3)], { message: 'must be 2 or 3: this implementation reads envelope versions 2 and 3' }).optional(),
+  v: z.union([z.literal(2), z.literal(3), z.literal(4)], { message: 'must be 2, 3 or 4: this implementation reads envelope versions 2 to 4' }).optional(),
   from: publicKeyText,
   to: publicKeyText,
-  /** Version 3 only: the recipient's session, signed. */
+  /** Versions 3 and 4: the recipient's session, signed. */
   to_session: sessionText.optional(),
   ts: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
   msg_id: msgIdText,
   // Later protocol versions may add kinds; the schema admits any identifier and the
   // trust gate refuses the ones this version does not handle.
   kind: z.string().regex(/^[a-z][a-z0-9_]{0,31}$/, 'must be a lowercase identifier').default('message'),
-  text: z
-    .string()
-    .refine(isWellFormedUnicode, 'must be well-formed Unicode (no unpaired surrogates)')
-    .refine((s) => Buffer.byteLength(s, 'utf8') <= MAX_TEXT_BYTES, `must be at most ${MAX_TEXT_BYTES} bytes of UTF-8`),
-  task_id: nonEmptyOptional(z.string()).refine(
-    (s) => s === undefined || (isWellFormedUnicode(s) && Buffer.byteLength(s, 'utf8') <= MAX_TASK_ID_BYTES && !/[\u0000-\u001f\u007f]/.test(s)),
-    `must be well-formed Unicode, at most ${MAX_TASK_ID_BYTES} bytes, without control characters`,
-  ),
+  /** Version 4 only: the sealed body, what the signature covers in place of the fields below. */
+  sealed: sealedText.optional(),
+  text: textField,
+  task_id: taskIdField,
   status: z.enum(STATUSES).optional(),
   in_reply_to: msgIdText.optional(),
   reply_to: routeText.optional(),
@@ -84,22 +118,52 @@ export const envelopeFields = z.object({
 
 type EnvelopeShape = z.infer<typeof envelopeFields>;
 
-/** Version 3 signs the target session and the reply session; version 2 has neither. */
+/** Versions 3 and 4 sign the target session and the reply session; version 2 has neither; only 4 is sealed. */
 function versionRules(envelope: Omit<EnvelopeShape, 'sig'>, ctx: z.RefinementCtx): void {
-  if (versionOf(envelope) === 3) {
-    if (envelope.to_session === undefined) ctx.addIssue({ code: 'custom', path: ['to_session'], message: 'is required in version 3' });
+  const version = versionOf(envelope);
+  if (version >= 3) {
+    if (envelope.to_session === undefined) ctx.addIssue({ code: 'custom', path: ['to_session'], message: `is required in version ${version}` });
     if (envelope.reply_to !== undefined && parseRoute(envelope.reply_to)?.key !== envelope.from) {
-      ctx.addIssue({ code: 'custom', path: ['reply_to'], message: "must name the sender's own key in version 3" });
+      ctx.addIssue({ code: 'custom', path: ['reply_to'], message: `must name the sender's own key in version ${version}` });
     }
   } else if (envelope.to_session !== undefined) {
-    ctx.addIssue({ code: 'custom', path: ['to_session'], message: 'is part of version 3 only (it would not be signed)' });
+    ctx.addIssue({ code: 'custom', path: ['to_session'], message: 'is part of versions 3 and 4 only (it would not be signed)' });
   }
+  if (version === 4 && envelope.sealed === undefined) ctx.addIssue({ code: 'custom', path: ['sealed'], message: 'is required in version 4' });
+  if (version !== 4 && envelope.sealed !== undefined) ctx.addIssue({ code: 'custom', path: ['sealed'], message: 'is part of version 4 only' });
 }
 
+/**
+ * A message as this implementation holds it: a clear envelope (versions 2 and 3) as it
+ * travelled, or a version 4 envelope with its opened body beside the sealed one. What
+ * mailboxes and outboxes store.
+ */
 export const envelopeSchema = envelopeFields.superRefine(versionRules);
 
 export type Envelope = z.infer<typeof envelopeSchema>;
 export type UnsignedEnvelope = Omit<Envelope, 'sig'>;
+
+/** A version 4 envelope as it travels: the header, the sealed body and the signature; nothing else. */
+export const sealedWireSchema = z.object({
+  v: z.literal(4),
+  from: publicKeyText,
+  to: publicKeyText,
+  to_session: sessionText,
+  ts: envelopeFields.shape.ts,
+  msg_id: msgIdText,
+  kind: envelopeFields.shape.kind,
+  sealed: sealedText,
+  sig: envelopeFields.shape.sig,
+});
+export type SealedWire = z.infer<typeof sealedWireSchema>;
+
+/** What a relay carries: a clear envelope, or a sealed one. */
+export type WireEnvelope = Envelope | SealedWire;
+type UnsignedWire = Omit<Envelope, 'sig'> | Omit<SealedWire, 'sig'>;
+
+export function isSealed(envelope: WireEnvelope | UnsignedWire): envelope is SealedWire {
+  return envelope.v === 4;
+}
 
 /**
  * Random bytes for message ids, drawn 4 KiB at a time: one call into the CSPRNG per 256
@@ -120,33 +184,42 @@ export function newMsgId(): string {
   return id;
 }
 
-export function versionOf(envelope: Pick<EnvelopeShape, 'v'>): EnvelopeVersion {
+export function versionOf(envelope: { v?: 2 | 3 | 4 | undefined }): EnvelopeVersion {
   return envelope.v ?? 2;
 }
 
-export function signedBytes(envelope: UnsignedEnvelope): Buffer {
+export function signedBytes(envelope: UnsignedWire): Buffer {
   const version = versionOf(envelope);
   const keys = [decodeBase64url(envelope.from, PUBLIC_KEY_BYTES, 'from'), decodeBase64url(envelope.to, PUBLIC_KEY_BYTES, 'to')];
-  const body = [
-    ...lengthPrefixed(envelope.kind),
-    ...lengthPrefixed(envelope.msg_id),
-    ...lengthPrefixed(envelope.text),
-    ...lengthPrefixed(envelope.status),
-    ...lengthPrefixed(envelope.task_id),
-    ...lengthPrefixed(envelope.in_reply_to),
-  ];
   const domain = Buffer.from(SIGNING_DOMAINS[version], 'utf8');
-  if (version === 2) return Buffer.concat([domain, ...keys, u64le(envelope.ts), ...body]);
-  if (envelope.to_session === undefined) throw new InterlinkError('bad_envelope', 'to_session is required in version 3');
-  const replySession = envelope.reply_to === undefined ? undefined : parseRoute(envelope.reply_to)?.session;
-  return Buffer.concat([domain, ...keys, ...lengthPrefixed(envelope.to_session), u64le(envelope.ts), ...body, ...lengthPrefixed(replySession)]);
+  if (envelope.v === 4) {
+    if (envelope.sealed === undefined || envelope.to_session === undefined) throw new InterlinkError('bad_envelope', 'sealed and to_session are required in version 4');
+    const sealed = Buffer.from(envelope.sealed, 'base64url');
+    const length = Buffer.allocUnsafe(4);
+    length.writeUInt32LE(sealed.length, 0);
+    return Buffer.concat([domain, ...keys, ...lengthPrefixed(envelope.to_session), u64le(envelope.ts), ...lengthPrefixed(envelope.kind), ...lengthPrefixed(envelope.msg_id), length, sealed]);
+  }
+  const clear = envelope as Omit<Envelope, 'sig'>;
+  const body = [
+    ...lengthPrefixed(clear.kind),
+    ...lengthPrefixed(clear.msg_id),
+    ...lengthPrefixed(clear.text),
+    ...lengthPrefixed(clear.status),
+    ...lengthPrefixed(clear.task_id),
+    ...lengthPrefixed(clear.in_reply_to),
+  ];
+  if (version === 2) return Buffer.concat([domain, ...keys, u64le(clear.ts), ...body]);
+  if (clear.to_session === undefined) throw new InterlinkError('bad_envelope', 'to_session is required in version 3');
+  const replySession = clear.reply_to === undefined ? undefined : parseRoute(clear.reply_to)?.session;
+  return Buffer.concat([domain, ...keys, ...lengthPrefixed(clear.to_session), u64le(clear.ts), ...body, ...lengthPrefixed(replySession)]);
 }
 
 export interface EnvelopeFields {
   to: string;
   /**
-   * The recipient's session. Given, the envelope is version 3 and the session is signed;
-   * left out, it is version 2 (what older peers and the Rust Interlink send).
+   * The recipient's session. Given, the envelope is version 4 (sealed; or 3 with
+   * `version: 3`) and the session is signed; left out, it is version 2 (what older peers
+   * and the Rust Interlink send).
    */
   to_session?: string;
   text: string;
@@ -157,12 +230,17 @@ export interface EnvelopeFields {
   reply_to?: string;
   ts?: number;
   msg_id?: string;
+  /** Only to write a clear version 3 envelope (tests and test vectors; peers marked `clear` get version 2). */
+  version?: 3;
+  /** Only for test vectors: the seal's nonce. A nonce must never be used twice. */
+  seal_nonce?: Uint8Array;
 }
 
-/** Builds, validates and signs an envelope from `key`. */
+/** Builds, validates, seals (version 4) and signs an envelope from `key`. */
 export function signEnvelope(key: SigningKey, fields: EnvelopeFields): Envelope {
+  const version: EnvelopeVersion = fields.to_session === undefined ? 2 : (fields.version ?? CURRENT_VERSION);
   const unsigned: UnsignedEnvelope = {
-    ...(fields.to_session !== undefined && { v: CURRENT_VERSION }),
+    ...(version !== 2 && { v: version }),
     from: encodeBase64url(key.publicKey),
     to: fields.to,
     ...(fields.to_session !== undefined && { to_session: fields.to_session }),
@@ -175,14 +253,47 @@ export function signEnvelope(key: SigningKey, fields: EnvelopeFields): Envelope 
     ...(fields.in_reply_to !== undefined && { in_reply_to: fields.in_reply_to }),
     ...(fields.reply_to !== undefined && { reply_to: fields.reply_to }),
   };
-  // Validate before signing, so bad fields are refused as such and never signed.
+  // Validate before sealing and signing, so bad fields are refused as such and never signed.
   const placeholder = encodeBase64url(Buffer.alloc(SIGNATURE_BYTES));
-  parseEnvelope({ ...unsigned, sig: placeholder });
+  const placeholderSeal = version === 4 ? { sealed: encodeBase64url(Buffer.alloc(NONCE_BYTES + MIN_PADDED_BYTES + TAG_BYTES)) } : {};
+  parseStoredEnvelope({ ...unsigned, ...placeholderSeal, sig: placeholder });
+  if (version === 4) {
+    const to = decodeBase64url(unsigned.to, PUBLIC_KEY_BYTES, 'to');
+    const sealed = sealBody(key, to, headerOf(unsigned as UnsignedEnvelope & { to_session: string }), {
+      text: unsigned.text,
+      ...(unsigned.status !== undefined && { status: unsigned.status }),
+      ...(unsigned.task_id !== undefined && { task_id: unsigned.task_id }),
+      ...(unsigned.in_reply_to !== undefined && { in_reply_to: unsigned.in_reply_to }),
+      ...(unsigned.reply_to !== undefined && { reply_session: parseRoute(unsigned.reply_to)?.session ?? '' }),
+    }, fields.seal_nonce);
+    unsigned.sealed = encodeBase64url(sealed);
+  }
   const sig = encodeBase64url(signBytes(key, signedBytes(unsigned)));
   return { ...unsigned, sig };
 }
 
-export function verifyEnvelope(envelope: Envelope): boolean {
+function headerOf(envelope: { to_session: string; ts: number; kind: string; msg_id: string }): { to_session: string; ts: number; kind: string; msg_id: string } {
+  return { to_session: envelope.to_session, ts: envelope.ts, kind: envelope.kind, msg_id: envelope.msg_id };
+}
+
+/** The envelope as a relay carries it: a version 4 envelope without its opened body. */
+export function wireOf(envelope: Envelope): WireEnvelope {
+  if (envelope.v !== 4 || envelope.sealed === undefined || envelope.to_session === undefined) return envelope;
+  return { v: 4, from: envelope.from, to: envelope.to, to_session: envelope.to_session, ts: envelope.ts, msg_id: envelope.msg_id, kind: envelope.kind, sealed: envelope.sealed, sig: envelope.sig };
+}
+
+/**
+ * What to offer a relay for a stored outgoing envelope. A clear version 3 envelope in an
+ * outbox was signed before this version sealed: receivers now refuse it (`unsealed`), so
+ * it is sealed and signed again, with the same msg_id, ts and fields — the same message.
+ */
+export function offerable(key: SigningKey, envelope: Envelope): WireEnvelope {
+  if (envelope.v !== 3 || envelope.to_session === undefined) return wireOf(envelope);
+  const { v: _v, from: _from, sig: _sig, sealed: _sealed, ...fields } = envelope;
+  return wireOf(signEnvelope(key, { ...fields, to_session: envelope.to_session }));
+}
+
+export function verifyEnvelope(envelope: WireEnvelope): boolean {
   return verifyBytes(
     decodeBase64url(envelope.from, PUBLIC_KEY_BYTES, 'from'),
     signedBytes(envelope),
@@ -190,19 +301,62 @@ export function verifyEnvelope(envelope: Envelope): boolean {
   );
 }
 
-/** Validates untrusted data as an envelope; the error names the first bad field. */
-export function parseEnvelope(data: unknown): Envelope {
-  const parsed = envelopeSchema.safeParse(data);
-  if (parsed.success) return parsed.data;
-  const issue = parsed.error.issues[0];
-  const field = issue && issue.path.length > 0 ? issue.path.join('.') : 'envelope';
+/**
+ * Opens a sealed envelope addressed to `me` (or sent by `me`): the envelope with its body.
+ * Throws InterlinkError `bad_seal` when the body does not open under the key the two
+ * share, or what it holds breaks the rules of the clear fields.
+ */
+export function openEnvelope(me: SigningKey, wire: SealedWire): Envelope {
+  let body;
+  try {
+    body = openBody(me, decodeBase64url(wire.from, PUBLIC_KEY_BYTES, 'from'), decodeBase64url(wire.to, PUBLIC_KEY_BYTES, 'to'), headerOf(wire), Buffer.from(wire.sealed, 'base64url'));
+  } catch (err) {
+    if (err instanceof SealError) throw new InterlinkError('bad_seal', err.message);
+    throw err;
+  }
+  // Built from the header fields only: anything else beside the seal is not the message.
+  const opened = envelopeSchema.safeParse({
+    ...wireOf({ ...wire, text: '' }),
+    text: body.text,
+    ...(body.status !== undefined && { status: body.status }),
+    ...(body.task_id !== undefined && { task_id: body.task_id }),
+    ...(body.in_reply_to !== undefined && { in_reply_to: body.in_reply_to }),
+    ...(body.reply_session !== undefined && { reply_to: formatRoute({ key: wire.from, session: body.reply_session }) }),
+  });
+  if (opened.success) return opened.data;
+  const issue = opened.error.issues[0];
+  throw new InterlinkError('bad_seal', `the sealed ${issue?.path.join('.') || 'body'} ${issue?.message ?? 'is invalid'}`);
+}
+
+function failure(error: z.ZodError, what: string): InterlinkError {
+  const issue = error.issues[0];
+  const field = issue && issue.path.length > 0 ? issue.path.join('.') : what;
   const tooLarge = issue?.path[0] === 'text' && issue.message.startsWith('must be at most');
-  throw new InterlinkError(tooLarge ? 'too_large' : 'bad_envelope', `${field} ${issue?.message ?? 'is invalid'}`);
+  return new InterlinkError(tooLarge ? 'too_large' : 'bad_envelope', `${field} ${issue?.message ?? 'is invalid'}`);
 }
 
 /**
- * The sender's session from `reply_to`: signed in version 3 (whose schema requires the
- * sender's own key), an unsigned hint in version 2, honoured only when it names `from`.
+ * Validates untrusted data as an envelope off the wire: clear (versions 2 and 3) or
+ * sealed (version 4, whose body fields, if a relay added any, are dropped: only the
+ * sealed body counts). The error names the first bad field.
+ */
+export function parseEnvelope(data: unknown): WireEnvelope {
+  const sealed = typeof data === 'object' && data !== null && (data as { v?: unknown }).v === 4;
+  const parsed = sealed ? sealedWireSchema.safeParse(data) : envelopeSchema.safeParse(data);
+  if (parsed.success) return parsed.data;
+  throw failure(parsed.error, 'envelope');
+}
+
+/** Validates an envelope as stores hold it: clear, or version 4 with its opened body. */
+export function parseStoredEnvelope(data: unknown): Envelope {
+  const parsed = envelopeSchema.safeParse(data);
+  if (parsed.success) return parsed.data;
+  throw failure(parsed.error, 'envelope');
+}
+
+/**
+ * The sender's session from `reply_to`: signed in versions 3 and 4 (whose schema requires
+ * the sender's own key), an unsigned hint in version 2, honoured only when it names `from`.
  */
 export function replyToSession(envelope: Envelope): string | undefined {
   if (envelope.reply_to === undefined) return undefined;

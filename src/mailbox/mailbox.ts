@@ -132,6 +132,14 @@ export class Mailbox {
   }
 
   /** msg_ids are random, so one id names one message whoever sent it. */
+  /** The stored records these receipts name, where they are still stored. */
+  async records(receipts: readonly Receipt[]): Promise<StoredRecord[]> {
+    return this.journal.read((state) => receipts.flatMap((r) => {
+      const record = state.get(r.sender, r.msg_id);
+      return record === undefined ? [] : [clone(record)];
+    }));
+  }
+
   async findByMsgId(msgId: string): Promise<StoredRecord | undefined> {
     return this.journal.read((state) => {
       for (const record of state.all()) if (record.envelope.msg_id === msgId) return clone(record);

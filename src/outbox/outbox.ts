@@ -8,6 +8,7 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { envelopeSchema, type Envelope } from '../envelope/envelope.js';
+import { REMOTE_STATES, receiptEntrySchema, remoteRank, type ReceiptEntry, type RemoteState } from '../receipts/receipts.js';
 import { JournalStore } from '../store/journal-store.js';
 import type { JournalFormat } from '../store/journal.js';
 
@@ -15,6 +16,10 @@ export const OUTBOX_RETENTION_MS = 48 * 60 * 60 * 1000;
 
 const stateEntry = z.object({ state: z.enum(['pending', 'bus_accepted', 'delivery_failed', 'canceled']), at: z.number().int(), reason: z.string().optional() });
 export type OutboundState = z.infer<typeof stateEntry>['state'];
+
+/** A state the receiver reported in a signed receipt: its time is the receiver's clock. */
+const remoteEntry = z.object({ state: z.enum(REMOTE_STATES), at: z.number().int(), code: z.string().optional(), received_at: z.number().int() });
+export type RemoteEntry = z.infer<typeof remoteEntry>;
 
 export const outboxRecordSchema = z.object({
   envelope: envelopeSchema,
@@ -24,6 +29,8 @@ export const outboxRecordSchema = z.object({
   created_at: z.number().int(),
   states: z.array(stateEntry).min(1),
   accepted_by: z.array(z.string()),
+  /** What the receiver reported (receipts), each state once, in the order they arrived. */
+  remote: z.array(remoteEntry).optional(),
 });
 export type OutboxRecord = z.infer<typeof outboxRecordSchema>;
 
@@ -38,7 +45,9 @@ const addOp = z.object({
 const acceptedOp = z.object({ op: z.literal('accepted'), at: z.number().int(), msg_id: z.string(), relay: z.string() });
 /** A pending message leaves the send loop: refused by every relay for good, or dropped. */
 const endOp = z.object({ op: z.literal('end'), at: z.number().int(), msg_id: z.string(), state: z.enum(['delivery_failed', 'canceled']), reason: z.string() });
-const outboxOp = z.discriminatedUnion('op', [addOp, acceptedOp, endOp]);
+/** States a receipt from `from` reported; entries for messages this outbox did not send to `from` are ignored. */
+const remoteOp = z.object({ op: z.literal('remote'), at: z.number().int(), from: z.string(), entries: z.array(receiptEntrySchema) });
+const outboxOp = z.discriminatedUnion('op', [addOp, acceptedOp, endOp, remoteOp]);
 type OutboxOp = z.infer<typeof outboxOp>;
 
 const dataSchema = z.object({ records: z.array(outboxRecordSchema) });
@@ -47,7 +56,8 @@ type OutboxData = z.infer<typeof dataSchema>;
 export type AddResult = { outcome: 'added'; record: OutboxRecord } | { outcome: 'duplicate' | 'conflict'; record: OutboxRecord };
 type AcceptResult = { changed: boolean };
 export type EndResult = { ended: boolean; record: OutboxRecord | undefined };
-type Result = AddResult | AcceptResult | EndResult;
+export type RemoteResult = { applied: number; ignored: number };
+type Result = AddResult | AcceptResult | EndResult | RemoteResult;
 
 /** What an idempotency key promises: the same target and the same content. */
 export function intentOf(fields: { to: string; session: string | undefined; text: string; task_id?: string; status?: string; in_reply_to?: string }): string {
@@ -77,7 +87,25 @@ export class OutboxState {
 
   apply(op: OutboxOp): Result {
     if (op.op === 'add') return this.add(op);
+    if (op.op === 'remote') return this.remote(op);
     return op.op === 'accepted' ? this.accept(op) : this.end(op);
+  }
+
+  /**
+   * Records what a receiver reported. Only the message's own recipient may report on it: a
+   * receipt from anyone else, or for a message this outbox does not hold, changes nothing.
+   */
+  private remote(op: z.infer<typeof remoteOp>): RemoteResult {
+    let applied = 0;
+    for (const entry of op.entries) {
+      const record = this.records.get(entry.msg_id);
+      if (record === undefined || record.envelope.to !== op.from) continue;
+      const remote = (record.remote ??= []);
+      if (remote.some((r) => r.state === entry.state)) continue;
+      remote.push({ state: entry.state, at: entry.at, ...(entry.code !== undefined && { code: entry.code }), received_at: op.at });
+      applied++;
+    }
+    return { applied, ignored: op.entries.length - applied };
   }
 
   recordForKey(key: string): OutboxRecord | undefined {
@@ -169,13 +197,23 @@ export const outboxFormat: JournalFormat<OutboxState, OutboxOp, Result, OutboxDa
   fromData: (data) => OutboxState.fromData(data),
   toData: (state) => state.toData(),
   apply: (state, op) => state.apply(op),
-  changes: (result) => ('outcome' in result ? result.outcome === 'added' : 'ended' in result ? result.ended : result.changed),
+  changes: (result) => ('outcome' in result ? result.outcome === 'added' : 'ended' in result ? result.ended : 'applied' in result ? result.applied > 0 : result.changed),
 };
 
 /** What the sender knows of a message now: its latest state. */
 export function outboundState(record: OutboxRecord): OutboundState {
   if (record.accepted_by.length > 0) return 'bus_accepted';
   return record.states[record.states.length - 1]!.state;
+}
+
+/** The furthest state the receiver reported, if it reported any. */
+export function remoteState(record: OutboxRecord): RemoteEntry | undefined {
+  return record.remote?.reduce<RemoteEntry | undefined>((best, r) => (best === undefined || remoteRank(r.state) > remoteRank(best.state) ? r : best), undefined);
+}
+
+/** What the sender shows: the receiver's furthest reported state, else its own. */
+export function shownState(record: OutboxRecord): OutboundState | RemoteState {
+  return remoteState(record)?.state ?? outboundState(record);
 }
 
 export function isPending(record: OutboxRecord): boolean {
@@ -208,6 +246,11 @@ export class Outbox {
    */
   async markAccepted(msgId: string, relay: string): Promise<void> {
     await this.journal.submitLazily({ op: 'accepted', at: Date.now(), msg_id: msgId, relay });
+  }
+
+  /** Records states a receipt from `from` reported; durable when it resolves (before the relay is acknowledged). */
+  async recordRemote(from: string, entries: readonly ReceiptEntry[]): Promise<RemoteResult> {
+    return (await this.journal.submit({ op: 'remote', at: Date.now(), from, entries: [...entries] })) as RemoteResult;
   }
 
   /** Takes a pending message out of the send loop for good; durable when it resolves. */

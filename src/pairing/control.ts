@@ -7,7 +7,7 @@
  * 24 h freshness window is still fresh when it leaves, and the receiver sees one message
  * however often it was signed. Accepted by one relay, it leaves the queue.
  */
-import { signEnvelope } from '../envelope/envelope.js';
+import { signEnvelope, wireOf } from '../envelope/envelope.js';
 import { formatRoute } from '../envelope/route.js';
 import type { Identity } from '../identity/identity.js';
 import { log } from '../log.js';
@@ -86,7 +86,7 @@ export class ControlOutbox {
         reply_to: this.options.route,
         ...(job.in_reply_to !== undefined && { in_reply_to: job.in_reply_to }),
       });
-      const outcome = await relay.send(formatRoute({ key: job.to, session: job.session }), envelope);
+      const outcome = await relay.send(formatRoute({ key: job.to, session: job.session }), wireOf(envelope));
       if (outcome.accepted) await this.options.store.update((d) => controlDone(d, job.msg_id));
       else if (outcome.code !== 'disconnected') log.warn('relay_refused_send', { relay: relay.url, msg_id: job.msg_id, code: outcome.code, message: outcome.message });
     } finally {

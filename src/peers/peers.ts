@@ -19,7 +19,11 @@ const keySchema = z.string().refine((key) => {
   }
 }, 'not a usable base64url Ed25519 public key');
 
-const peerEntrySchema = z.object({ key: keySchema }).loose();
+/**
+ * `clear: true` admits this peer's clear (unsealed) envelopes and sends it clear ones: the
+ * Rust Interlink cannot seal. Only a person sets it (`peers add … --clear`).
+ */
+const peerEntrySchema = z.object({ key: keySchema, clear: z.boolean().optional() }).loose();
 
 const isEntryShaped = (entry: unknown): boolean => typeof entry === 'object' && entry !== null && !Array.isArray(entry) && typeof (entry as { key?: unknown }).key === 'string';
 
@@ -47,7 +51,7 @@ export const peersFileSchema: z.ZodType<PeersFile> = peersShape.pipe(z.record(z.
 /** What stops working while peers.json is damaged (said with every report of it). */
 export const PEERS_UNAVAILABLE = 'the peers it lists can neither message this identity (their messages wait on the relay) nor be messaged by petname';
 
-export type PeersFile = Record<string, { key: string }>;
+export type PeersFile = Record<string, { key: string; clear?: boolean }>;
 const emptyPeers = (): PeersFile => ({});
 
 /** The reserved word `self` addresses this identity's own sessions, so it is no petname. */
@@ -64,13 +68,18 @@ export function checkPetname(name: string): string {
 export interface Peer {
   petname: string;
   key: string;
+  /** Clear envelopes both ways (a Rust Interlink peer). */
+  clear?: true;
 }
 
 export class PeerTable {
   private readonly byKey: ReadonlyMap<string, string>;
+  /** Keys of peers marked `clear`. */
+  readonly clear: ReadonlySet<string>;
 
   constructor(readonly peers: readonly Peer[]) {
     this.byKey = new Map(peers.map((p) => [p.key, p.petname]));
+    this.clear = new Set(peers.filter((p) => p.clear === true).map((p) => p.key));
   }
 
   petnameOf(key: string): string | undefined {
@@ -89,7 +98,7 @@ export class PeerTable {
 function toTable(file: PeersFile): PeerTable {
   return new PeerTable(
     Object.entries(file)
-      .map(([petname, entry]) => ({ petname, key: entry.key }))
+      .map(([petname, entry]) => ({ petname, key: entry.key, ...(entry.clear === true && { clear: true as const }) }))
       .sort((a, b) => a.petname.localeCompare(b.petname)),
   );
 }
@@ -111,7 +120,7 @@ export async function readPeers(path: string): Promise<{ table: PeerTable; damag
   return { table: toTable(emptyPeers()), damage: { ...damage, message: damageSentence(damage) } };
 }
 
-export type AddPeerOutcome = 'added' | 'unchanged';
+export type AddPeerOutcome = 'added' | 'unchanged' | 'updated';
 
 /** The arguments of an add, checked before peers.json is touched. */
 export function checkNewPeer(petname: string, key: string, own: string | undefined): void {
@@ -122,12 +131,18 @@ export function checkNewPeer(petname: string, key: string, own: string | undefin
   if (key === own) throw new InterlinkError('own_key', `that key is this identity's own; your other sessions are reached as "self", not as a peer`);
 }
 
-/** `own`: this identity's key, refused as a peer. */
-export async function addPeer(path: string, petname: string, key: string, own?: string): Promise<{ outcome: AddPeerOutcome; recovered?: Recovery }> {
+/**
+ * `own`: this identity's key, refused as a peer. `clear`: mark the peer as one that
+ * exchanges clear envelopes (a Rust Interlink peer); adding an existing peer with it marks
+ * that peer. Only removing the peer takes the mark away.
+ */
+export async function addPeer(path: string, petname: string, key: string, own?: string, options: { clear?: boolean } = {}): Promise<{ outcome: AddPeerOutcome; recovered?: Recovery }> {
   checkNewPeer(petname, key, own);
+  const mark = options.clear === true ? { clear: true } : {};
   return updateJson(path, peersFileSchema, emptyPeers, (current): { next: PeersFile | undefined; result: { outcome: AddPeerOutcome } } => {
     const existing = current[petname];
     if (existing !== undefined) {
+      if (existing.key === key && options.clear === true && existing.clear !== true) return { next: { ...current, [petname]: { ...existing, clear: true } }, result: { outcome: 'updated' } };
       if (existing.key === key) return { next: undefined, result: { outcome: 'unchanged' } };
       throw new InterlinkError(
         'peer_conflict',
@@ -138,7 +153,7 @@ export async function addPeer(path: string, petname: string, key: string, own?: 
     if (other !== undefined) {
       throw new InterlinkError('peer_conflict', `that key is already your peer ${other[0]}; remove that petname first to rename it`);
     }
-    return { next: { ...current, [petname]: { key } }, result: { outcome: 'added' } };
+    return { next: { ...current, [petname]: { key, ...mark } }, result: { outcome: 'added' } };
   }, storeOptions);
 }
 

@@ -153,6 +153,9 @@ export class RelayClient extends EventEmitter {
   }
 
   send(to: string, payload: Record<string, unknown>): Promise<SendOutcome> {
+    // A sealed envelope leaves only in its wire form (envelope.ts wireOf): its opened body
+    // must never reach a relay.
+    if (payload.v === 4 && 'text' in payload) throw new Error('a sealed envelope was about to be sent with its opened body; send wireOf(envelope)');
     const ref = this.ref();
     return this.request(this.sends, ref, { v: PROTOCOL_VERSION, type: 'send', ref, to, payload }, (message) => ({
       accepted: false,

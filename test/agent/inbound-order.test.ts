@@ -16,7 +16,7 @@ import { message, newIdentity, tempDir } from '../helpers/fixtures.js';
 
 const me = newIdentity(51);
 const senders = [newIdentity(52), newIdentity(53)];
-const table = new PeerTable(senders.map((s, i) => ({ petname: `p${i}`, key: s.key })));
+const table = new PeerTable(senders.map((s, i) => ({ petname: `p${i}`, key: s.key, clear: true as const })));
 
 let dir: { path: string; remove: () => Promise<void> };
 let mailbox: Mailbox;

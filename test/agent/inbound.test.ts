@@ -9,6 +9,7 @@ import { Inbound, type InboundDeps } from '../../src/agent/inbound.js';
 import type { Rejection } from '../../src/agent/rejected.js';
 import { mailboxPath, replayPath } from '../../src/config/layout.js';
 import { MAX_FUTURE_MS, MAX_HOLD_MS } from '../../src/gate/decide.js';
+import { signEnvelope, wireOf, type EnvelopeFields } from '../../src/envelope/envelope.js';
 import { Mailbox } from '../../src/mailbox/mailbox.js';
 import { PeerTable } from '../../src/peers/peers.js';
 import { ReplayIndex } from '../../src/replay/claims.js';
@@ -19,7 +20,7 @@ import { message, newIdentity, tempDir } from '../helpers/fixtures.js';
 const me = newIdentity(81);
 const friend = newIdentity(82);
 const stranger = newIdentity(83);
-const peers = new PeerTable([{ petname: 'friend', key: friend.key }]);
+const peers = new PeerTable([{ petname: 'friend', key: friend.key, clear: true }]);
 const route = `${me.key}#s1`;
 
 let dir: { path: string; remove: () => Promise<void> };
@@ -61,6 +62,9 @@ function start(deps: Partial<InboundDeps> = {}): { loop: Inbound; rejections: Re
   inbound = loop;
   return { loop, rejections };
 }
+
+/** A message sealed for session s1 (version 4), as this implementation sends it; `message` makes a clear version 2 one. */
+const sealed = (from: typeof me, to: typeof me, fields: Partial<EnvelopeFields> = {}) => wireOf(signEnvelope(from.signingKey, { to: to.key, to_session: 's1', text: 'hello', ...fields }));
 
 const stored = async () => (await mailbox.all()).map((r) => r.envelope.text);
 const acknowledged = (id: number) => eventually(async () => (relay.acked.includes(id) ? true : undefined), 10_000, `delivery ${id} acknowledged`);
@@ -108,7 +112,7 @@ describe('inbound loop', () => {
         return { table: peers, damaged };
       },
     });
-    const unknown = relay.deliver(route, message(stranger, me, { text: 'knock' }));
+    const unknown = relay.deliver(route, sealed(stranger, me, { text: 'knock' }));
     const known = relay.deliver(route, message(friend, me, { text: 'hi' }));
     await acknowledged(known);
     // Judged again after a retry, still damaged: still not acknowledged.
@@ -131,7 +135,7 @@ describe('inbound loop', () => {
         return { table: peers, damaged: true };
       },
     });
-    relay.deliver(route, message(stranger, me, { text: 'knock' }));
+    relay.deliver(route, sealed(stranger, me, { text: 'knock' }));
     await loop.settled();
     for (const delay of [250, 500, 1_000, 2_000, 2_000, 2_000, 2_000]) {
       const attempts = judged;
@@ -180,7 +184,7 @@ describe('inbound loop', () => {
 
   it('records each refusal through `rejected` before acknowledging it, but not a bad signature or a bad envelope', async () => {
     const { loop, rejections } = start();
-    const knock = message(stranger, me, { text: 'knock' });
+    const knock = sealed(stranger, me, { text: 'knock' });
     const ids = [relay.deliver(route, knock), relay.deliver(route, { ...message(friend, me), text: 'forged' }), relay.deliver(route, { not: 'an envelope' })];
     await loop.settled();
     expect([...relay.acked].sort()).toEqual([...ids].sort());
@@ -197,7 +201,7 @@ describe('inbound loop', () => {
         rejections.push(entry);
       },
     });
-    const id = relay.deliver(route, message(stranger, me));
+    const id = relay.deliver(route, sealed(stranger, me));
     await loop.settled();
     expect(relay.acked).toEqual([]);
     await acknowledged(id);

@@ -83,6 +83,7 @@ describe('loadConfig', () => {
       codexBin: 'codex',
       log: undefined,
       hostPid: undefined,
+      benchUnsealed: false,
     });
   });
 

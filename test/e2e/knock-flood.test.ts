@@ -9,7 +9,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { signEnvelope } from '../../src/envelope/envelope.js';
+import { signEnvelope, wireOf } from '../../src/envelope/envelope.js';
 import { switchableCodex } from '../helpers/codex.js';
 import { newIdentity } from '../helpers/fixtures.js';
 import { eventually, startPeer, type Peer } from '../helpers/mcp.js';
@@ -41,7 +41,8 @@ async function flood(url: string, me: string, route: string): Promise<string> {
   let last = '';
   for (let i = 0; i < KNOCKS; i++) {
     const stranger = newIdentity();
-    const knock = signEnvelope(stranger.signingKey, { to: me, kind: 'pair_request', text: `knock ${i}`, reply_to: `${stranger.key}#k` });
+    const session = route.slice(route.indexOf('#') + 1);
+    const knock = wireOf(signEnvelope(stranger.signingKey, { to: me, to_session: session, kind: 'pair_request', text: `knock ${i}`, reply_to: `${stranger.key}#k` }));
     const reply = await client.send(route, knock as unknown as Record<string, unknown>);
     if (reply.type !== 'accepted') throw new Error(`relay refused knock ${i}: ${JSON.stringify(reply)}`);
     last = stranger.fingerprint;

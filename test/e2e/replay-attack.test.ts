@@ -2,9 +2,10 @@
  * At most once per identity, tried by a lying relay (test/helpers/lying-relay.ts) against
  * real `serve` processes: Bob runs two sessions, b1 and b2, of one identity on one machine.
  * Every copy the relay replays — into the other session, into the same session after a
- * restart, with the session of the route or the signed session changed, as version 3 or as
- * a version 2 envelope (which does not sign the session) — is refused, and every refusal
- * that is not a routine redelivery is logged and listed by `inbox --rejected`.
+ * restart, with the session of the route or the signed session changed, as version 4 or as
+ * a version 2 envelope (which does not sign the session; admitted only from a peer marked
+ * clear) — is refused, and every refusal that is not a routine redelivery is logged and
+ * listed by `inbox --rejected`.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -56,21 +57,29 @@ function loggedCodes(p: Peer, msgId: string): string[] {
     .map((line) => (JSON.parse(line) as { code: string }).code);
 }
 
-async function setUp(): Promise<{ alice: Peer; b1: Peer; b2: Peer; bobKey: string }> {
+/** Bob marks Alice clear, as a person does for a peer that cannot seal (the Rust Interlink). */
+async function markClear(bob: Peer, aliceKey: string): Promise<void> {
+  const run = await runCli(['peers', 'add', 'alice', aliceKey, '--clear', '--json'], userEnv({ root, configDir: bob.config, stateDir: bob.state }));
+  expect(run.code, run.stderr).toBe(0);
+  expect(JSON.parse(run.stdout)).toMatchObject({ outcome: 'updated', clear: true });
+}
+
+async function setUp(options: { clear?: boolean } = {}): Promise<{ alice: Peer; b1: Peer; b2: Peer; bobKey: string }> {
   const alice = await pool.start('alice', 'a1', relay.url);
   const b1 = await pool.start('bob', 'b1', relay.url);
   const b2 = await pool.start('bob', 'b2', relay.url);
-  const { bKey } = await pair(alice, b1);
+  const { aKey, bKey } = await pair(alice, b1);
+  if (options.clear === true) await markClear(b1, aKey);
   await Promise.all([relay.reader(`${bKey}#b1`), relay.reader(`${bKey}#b2`)]);
   return { alice, b1, b2, bobKey: bKey };
 }
 
 describe('a lying relay replays signed messages', () => {
-  it('refuses a version 3 message in any session but the one it was signed for, and after a restart', async () => {
+  it('refuses a version 4 message in any session but the one it was signed for, and after a restart', async () => {
     const { alice, b1, b2, bobKey } = await setUp();
     const receipt = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'do this once' });
     const sent = await relay.sentWhere('the signed message', (s) => s.payload.msg_id === receipt.msg_id);
-    expect(sent.payload).toMatchObject({ v: 3, to_session: 'b1' });
+    expect(sent.payload).toMatchObject({ v: 4, to_session: 'b1' });
     await eventually(async () => ((await texts(b1)).includes('do this once') ? true : undefined));
 
     // Into the other session, as it was signed: refused for the signed session.
@@ -90,8 +99,8 @@ describe('a lying relay replays signed messages', () => {
     expect(await texts(again)).toEqual(['do this once']);
   });
 
-  it('admits a version 2 message (its session is not signed) in one session only, across restarts, and a self message too', async () => {
-    const { alice, b1, b2, bobKey } = await setUp();
+  it('admits a version 2 message (its session is not signed) from a peer marked clear in one session only, across restarts; never a clear self message', async () => {
+    const { alice, b1, b2, bobKey } = await setUp({ clear: true });
     // A peer that still sends version 2 (the Rust Interlink): signed by Alice's real key.
     const aliceId = await loadIdentity(join(alice.config, 'id.key'));
     const legacy: Envelope = signEnvelope(aliceId.signingKey, { to: bobKey, text: 'v2, do this once', reply_to: `${aliceId.key}#a1` });
@@ -116,18 +125,32 @@ describe('a lying relay replays signed messages', () => {
     expect(await texts(b3)).toEqual([]);
     expect(loggedCodes(b3, legacy.msg_id)).toEqual(['replay']);
 
-    // A version 2 message from Bob's own key (to: "self"), replayed to a sibling.
+    // A version 2 message from Bob's own key (to: "self"): our sessions always seal, so a
+    // clear one is refused in every session, and listed.
     const bobId = await loadIdentity(join(b1.config, 'id.key'));
     const self = signEnvelope(bobId.signingKey, { to: bobKey, text: 'note to self' });
     await relay.deliver(`${bobKey}#b3`, self);
     await relay.deliver(`${bobKey}#b1`, self);
-    expect(await texts(b3)).toEqual(['note to self']);
+    expect(await texts(b3)).toEqual([]);
     expect(await texts(b1)).toEqual(['v2, do this once']);
-    expect(loggedCodes(b1, self.msg_id)).toEqual(['replay']);
+    expect(loggedCodes(b1, self.msg_id)).toEqual(['unsealed']);
+    expect(await listedRejections(b3, 'b3')).toEqual([`replay ${legacy.msg_id}`, `unsealed ${self.msg_id}`]);
+  });
+
+  it('refuses a clear message from a peer not marked clear, and lists it', async () => {
+    const { alice, b1, bobKey } = await setUp();
+    const aliceId = await loadIdentity(join(alice.config, 'id.key'));
+    const v2 = signEnvelope(aliceId.signingKey, { to: bobKey, text: 'clear v2' });
+    const v3 = signEnvelope(aliceId.signingKey, { to: bobKey, to_session: 'b1', text: 'clear v3', version: 3 });
+    await relay.deliver(`${bobKey}#b1`, v2);
+    await relay.deliver(`${bobKey}#b1`, v3);
+    expect(await texts(b1)).toEqual([]);
+    expect([...loggedCodes(b1, v2.msg_id), ...loggedCodes(b1, v3.msg_id)]).toEqual(['unsealed', 'unsealed']);
+    expect(await listedRejections(b1, 'b1')).toEqual(expect.arrayContaining([`unsealed ${v2.msg_id}`, `unsealed ${v3.msg_id}`]));
   });
 
   it('fills the index from the mailboxes on the first start of a version that has one', async () => {
-    const { alice, b1, b2, bobKey } = await setUp();
+    const { alice, b1, b2, bobKey } = await setUp({ clear: true });
     const aliceId = await loadIdentity(join(alice.config, 'id.key'));
     const legacy = signEnvelope(aliceId.signingKey, { to: bobKey, text: 'admitted before the upgrade' });
     await relay.deliver(`${bobKey}#b1`, legacy);
@@ -142,15 +165,18 @@ describe('a lying relay replays signed messages', () => {
     expect(loggedCodes(b2again, legacy.msg_id)).toEqual(['replay']);
   });
 
-  it('signs the reply route too: a copy whose reply_to was rewritten is refused by its signature', async () => {
+  it('seals the reply route: a relay neither sees it nor changes it by adding its own', async () => {
     const { alice, b1, bobKey } = await setUp();
     const receipt = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'where do I answer?' });
     const sent = await relay.sentWhere('the signed message', (s) => s.payload.msg_id === receipt.msg_id);
     const aliceKey = String(sent.payload.from);
-    expect(sent.payload.reply_to).toBe(`${aliceKey}#a1`);
+    expect(sent.payload.reply_to).toBeUndefined();
+    expect(JSON.stringify(sent.payload)).not.toContain('#a1');
     await eventually(async () => ((await texts(b1)).length === 1 ? true : undefined));
+    // A copy with a reply_to of the relay's choosing is the same message: a quiet redelivery.
     await relay.deliver(`${bobKey}#b1`, { ...sent.payload, reply_to: `${aliceKey}#attacker-chosen` });
-    expect(loggedCodes(b1, receipt.msg_id)).toEqual(['bad_signature']);
-    expect(await texts(b1)).toEqual(['where do I answer?']);
+    expect(loggedCodes(b1, receipt.msg_id)).toEqual([]);
+    const got = await b1.call<{ messages: { text: string; reply_to?: string }[] }>('receive_messages');
+    expect(got.messages).toEqual([expect.objectContaining({ text: 'where do I answer?', reply_to: `${aliceKey}#a1` })]);
   });
 });

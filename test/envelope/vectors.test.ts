@@ -1,15 +1,19 @@
 /**
- * test/vectors/envelope-v2.json and envelope-v3.json: the committed vectors are what the
- * generator produces, each vector's signed bytes match, and each verdict matches both
- * `verifyEnvelope` and the noble oracle. Another implementation can run the same files.
+ * test/vectors/envelope-v2.json, envelope-v3.json and envelope-v4.json: the committed
+ * vectors are what the generator produces, each vector's signed bytes match, and each
+ * verdict matches both `verifyEnvelope` and the noble oracle; for version 4, the X25519
+ * keys, the direction key and the opened body match what node:crypto computes on its own.
+ * Another implementation can run the same files.
  */
+import { createPrivateKey, createPublicKey, diffieHellman, hkdfSync } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { buildV3Vectors, buildVectors } from '../../scripts/gen-vectors.js';
-import { envelopeFields, parseEnvelope, signEnvelope, signedBytes, verifyEnvelope } from '../../src/envelope/envelope.js';
+import { buildV3Vectors, buildV4Vectors, buildVectors } from '../../scripts/gen-vectors.js';
+import { envelopeFields, isSealed, openEnvelope, parseEnvelope, sealedWireSchema, signEnvelope, signedBytes, verifyEnvelope } from '../../src/envelope/envelope.js';
+import { montgomeryPublicKey, montgomerySecretKey } from '../../src/envelope/seal.js';
 import { InterlinkError } from '../../src/errors.js';
-import { signingKeyFromSeed } from '../../src/identity/ed25519.js';
+import { signBytes, signingKeyFromSeed } from '../../src/identity/ed25519.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
 import { fingerprintOf } from '../../src/identity/identity.js';
 import { verificationCode } from '../../src/pairing/code.js';
@@ -21,12 +25,25 @@ const vectorSchema = z.object({
   seed_b64url: z.string().optional(),
   envelope: z.record(z.string(), z.unknown()),
   signed_bytes_hex: z.string().regex(/^([0-9a-f]{2})+$/),
+  seal: z
+    .object({
+      recipient_seed_b64url: z.string(),
+      opens: z.boolean(),
+      x25519_sender_public_hex: z.string(),
+      x25519_recipient_public_hex: z.string(),
+      direction_key_hex: z.string(),
+      plaintext_hex: z.string().optional(),
+      body: z.record(z.string(), z.string()).optional(),
+    })
+    .optional(),
 });
 
 const VECTORS_URL = new URL('../vectors/envelope-v2.json', import.meta.url);
 const V3_URL = new URL('../vectors/envelope-v3.json', import.meta.url);
 const vectors = z.array(vectorSchema).parse(JSON.parse(readFileSync(VECTORS_URL, 'utf8')));
 const v3Vectors = z.array(vectorSchema).parse(JSON.parse(readFileSync(V3_URL, 'utf8')));
+const V4_URL = new URL('../vectors/envelope-v4.json', import.meta.url);
+const v4Vectors = z.array(vectorSchema).parse(JSON.parse(readFileSync(V4_URL, 'utf8')));
 const unsignedSchema = envelopeFields.omit({ sig: true });
 
 /** The raw wire values, decoded without any strictness beyond base64url. */
@@ -55,7 +72,9 @@ function accepted(envelope: unknown): boolean {
 }
 
 function checkVector(v: z.infer<typeof vectorSchema>): void {
-  expect(signedBytes(unsignedSchema.parse(v.envelope)).toString('hex')).toBe(v.signed_bytes_hex);
+  const unsigned = v.envelope.v === 4 ? sealedWireSchema.omit({ sig: true }).parse(v.envelope) : unsignedSchema.safeParse(v.envelope).data;
+  if (unsigned !== undefined) expect(signedBytes(unsigned).toString('hex')).toBe(v.signed_bytes_hex);
+  else expect(v.valid).toBe(false);
   expect(accepted(v.envelope)).toBe(v.valid);
 
   const message = Buffer.from(v.signed_bytes_hex, 'hex');
@@ -73,8 +92,14 @@ function checkVector(v: z.infer<typeof vectorSchema>): void {
     const key = signingKeyFromSeed(Buffer.from(v.seed_b64url, 'base64url'));
     const envelope = parseEnvelope(v.envelope);
     expect(key.publicKey.toString('base64url')).toBe(envelope.from);
-    const { sig: _sig, from: _from, ...fields } = envelope;
-    expect(signEnvelope(key, fields).sig).toBe(envelope.sig);
+    if (isSealed(envelope)) {
+      // The sealed body is random (its nonce); over the same ciphertext the signature is not.
+      const { sig: _sig, ...unsigned } = envelope;
+      expect(signBytes(key, signedBytes(unsigned)).toString('base64url')).toBe(envelope.sig);
+    } else {
+      const { sig: _sig, from: _from, v: version, ...fields } = envelope;
+      expect(signEnvelope(key, { ...fields, ...(version === 3 && { version }) }).sig).toBe(envelope.sig);
+    }
   }
 }
 
@@ -174,6 +199,62 @@ describe('envelope-v3 vectors', () => {
     expect(bytes.subarray(77, 81).readUInt32LE(0)).toBe(4);
     expect(bytes.subarray(81, 85).toString('utf8')).toBe('main');
     expect(bytes.subarray(bytes.length - 4).readUInt32LE(0)).toBe(0);
+  });
+});
+
+describe('envelope-v4 vectors', () => {
+  it('the committed file is exactly what scripts/gen-vectors.ts produces', () => {
+    expect(JSON.parse(JSON.stringify(buildV4Vectors()))).toEqual(JSON.parse(readFileSync(V4_URL, 'utf8')));
+  });
+
+  it.each(v4Vectors.map((v) => [v.name, v] as const))('%s', (_name, v) => {
+    checkVector(v);
+    if (v.seal === undefined) return;
+    const sender = signingKeyFromSeed(Buffer.from(v.seed_b64url!, 'base64url'));
+    const recipient = signingKeyFromSeed(Buffer.from(v.seal.recipient_seed_b64url, 'base64url'));
+    // Each side's X25519 key from its Ed25519 one: the public key by the birational map must
+    // be what node:crypto derives from the clamped scalar on its own.
+    const x25519Public = (seed: Buffer): Buffer =>
+      createPublicKey(createPrivateKey({ key: Buffer.concat([Buffer.from('302e020100300506032b656e04220420', 'hex'), montgomerySecretKey(seed)]), format: 'der', type: 'pkcs8' }))
+        .export({ format: 'der', type: 'spki' })
+        .subarray(12);
+    const from = Buffer.from(v.envelope.from as string, 'base64url');
+    const to = Buffer.from(v.envelope.to as string, 'base64url');
+    expect(montgomeryPublicKey(from).toString('hex')).toBe(v.seal.x25519_sender_public_hex);
+    expect(montgomeryPublicKey(to).toString('hex')).toBe(v.seal.x25519_recipient_public_hex);
+    if (from.equals(sender.publicKey)) expect(x25519Public(sender.seed).toString('hex')).toBe(v.seal.x25519_sender_public_hex);
+    if (to.equals(recipient.publicKey)) {
+      expect(x25519Public(recipient.seed).toString('hex')).toBe(v.seal.x25519_recipient_public_hex);
+      // The direction key, from the recipient's side, by the documented HKDF.
+      const privateKey = createPrivateKey({ key: Buffer.concat([Buffer.from('302e020100300506032b656e04220420', 'hex'), montgomerySecretKey(recipient.seed)]), format: 'der', type: 'pkcs8' });
+      const publicKey = createPublicKey({ key: Buffer.concat([Buffer.from('302a300506032b656e032100', 'hex'), Buffer.from(v.seal.x25519_sender_public_hex, 'hex')]), format: 'der', type: 'spki' });
+      const shared = diffieHellman({ privateKey, publicKey });
+      expect(Buffer.from(hkdfSync('sha256', shared, 'interlink-seal-v4', Buffer.concat([from, to]), 32)).toString('hex')).toBe(v.seal.direction_key_hex);
+    }
+    let opened: Record<string, unknown> | undefined;
+    try {
+      const wire = parseEnvelope(v.envelope);
+      if (isSealed(wire) && verifyEnvelope(wire)) opened = openEnvelope(recipient, wire);
+    } catch (err) {
+      expect(err).toBeInstanceOf(InterlinkError);
+    }
+    expect(opened !== undefined).toBe(v.seal.opens && v.valid);
+    if (opened !== undefined && v.seal.body !== undefined) {
+      const { reply_session, ...fields } = v.seal.body;
+      expect(opened).toMatchObject({ ...fields, ...(reply_session !== undefined && { reply_to: `${v.envelope.from as string}#${reply_session}` }) });
+    }
+  });
+
+  it('signs the header and then the sealed bytes, and seals to a size class', () => {
+    const minimal = v4Vectors.find((v) => v.name === 'valid: minimal message for session "main"')!;
+    const bytes = Buffer.from(minimal.signed_bytes_hex, 'hex');
+    expect(bytes.subarray(0, 13).toString('latin1')).toBe('interlink-v4\0');
+    const sealed = Buffer.from(minimal.envelope.sealed as string, 'base64url');
+    expect(bytes.subarray(bytes.length - sealed.length).equals(sealed)).toBe(true);
+    expect(bytes.readUInt32LE(bytes.length - sealed.length - 4)).toBe(sealed.length);
+    // 12-byte nonce, the smallest class (256 bytes), 16-byte tag: "hello" is not told by its length.
+    expect(sealed.length).toBe(12 + 256 + 16);
+    expect(Buffer.from(minimal.seal!.plaintext_hex!, 'hex').length).toBe(256);
   });
 });
 

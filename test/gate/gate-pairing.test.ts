@@ -5,7 +5,7 @@
  * none); a peer may knock again and answer my open request; my own key never pairs.
  */
 import { describe, expect, it } from 'vitest';
-import { signEnvelope, type Envelope, type EnvelopeFields } from '../../src/envelope/envelope.js';
+import { openEnvelope, signEnvelope, wireOf, type EnvelopeFields, type WireEnvelope } from '../../src/envelope/envelope.js';
 import { decide, type GateContext, type OutstandingRequest } from '../../src/gate/decide.js';
 import { newIdentity } from '../helpers/fixtures.js';
 
@@ -21,12 +21,13 @@ const REQUEST = msgId(0xa1);
 const OTHER_REQUEST = msgId(0xa2);
 const TO_OTHER = msgId(0xa3);
 
-function envelope(from: typeof me, fields: Partial<EnvelopeFields>): Envelope {
-  return signEnvelope(from.signingKey, { to: me.key, text: 'hi', ts: NOW, ...fields });
+/** Sealed (version 4) for my session, as a relay carries it. */
+function envelope(from: typeof me, fields: Partial<EnvelopeFields>): WireEnvelope {
+  return wireOf(signEnvelope(from.signingKey, { to: me.key, to_session: 'main', text: 'hi', ts: NOW, ...fields }));
 }
 
 function context(outstandingRequests: OutstandingRequest[]): GateContext {
-  return { me: me.key, session: 'main', peers: new Map([[peer.key, 'pete']]), outstandingRequests, now: NOW, seen: () => false };
+  return { me: me.key, session: 'main', peers: new Map([[peer.key, 'pete']]), open: (wire) => openEnvelope(me.signingKey, wire), outstandingRequests, now: NOW, seen: () => false };
 }
 
 const toStranger: OutstandingRequest = { to: stranger.key, msg_id: REQUEST };
@@ -64,8 +65,11 @@ describe('decide with outstanding pairing requests', () => {
   for (const [label, from, fields, requests, expected] of cases) {
     it(label, () => {
       const verdict = decide(envelope(from, fields), context(requests));
-      if (expected.ok === true) expect(verdict).toStrictEqual(expected);
-      else {
+      if (expected.ok === true) {
+        const { envelope: admitted, ...rest } = verdict.ok ? verdict : { envelope: undefined };
+        expect(rest).toStrictEqual(expected);
+        expect(admitted?.text).toBe('hi');
+      } else {
         expect(verdict).toMatchObject(expected);
         if (!verdict.ok) expect(verdict.reason.length).toBeGreaterThan(0);
       }

@@ -6,10 +6,10 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { signEnvelope, type Envelope } from '../../src/envelope/envelope.js';
+import { isSealed, openEnvelope, signEnvelope, signedBytes, wireOf, type Envelope, type SealedWire, type WireEnvelope } from '../../src/envelope/envelope.js';
 import { MAX_FUTURE_MS, MAX_HOLD_MS, MAX_PAST_MS, decide, type Admission, type GateContext, type OutstandingRequest, type RejectCode } from '../../src/gate/decide.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
-import { generateSigningKey, type SigningKey } from '../../src/identity/ed25519.js';
+import { generateSigningKey, signBytes, type SigningKey } from '../../src/identity/ed25519.js';
 
 const MINUTE = 60_000;
 const DAY = 24 * 60 * MINUTE;
@@ -32,10 +32,29 @@ const stranger = newParty();
 const elsewhere = newParty();
 const PEER_NAME = 'alice';
 
-/** Envelope fields are always well formed; a bad signature comes from editing a signed field. */
-function tamper(envelope: Envelope): Envelope {
-  return { ...envelope, text: `${envelope.text} (edited in transit)` };
+/**
+ * Envelope fields are always well formed; a bad signature comes from editing a signed
+ * field: the text of a clear envelope, one byte of a sealed one's ciphertext.
+ */
+function tamper(envelope: WireEnvelope): WireEnvelope {
+  if (!isSealed(envelope)) return { ...envelope, text: `${envelope.text} (edited in transit)` };
+  const bytes = Buffer.from(envelope.sealed, 'base64url');
+  bytes[20] = bytes[20]! ^ 1;
+  return { ...envelope, sealed: bytes.toString('base64url') };
 }
+
+/**
+ * A body sealed for `elsewhere`, signed by `sender` in an envelope to `to`: the signature
+ * holds, the seal does not open for `to` (what a sender that spliced a body, or a bug, makes).
+ */
+function splice(sender: Party, envelope: SealedWire): SealedWire {
+  const foreign = wireOf(signEnvelope(sender.signingKey, { to: elsewhere.key, to_session: envelope.to_session, text: 'for someone else', ts: envelope.ts, msg_id: envelope.msg_id, kind: envelope.kind })) as SealedWire;
+  const unsigned = { ...envelope, sealed: foreign.sealed };
+  const { sig: _sig, ...fields } = unsigned;
+  return { ...unsigned, sig: signBytes(sender.signingKey, signedBytes(fields)).toString('base64url') };
+}
+
+const open = (wire: SealedWire): Envelope => openEnvelope(me.signingKey, wire);
 
 const msgId = (n: number): string => n.toString(16).padStart(32, '0');
 const REQUEST_ID = msgId(0xaaa);
@@ -50,6 +69,8 @@ const ORDER: readonly RejectCode[] = [
   'wrong_recipient',
   'wrong_session',
   'unsupported_kind',
+  'bad_seal',
+  'unsealed',
   'not_allowlisted',
   'unexpected_pairing',
   'unsolicited_accept',
@@ -62,8 +83,13 @@ interface Facts {
   signatureValid: boolean;
   from: string;
   to: string;
-  /** The signed target session (version 3), or undefined (version 2). */
+  /** The signed target session (versions 3 and 4), or undefined (version 2). */
   toSession: string | undefined;
+  sealed: boolean;
+  /** Whether a sealed body opens for me. */
+  opens: boolean;
+  /** Whether the sender is a peer marked clear. */
+  clearAllowed: boolean;
   session: string;
   kind: string;
   ts: number;
@@ -82,10 +108,10 @@ type Expected =
 
 function authorizationFailure(f: Facts): RejectCode | undefined {
   const answersMine = f.requests.some((r) => r.to === f.from && (f.inReplyTo === undefined || f.inReplyTo === r.msg_id));
-  if (f.from === f.me) return f.kind === 'message' ? undefined : 'unexpected_pairing';
+  if (f.from === f.me) return f.kind === 'message' || f.kind === 'receipt' ? undefined : 'unexpected_pairing';
   // A peer may knock again (it may have removed me), and answer my open request.
   if (f.peers.has(f.from)) return f.kind === 'pair_accept' && !answersMine ? 'unexpected_pairing' : undefined;
-  if (f.kind === 'message') return 'not_allowlisted';
+  if (f.kind === 'message' || f.kind === 'receipt') return 'not_allowlisted';
   if (f.kind === 'pair_request') return undefined;
   return answersMine ? undefined : 'unsolicited_accept';
 }
@@ -95,7 +121,9 @@ function failures(f: Facts): Set<RejectCode> {
   if (!f.signatureValid) found.add('bad_signature');
   if (f.to !== f.me) found.add('wrong_recipient');
   if (f.toSession !== undefined && f.toSession !== f.session) found.add('wrong_session');
-  if (!['message', 'pair_request', 'pair_accept'].includes(f.kind)) found.add('unsupported_kind');
+  if (f.sealed && !f.opens) found.add('bad_seal');
+  if (!f.sealed && !f.clearAllowed) found.add('unsealed');
+  if (!['message', 'pair_request', 'pair_accept', 'receipt'].includes(f.kind)) found.add('unsupported_kind');
   else {
     const auth = authorizationFailure(f);
     if (auth !== undefined) found.add(auth);
@@ -107,19 +135,27 @@ function failures(f: Facts): Set<RejectCode> {
 }
 
 /** What the reference judges: the envelope's own fields, whether its signature holds, and the receiver's context. */
-function factsOf(envelope: Envelope, signatureValid: boolean, context: Pick<Facts, 'peers' | 'requests' | 'now' | 'seen'>): Facts {
+function factsOf(
+  envelope: WireEnvelope,
+  signatureValid: boolean,
+  context: Pick<Facts, 'peers' | 'requests' | 'now' | 'seen'> & { opens?: boolean; clearAllowed?: boolean; inReplyTo?: string },
+): Facts {
+  const { opens = true, clearAllowed = false, inReplyTo = isSealed(envelope) ? undefined : envelope.in_reply_to, ...rest } = context;
   return {
     signatureValid,
     from: envelope.from,
     to: envelope.to,
     toSession: envelope.to_session,
+    sealed: isSealed(envelope),
+    opens: isSealed(envelope) && opens,
+    clearAllowed,
     session: SESSION,
     kind: envelope.kind,
     ts: envelope.ts,
     msgId: envelope.msg_id,
-    inReplyTo: envelope.in_reply_to,
+    inReplyTo,
     me: me.key,
-    ...context,
+    ...rest,
   };
 }
 
@@ -129,18 +165,25 @@ function expectedVerdict(f: Facts): { verdict: Expected; consultsSeen: boolean }
   const consultsSeen = first === undefined || first === 'replay';
   if (first !== undefined) return { verdict: { ok: false, code: first }, consultsSeen };
   const admission: Admission = f.kind !== 'message' ? (f.kind as Admission) : f.from === f.me ? 'self' : 'peer';
+  // A receipt from a peer carries its petname, like a message.
   const petname = f.from !== f.me ? f.peers.get(f.from) : undefined;
   const verdict: Expected = { ok: true, admission, kind: f.kind, sender: f.from, ...(petname !== undefined && { petname }) };
   return { verdict, consultsSeen };
 }
 
-/** The verdict without its human-readable reason, which is checked separately. */
-function shape(verdict: ReturnType<typeof decide>): Expected {
+/**
+ * The verdict without its human-readable reason and without the admitted envelope, which
+ * are checked separately: the envelope must be the message as signed, its body opened.
+ */
+function shape(verdict: ReturnType<typeof decide>, text?: string): Expected {
   if (!verdict.ok) {
     expect(verdict.reason.length).toBeGreaterThan(0);
     return { ok: false, code: verdict.code };
   }
-  return verdict;
+  const { envelope, ...rest } = verdict;
+  if (text !== undefined) expect(envelope.text).toBe(text);
+  expect(envelope.from).toBe(verdict.sender);
+  return rest;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -151,11 +194,17 @@ type SenderRole = 'me' | 'peer' | 'stranger';
 type Outstanding = 'none' | 'matching' | 'other' | 'no_in_reply_to' | 'to_someone_else';
 
 const SENDERS: Record<SenderRole, Party> = { me, peer, stranger };
-const KINDS = ['message', 'pair_request', 'pair_accept', 'goodbye'] as const;
+const KINDS = ['message', 'pair_request', 'pair_accept', 'receipt', 'goodbye'] as const;
 const OUTSTANDING: readonly Outstanding[] = ['none', 'matching', 'other', 'no_in_reply_to', 'to_someone_else'];
 const SESSION = 'main';
-/** Version 2 (no signed session), version 3 for this session, version 3 for a sibling. */
-const TARGETS = [undefined, SESSION, 'sibling'] as const;
+/**
+ * Version 2 (no signed session, clear); for this session and for a sibling: version 4
+ * (sealed), version 4 with a body sealed for someone else (spliced), and version 3 (clear).
+ */
+const FORMS = [
+  { target: undefined, form: 'v2' },
+  ...[SESSION, 'sibling'].flatMap((target) => (['v4', 'spliced', 'v3'] as const).map((form) => ({ target, form }))),
+] as const;
 const TS_OFFSETS = [0, MINUTE, MINUTE + 1, 10 * MINUTE + 1, -WINDOW, -WINDOW - 1] as const;
 
 function requestsFor(outstanding: Outstanding, sender: Party): { requests: OutstandingRequest[]; inReplyTo?: string } {
@@ -184,43 +233,54 @@ describe('decide: every combination of sender, kind, outstanding request, clock,
         for (const outstanding of OUTSTANDING) {
           const { requests, inReplyTo } = requestsFor(outstanding, sender);
           for (const offset of TS_OFFSETS) {
-            for (const [toMe, target] of [true, false].flatMap((m) => TARGETS.map((t) => [m, t] as const))) {
-              const signed = signEnvelope(sender.signingKey, {
-                to: toMe ? me.key : elsewhere.key,
-                ...(target !== undefined && { to_session: target }),
-                text: 'hello',
-                kind,
-                ts: NOW + offset,
-                msg_id: msgId(cases + 1),
-                ...(inReplyTo !== undefined && { in_reply_to: inReplyTo }),
-              });
+            for (const [toMe, { target, form }] of [true, false].flatMap((m) => FORMS.map((f) => [m, f] as const))) {
+              const signed = wireOf(
+                signEnvelope(sender.signingKey, {
+                  to: toMe ? me.key : elsewhere.key,
+                  ...(target !== undefined && { to_session: target }),
+                  ...(form === 'v3' && { version: 3 as const }),
+                  text: 'hello',
+                  kind,
+                  ts: NOW + offset,
+                  msg_id: msgId(cases + 1),
+                  ...(inReplyTo !== undefined && { in_reply_to: inReplyTo }),
+                }),
+              );
+              const formed = form === 'spliced' ? splice(sender, signed as SealedWire) : signed;
               for (const signatureValid of [true, false]) {
-                const envelope = signatureValid ? signed : tamper(signed);
-                for (const seen of [true, false]) {
-                  const seenCalls: Array<[string, string]> = [];
-                  const ctx: GateContext = {
-                    me: me.key,
-                    session: SESSION,
-                    peers,
-                    outstandingRequests: requests,
-                    now: NOW,
-                    seen: (from, id) => {
-                      seenCalls.push([from, id]);
-                      return seen;
-                    },
-                  };
-                  const facts = factsOf(envelope, signatureValid, { peers, requests, now: NOW, seen });
-                  const { verdict, consultsSeen } = expectedVerdict(facts);
-                  const label = JSON.stringify({ role, kind, outstanding, offset, toMe, target, signatureValid, seen });
-                  expect(shape(decide(envelope, ctx)), label).toStrictEqual(verdict);
-                  expect(seenCalls, `seen calls for ${label}`).toEqual(consultsSeen ? [[sender.key, envelope.msg_id]] : []);
-                  cases++;
+                const envelope = signatureValid ? formed : tamper(formed);
+                for (const clearAllowed of [false, true]) {
+                  for (const seen of [true, false]) {
+                    const seenCalls: Array<[string, string]> = [];
+                    const ctx: GateContext = {
+                      me: me.key,
+                      session: SESSION,
+                      peers,
+                      clear: new Set(clearAllowed ? [sender.key] : []),
+                      open,
+                      outstandingRequests: requests,
+                      now: NOW,
+                      seen: (from, id) => {
+                        seenCalls.push([from, id]);
+                        return seen;
+                      },
+                    };
+                    // A body sealed for someone else opens only for them; one sealed to
+                    // `elsewhere` (toMe false) does not open for me either.
+                    const opens = form === 'v4' && toMe;
+                    const facts = factsOf(envelope, signatureValid, { peers, requests, now: NOW, seen, opens, clearAllowed, ...(inReplyTo !== undefined && { inReplyTo }) });
+                    const { verdict, consultsSeen } = expectedVerdict(facts);
+                    const label = JSON.stringify({ role, kind, outstanding, offset, toMe, target, form, signatureValid, clearAllowed, seen });
+                    expect(shape(decide(envelope, ctx), 'hello'), label).toStrictEqual(verdict);
+                    expect(seenCalls, `seen calls for ${label}`).toEqual(consultsSeen ? [[sender.key, envelope.msg_id]] : []);
+                    cases++;
+                  }
                 }
               }
             }
           }
         }
-        expect(cases).toBe(OUTSTANDING.length * TS_OFFSETS.length * 2 * TARGETS.length * 2 * 2);
+        expect(cases).toBe(OUTSTANDING.length * TS_OFFSETS.length * 2 * FORMS.length * 2 * 2 * 2);
       });
     }
   }
@@ -231,7 +291,8 @@ describe('decide: order and side effects', () => {
   const throwingSeen = (): boolean => {
     throw new Error('the replay set must not be consulted here');
   };
-  const base = { me: me.key, session: SESSION, peers, outstandingRequests: [], now: NOW };
+  // Clear envelopes allowed from everyone here, so these version 2 cases reach the later steps.
+  const base = { me: me.key, session: SESSION, peers, outstandingRequests: [], now: NOW, open, clear: new Set([me.key, peer.key, stranger.key, elsewhere.key]) };
 
   it("rejects a stranger's plain message before it costs a replay slot", () => {
     const envelope = signEnvelope(stranger.signingKey, { to: me.key, text: 'hi', ts: NOW });
@@ -240,7 +301,7 @@ describe('decide: order and side effects', () => {
   });
 
   it('never consults the replay set for an envelope rejected earlier', () => {
-    const rejectedEarly: Envelope[] = [
+    const rejectedEarly: WireEnvelope[] = [
       tamper(signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW })),
       signEnvelope(peer.signingKey, { to: elsewhere.key, text: 'hi', ts: NOW }),
       signEnvelope(peer.signingKey, { to: me.key, to_session: 'sibling', text: 'hi', ts: NOW }),
@@ -280,12 +341,12 @@ describe('decide: order and side effects', () => {
   });
 
   it('takes the session from the signature: a version 3 envelope moved to another session fails, as does a stripped version', () => {
-    const signed = signEnvelope(peer.signingKey, { to: me.key, to_session: 'sibling', text: 'x', ts: NOW });
+    const signed = signEnvelope(peer.signingKey, { to: me.key, to_session: 'sibling', text: 'x', ts: NOW, version: 3 });
     expect(decide(signed, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'wrong_session' });
     // A relay that rewrites the session (or the reply session) breaks the signature.
     const moved: Envelope = { ...signed, to_session: SESSION };
     expect(decide(moved, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'bad_signature' });
-    const withReply = signEnvelope(peer.signingKey, { to: me.key, to_session: SESSION, text: 'x', ts: NOW, reply_to: `${peer.key}#desk` });
+    const withReply = signEnvelope(peer.signingKey, { to: me.key, to_session: SESSION, text: 'x', ts: NOW, reply_to: `${peer.key}#desk`, version: 3 });
     expect(decide(withReply, { ...base, seen: () => false }).ok).toBe(true);
     expect(decide({ ...withReply, reply_to: `${peer.key}#elsewhere` }, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'bad_signature' });
     // Dropping `v` and `to_session` turns it into a version 2 envelope, whose domain differs.
@@ -293,19 +354,59 @@ describe('decide: order and side effects', () => {
     expect(decide(stripped, { ...base, seen: () => false })).toMatchObject({ ok: false, code: 'bad_signature' });
   });
 
+  it('takes the session, the reply session and the body of a version 4 envelope from what was signed and sealed', () => {
+    const signed = wireOf(signEnvelope(peer.signingKey, { to: me.key, to_session: SESSION, text: 'sealed', ts: NOW, reply_to: `${peer.key}#desk`, task_id: 't1' })) as SealedWire;
+    const sealedOnly = { ...base, clear: new Set<string>(), seen: () => false };
+    const admitted = decide(signed, sealedOnly);
+    expect(admitted.ok && admitted.envelope).toMatchObject({ text: 'sealed', reply_to: `${peer.key}#desk`, task_id: 't1', to_session: SESSION });
+    // Moved to another session (or re-targeted, or re-timed): the signature no longer holds.
+    for (const moved of [{ ...signed, to_session: 'sibling' }, { ...signed, to: elsewhere.key }, { ...signed, ts: NOW + 1 }, { ...signed, msg_id: msgId(77) }]) {
+      expect(decide(moved, sealedOnly)).toMatchObject({ ok: false, code: 'bad_signature' });
+    }
+    // Clear fields a relay adds beside the seal are not the message: parsing drops them, and
+    // even handed to the gate they are ignored for the sealed body.
+    const decorated = { ...signed, text: 'relay text', reply_to: `${peer.key}#relay`, in_reply_to: msgId(5) } as unknown as SealedWire;
+    const stillSealed = decide(decorated, sealedOnly);
+    expect(stillSealed.ok && stillSealed.envelope).toMatchObject({ text: 'sealed', reply_to: `${peer.key}#desk` });
+    expect(stillSealed.ok && stillSealed.envelope.in_reply_to).toBe(undefined);
+    // A body spliced in from another sealed message of the same sender does not open here.
+    expect(decide(splice(peer, signed), sealedOnly)).toMatchObject({ ok: false, code: 'bad_seal' });
+    // Nor does one moved from a message for me to this one: the header is sealed with it.
+    const other = wireOf(signEnvelope(peer.signingKey, { to: me.key, to_session: SESSION, text: 'other', ts: NOW + 5 })) as SealedWire;
+    const swapped = { ...other, sealed: signed.sealed };
+    const { sig: _sig, ...unsigned } = swapped;
+    const resigned = { ...swapped, sig: signBytes(peer.signingKey, signedBytes(unsigned)).toString('base64url') };
+    expect(decide(resigned, sealedOnly)).toMatchObject({ ok: false, code: 'bad_seal' });
+  });
+
+  it('refuses a clear envelope from a sender not marked clear, before authorization', () => {
+    const sealedOnly = { ...base, clear: new Set<string>(), seen: () => false };
+    for (const clear of [
+      signEnvelope(peer.signingKey, { to: me.key, text: 'v2', ts: NOW }),
+      signEnvelope(peer.signingKey, { to: me.key, to_session: SESSION, text: 'v3', ts: NOW, version: 3 }),
+      signEnvelope(stranger.signingKey, { to: me.key, text: 'v2 knock', ts: NOW, kind: 'pair_request' }),
+      signEnvelope(me.signingKey, { to: me.key, to_session: SESSION, text: 'old sibling', ts: NOW, version: 3 }),
+    ]) {
+      const verdict = decide(clear, sealedOnly);
+      expect(verdict).toMatchObject({ ok: false, code: 'unsealed' });
+      expect(!verdict.ok && verdict.reason).toContain('--clear');
+    }
+    expect(decide(signEnvelope(peer.signingKey, { to: me.key, text: 'v2', ts: NOW }), { ...sealedOnly, clear: new Set([peer.key]) }).ok).toBe(true);
+  });
+
   it('admits with the petname for a peer and without one otherwise', () => {
     const seen = (): boolean => false;
     const fromPeer = decide(signEnvelope(peer.signingKey, { to: me.key, text: 'hi', ts: NOW }), { ...base, seen });
-    expect(fromPeer).toStrictEqual({ ok: true, admission: 'peer', kind: 'message', sender: peer.key, petname: PEER_NAME });
+    expect(shape(fromPeer, 'hi')).toStrictEqual({ ok: true, admission: 'peer', kind: 'message', sender: peer.key, petname: PEER_NAME });
     const fromSelf = decide(signEnvelope(me.signingKey, { to: me.key, text: 'hi', ts: NOW }), { ...base, seen });
-    expect(fromSelf).toStrictEqual({ ok: true, admission: 'self', kind: 'message', sender: me.key });
+    expect(shape(fromSelf, 'hi')).toStrictEqual({ ok: true, admission: 'self', kind: 'message', sender: me.key });
     const knock = decide(signEnvelope(stranger.signingKey, { to: me.key, text: 'bob', ts: NOW, kind: 'pair_request' }), { ...base, seen });
-    expect(knock).toStrictEqual({ ok: true, admission: 'pair_request', kind: 'pair_request', sender: stranger.key });
+    expect(shape(knock, 'bob')).toStrictEqual({ ok: true, admission: 'pair_request', kind: 'pair_request', sender: stranger.key });
     const answer = decide(
       signEnvelope(stranger.signingKey, { to: me.key, text: 'ok', ts: NOW, kind: 'pair_accept', in_reply_to: REQUEST_ID }),
       { ...base, outstandingRequests: [{ to: stranger.key, msg_id: REQUEST_ID }], seen },
     );
-    expect(answer).toStrictEqual({ ok: true, admission: 'pair_accept', kind: 'pair_accept', sender: stranger.key });
+    expect(shape(answer, 'ok')).toStrictEqual({ ok: true, admission: 'pair_accept', kind: 'pair_accept', sender: stranger.key });
   });
 
   it('matches a pair_accept against any of several outstanding requests', () => {
@@ -338,7 +439,7 @@ describe('decide: random contexts agree with the reference', () => {
     peerIndexes: fc.uniqueArray(fc.integer({ min: 1, max: parties.length - 1 }), { maxLength: parties.length - 1 }),
     sender: fc.integer({ min: 0, max: parties.length - 1 }),
     recipient: fc.integer({ min: 0, max: parties.length - 1 }),
-    kind: fc.constantFrom('message', 'pair_request', 'pair_accept', 'goodbye', 'ping'),
+    kind: fc.constantFrom('message', 'pair_request', 'pair_accept', 'receipt', 'goodbye', 'ping'),
     tsOffset: fc.oneof(
       fc.constantFrom(0, MAX_FUTURE_MS, MAX_FUTURE_MS + 1, -MAX_PAST_MS, -MAX_PAST_MS - 1),
       fc.integer({ min: -2 * MAX_PAST_MS, max: 2 * MAX_FUTURE_MS }),
@@ -376,6 +477,8 @@ describe('decide: random contexts agree with the reference', () => {
           me: me.key,
           session: SESSION,
           peers,
+          clear: new Set(parties.map((p) => p.key)),
+          open,
           outstandingRequests: requests,
           now: s.now,
           seen: (from, id) => {
@@ -383,7 +486,7 @@ describe('decide: random contexts agree with the reference', () => {
             return seenSet.has(`${from}/${id}`);
           },
         });
-        const expected = expectedVerdict(factsOf(envelope, s.signatureValid, { peers, requests, now: s.now, seen: seenSet.has(`${sender.key}/${envelope.msg_id}`) }));
+        const expected = expectedVerdict(factsOf(envelope, s.signatureValid, { peers, requests, now: s.now, seen: seenSet.has(`${sender.key}/${envelope.msg_id}`), clearAllowed: true }));
         expect(shape(verdict)).toStrictEqual(expected.verdict);
         expect(seenCalls).toBe(expected.consultsSeen ? 1 : 0);
       }),
@@ -394,8 +497,8 @@ describe('decide: random contexts agree with the reference', () => {
   it('admits exactly the window [now - 7 days, now + 60 s] for a peer message, and holds one up to 10 min ahead', () => {
     fc.assert(
       fc.property(fc.integer({ min: 3 * MAX_PAST_MS, max: 2 ** 48 }), fc.integer({ min: -3 * MAX_PAST_MS, max: 3 * MAX_HOLD_MS }), (now, offset) => {
-        const envelope = signEnvelope(peer.signingKey, { to: me.key, text: 'tick', ts: now + offset });
-        const verdict = decide(envelope, { me: me.key, session: SESSION, peers: new Map([[peer.key, PEER_NAME]]), outstandingRequests: [], now, seen: () => false });
+        const envelope = wireOf(signEnvelope(peer.signingKey, { to: me.key, to_session: SESSION, text: 'tick', ts: now + offset }));
+        const verdict = decide(envelope, { me: me.key, session: SESSION, peers: new Map([[peer.key, PEER_NAME]]), open, outstandingRequests: [], now, seen: () => false });
         const inWindow = offset <= MAX_FUTURE_MS && offset >= -MAX_PAST_MS;
         expect(verdict.ok).toBe(inWindow);
         if (!verdict.ok) expect(verdict.code).toBe(offset > 0 ? 'from_future' : 'stale');

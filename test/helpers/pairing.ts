@@ -9,8 +9,8 @@ import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach } from 'vitest';
-import { signEnvelope, type Envelope, type EnvelopeFields } from '../../src/envelope/envelope.js';
-import { formatRoute } from '../../src/envelope/route.js';
+import { isSealed, openEnvelope, parseEnvelope, signEnvelope, wireOf, type Envelope, type EnvelopeFields } from '../../src/envelope/envelope.js';
+import { formatRoute, parseRoute } from '../../src/envelope/route.js';
 import { loadIdentity, type Identity } from '../../src/identity/identity.js';
 import { pairingFileSchema, type PairingData } from '../../src/pairing/rules.js';
 import { pairingPath } from '../../src/config/layout.js';
@@ -220,9 +220,16 @@ export class Hand {
     return signEnvelope(this.identity.signingKey, { reply_to: this.route, ...fields, to });
   }
 
-  /** Sends a payload to a route; throws unless the relay accepted it. */
+  /**
+   * Sends a payload to a route; throws unless the relay accepted it. An envelope this hand
+   * signed without a session (`sign`) is sealed for the route's session first, with the
+   * same msg_id, ts and fields: receivers refuse clear envelopes from keys not marked clear.
+   */
   async send(route: string, envelope: Envelope): Promise<void> {
-    const reply = await this.client.send(route, envelope as unknown as Record<string, unknown>);
+    const session = parseRoute(route)?.session;
+    const { v, from, sig: _sig, sealed: _sealed, ...fields } = envelope;
+    const sealed = v === undefined && from === this.key && session !== undefined ? wireOf(signEnvelope(this.identity.signingKey, { ...fields, to_session: session })) : wireOf(envelope);
+    const reply = await this.client.send(route, sealed as unknown as Record<string, unknown>);
     if (reply.type !== 'accepted') throw new Error(`relay refused: ${JSON.stringify(reply)}`);
   }
 
@@ -241,14 +248,14 @@ export class Hand {
     if (reply.type !== 'auth_ok') throw new Error(`auth refused: ${JSON.stringify(reply)}`);
   }
 
-  /** The first delivery on this route whose payload matches. */
+  /** The first delivery on this route whose payload, opened when it is sealed to this identity, matches. */
   async received(what: string, match: (envelope: Envelope) => boolean, timeoutMs = 15_000): Promise<Envelope> {
-    const frame = await this.client.when(
-      what,
-      () => this.client.deliveries(this.route).find((d: Deliver) => match(d.payload as unknown as Envelope)),
-      timeoutMs,
-    );
-    return frame.payload as unknown as Envelope;
+    const opened = (d: Deliver): Envelope => {
+      const wire = parseEnvelope(d.payload);
+      return isSealed(wire) ? openEnvelope(this.identity.signingKey, wire) : wire;
+    };
+    const frame = await this.client.when(what, () => this.client.deliveries(this.route).find((d: Deliver) => match(opened(d))), timeoutMs);
+    return opened(frame);
   }
 
   close(): Promise<void> {

@@ -1,7 +1,7 @@
 /** The pairing control outbox (src/pairing/control.ts) on a real pairing store, against fake relay clients. */
 import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { verifyEnvelope } from '../../src/envelope/envelope.js';
+import { openEnvelope, parseEnvelope, verifyEnvelope, type SealedWire } from '../../src/envelope/envelope.js';
 import { ControlOutbox } from '../../src/pairing/control.js';
 import type { ControlJob } from '../../src/pairing/rules.js';
 import { pairingPath } from '../../src/config/layout.js';
@@ -55,9 +55,12 @@ describe('pairing control outbox', () => {
     expect(a.sent).toHaveLength(2);
     for (const { route: to, envelope } of a.sent) {
       expect(to).toBe(`${peer.key}#main`);
-      expect(envelope).toMatchObject({ msg_id: job.msg_id, from: me.key, to: peer.key, to_session: 'main', kind: 'pair_request', text: job.text, reply_to: route });
+      // Sealed to the peer: the relay sees the header only; the peer opens the claimed name.
+      expect(envelope).toMatchObject({ v: 4, msg_id: job.msg_id, from: me.key, to: peer.key, to_session: 'main', kind: 'pair_request' });
+      expect(envelope).not.toHaveProperty('text');
+      expect(verifyEnvelope(parseEnvelope(envelope))).toBe(true);
+      expect(openEnvelope(peer.signingKey, parseEnvelope(envelope) as SealedWire)).toMatchObject({ text: job.text, reply_to: route });
       expect(envelope.ts).toBeGreaterThanOrEqual(before);
-      expect(verifyEnvelope(envelope)).toBe(true);
     }
   });
 

@@ -260,7 +260,7 @@ describe('a key substituted on the way', () => {
     // Even forwarding Alice's own request id (a newer request, so it replaces her first)
     // does not help Mallory: the code binds both keys, and hers is not Alice's.
     const r1Hand = await hand(r1.url);
-    const forged = signEnvelope(malloryId.signingKey, { to: bobId.key, kind: 'pair_request', text: 'alice', msg_id: asked.request_id, reply_to: `${malloryId.key}#cli` });
+    const forged = signEnvelope(malloryId.signingKey, { to: bobId.key, to_session: 'cli', kind: 'pair_request', text: 'alice', msg_id: asked.request_id, reply_to: `${malloryId.key}#cli` });
     await r1Hand.send(`${bobId.key}#cli`, forged);
     const forwarded = await bob.json<Listed>(['pair', 'list']);
     expect(forwarded.incoming).toEqual([expect.objectContaining({ fingerprint: malloryId.fingerprint, claimed_name: 'alice' })]);

@@ -106,8 +106,11 @@ interface Me {
 async function follow(who: DemoPeer, msgId: string, last: string, alreadyShown = 0): Promise<number> {
   let shown = alreadyShown;
   await until(`${last} on ${msgId}`, async () => {
-    const status = await who.call<{ direction: string; history: { state: string; at: number }[] }>('message_status', { msg_id: msgId });
-    for (const entry of status.history.slice(shown)) say(`    ${who.name} sees ${msgId.slice(0, 8)} (${status.direction}): ${entry.state}`);
+    const status = await who.call<{ direction: string; history: { state: string; at: number; reported_by?: string }[] }>('message_status', { msg_id: msgId });
+    for (const entry of status.history.slice(shown)) {
+      const reported = entry.reported_by === undefined ? '' : ' (reported by the receiver in a signed receipt)';
+      say(`    ${who.name} sees ${msgId.slice(0, 8)} (${status.direction}): ${entry.state}${reported}`);
+    }
     shown = status.history.length;
     return status.history.some((h) => h.state === last) ? true : undefined;
   });
@@ -169,7 +172,7 @@ async function deliver(from: DemoPeer, to: DemoPeer, args: Record<string, unknow
   const sent = await from.call<{ msg_id: string; state: string }>('send_message', args);
   say(`  ${from.name} -> ${to.name}: ${JSON.stringify(args.text)} [${String(args.task_id)} ${String(args.status)}]`);
   say(`    ${from.name} sees ${sent.msg_id.slice(0, 8)} (outbound): ${sent.state}`);
-  await follow(from, sent.msg_id, 'bus_accepted', 1);
+  let sender = await follow(from, sent.msg_id, 'bus_accepted', 1);
   // The receiver's notifier puts a notice in the session inbox, where Claude's Stop hook waits.
   let shown = await follow(to, sent.msg_id, 'inbox_queued');
   const inbox = await until('the message in the mailbox', async () => {
@@ -183,6 +186,7 @@ async function deliver(from: DemoPeer, to: DemoPeer, args: Record<string, unknow
   const second = await to.call<{ already_acknowledged: number }>('acknowledge_messages', { messages: receipts });
   say(`    ${to.name} acknowledges twice: ${first.acknowledged} acknowledged, then ${second.already_acknowledged} already acknowledged`);
   shown = await follow(to, sent.msg_id, 'receiver_acknowledged', shown);
+  sender = await follow(from, sent.msg_id, 'receiver_acknowledged', sender);
 }
 
 export async function demo(argv: readonly string[]): Promise<void> {
@@ -207,7 +211,7 @@ export async function demo(argv: readonly string[]): Promise<void> {
     await deliver(alice!, bob!, { to: 'bob', text: 'Can you review PR 42?', task_id: 'review-42', status: 'needs_input' });
     say('\nanswer');
     await deliver(bob!, alice!, { to: 'alice', text: 'Reviewed: two nits, otherwise good.', task_id: 'review-42', status: 'result' });
-    say('\nA sender sees pending and bus_accepted; the receiver\'s states are recorded on the receiver\'s side.');
+    say('\nA sender sees its own states (pending, bus_accepted) and, from signed receipts, the ones the receiver reports; no relay read a body.');
   } catch (err) {
     for (const p of peers) if (p.log() !== '') process.stderr.write(`--- ${p.name}'s log\n${p.log()}`);
     throw err;

@@ -5,7 +5,7 @@ import { addPeer, checkNewPeer, readPeers, removePeer } from '../../peers/peers.
 import { expectPositionals, parse, print, unknownAction } from '../args.js';
 
 export const peersHelp = `usage: interlink-mcp peers list [--json]
-       interlink-mcp peers add <petname> <key> [--json]
+       interlink-mcp peers add <petname> <key> [--clear] [--json]
        interlink-mcp peers remove <petname> [--json]
 
 Edits peers.json ($INTERLINK_PEERS or <config>/peers.json): the identities whose messages
@@ -13,7 +13,10 @@ this machine accepts. A petname is never re-pointed to a different key; remove i
 A damaged peers.json: \`list\` exits 1 and leaves it as it is; \`add\` and \`remove\` move it
 aside (they say where) and start a fresh file.
 A key that is not a public key, or a petname that is not allowed, is a usage error (64);
-this identity's own key is refused (its sessions are reached as "self").`;
+this identity's own key is refused (its sessions are reached as "self").
+Messages are sealed to each peer, so relays cannot read them. --clear marks a peer that
+cannot seal (the Rust Interlink): its clear envelopes are admitted, and it is sent clear
+ones that every relay on the way can read. Remove the peer to take the mark away.`;
 
 /** This identity's key, when there is one yet (an add before the first keygen is allowed). */
 async function ownKey(keyPath: string): Promise<string | undefined> {
@@ -37,7 +40,7 @@ function checkAddArguments(petname: string, key: string, own: string | undefined
 
 export async function peers(argv: readonly string[], config: Config): Promise<void> {
   const [action, ...rest] = argv;
-  const args = parse(rest, { json: { type: 'boolean' } });
+  const args = parse(rest, { json: { type: 'boolean' }, ...(action === 'add' && { clear: { type: 'boolean' } }) });
   const json = args.values.json === true;
   const path = config.peersPath;
   switch (action) {
@@ -45,9 +48,9 @@ export async function peers(argv: readonly string[], config: Config): Promise<vo
       expectPositionals(args, 0, 'interlink-mcp peers list');
       const { table, damage } = await readPeers(path);
       if (damage !== undefined) throw new InterlinkError('corrupt', damage.message);
-      const rows = table.peers.map((p) => ({ petname: p.petname, key: p.key, fingerprint: fingerprintOf(parsePublicKey(p.key)) }));
+      const rows = table.peers.map((p) => ({ petname: p.petname, key: p.key, fingerprint: fingerprintOf(parsePublicKey(p.key)), ...(p.clear === true && { clear: true }) }));
       print(json, { peers: rows }, () =>
-        rows.length === 0 ? 'no peers yet (add one with `interlink-mcp peers add <petname> <key>`)' : rows.map((r) => `${r.petname}  ${r.fingerprint}  ${r.key}`).join('\n'),
+        rows.length === 0 ? 'no peers yet (add one with `interlink-mcp peers add <petname> <key>`)' : rows.map((r) => `${r.petname}  ${r.fingerprint}  ${r.key}${r.clear === true ? '  (clear)' : ''}`).join('\n'),
       );
       return;
     }
@@ -55,8 +58,15 @@ export async function peers(argv: readonly string[], config: Config): Promise<vo
       const [petname, key] = expectPositionals(args, 2, 'interlink-mcp peers add <petname> <key>') as [string, string];
       const own = await ownKey(config.keyPath);
       checkAddArguments(petname, key, own);
-      const { outcome } = await addPeer(path, petname, key, own);
-      print(json, { petname, key, outcome }, () => (outcome === 'added' ? `added ${petname}` : `${petname} already has that key; nothing changed`));
+      const clear = args.values.clear === true;
+      const { outcome } = await addPeer(path, petname, key, own, { clear });
+      const clearNote = 'its clear (unsealed) envelopes are admitted, and it is sent clear ones';
+      const words = {
+        added: clear ? `added ${petname} as clear: ${clearNote}` : `added ${petname}`,
+        updated: `marked ${petname} clear: ${clearNote}`,
+        unchanged: `${petname} already has that key; nothing changed`,
+      };
+      print(json, { petname, key, outcome, ...(clear && { clear }) }, () => words[outcome]);
       return;
     }
     case 'remove': {

@@ -82,6 +82,7 @@ export async function serve(argv: readonly string[], config: Config): Promise<vo
   tightenRoots(config.configDir, state);
   const urls = await relayUrls(config);
   const presence = presenceInfo(config.name);
+  if (config.benchUnsealed) log.warn('unsealed_benchmark_mode', { reason: 'INTERLINK_BENCH_UNSEALED=1: clear envelopes every relay can read, and no receipts; for benchmarks only' });
   const startAgent = async (session: string) => {
     const agent = await Agent.start({
       identity,
@@ -91,6 +92,7 @@ export async function serve(argv: readonly string[], config: Config): Promise<vo
       relayUrls: urls,
       presence,
       ...(tls !== undefined && { tls }),
+      ...(config.benchUnsealed && { unsealed: true }),
     });
     keepLocalRelay(config, agent.relays);
     return agent;

@@ -23,7 +23,7 @@ import { peekJson } from '../../store/json-store.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
 import { currentState, isUnread } from '../../mailbox/state.js';
 import { describeRoute, parseRoute } from '../../envelope/route.js';
-import { Outbox, isPending } from '../../outbox/outbox.js';
+import { Outbox, isPending, remoteState, shownState } from '../../outbox/outbox.js';
 import { readPeers, type PeerTable } from '../../peers/peers.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { forTerminal } from '../printable.js';
@@ -179,7 +179,9 @@ by fingerprint), and stderr says what is wrong with the file.
   --unread  only messages not yet acknowledged (nor superseded by a newer one)
   --sent    the messages this identity sent instead, from its outboxes: each one's
             target session and state (pending until a relay accepts it, then
-            bus_accepted); an accepted message stays listed for 48 hours
+            bus_accepted; then receiver_stored and receiver_acknowledged as the
+            receiver reports them in signed receipts, marked "reported by the
+            receiver"); an accepted message stays listed for 48 hours
   --rejected  what the trust gate refused after a relay had accepted it: sender,
             msg_id, the verdict and when (the newest 256 per session)
   --peer    only messages from (with --sent: to) that peer, or "self"`;
@@ -224,6 +226,9 @@ interface SentRow extends MessageRow {
   to: string;
   recipient: string;
   to_session: string;
+  /** Set when `state` is what the receiver reported in a signed receipt, at its clock. */
+  reported_by?: 'receiver';
+  reported_at?: number;
 }
 
 async function receivedRows(dir: string, sessions: readonly string[], filter: { peerKey?: string; unread: boolean }, name: (key: string) => string): Promise<InboxRow[]> {
@@ -257,6 +262,7 @@ async function sentRows(dir: string, sessions: readonly string[], peerKey: strin
     for (const record of await outbox.all()) {
       const e = record.envelope;
       if (peerKey !== undefined && e.to !== peerKey) continue;
+      const remote = remoteState(record);
       rows.push({
         session,
         to: name(e.to),
@@ -264,7 +270,8 @@ async function sentRows(dir: string, sessions: readonly string[], peerKey: strin
         to_session: parseRoute(record.route)?.session ?? '',
         msg_id: e.msg_id,
         ts: e.ts,
-        state: record.states[record.states.length - 1]!.state,
+        state: shownState(record),
+        ...(remote !== undefined && { reported_by: 'receiver' as const, reported_at: remote.at }),
         ...(e.task_id !== undefined && { task_id: e.task_id }),
         ...(e.status !== undefined && { status: e.status }),
         text: e.text,
@@ -318,7 +325,9 @@ export async function inbox(argv: readonly string[], config: Config): Promise<vo
     );
   } else if (sent) {
     const rows = (await sentRows(dir, sessions, peerKey, name)).sort((a, b) => a.ts - b.ts);
-    print(json, { sent: rows }, () => (rows.length === 0 ? 'no sent messages' : rows.map((r) => describeRow(r, `to ${describeRoute(r.to, r.to_session)}`)).join('\n')));
+    print(json, { sent: rows }, () =>
+      rows.length === 0 ? 'no sent messages' : rows.map((r) => describeRow(r.reported_by === undefined ? r : { ...r, state: `${r.state} (reported by the receiver)` }, `to ${describeRoute(r.to, r.to_session)}`)).join('\n'),
+    );
   } else {
     // Stable, from arrival order: equal timestamps keep the mailbox's own tie-break, so
     // each sender's messages appear in the order sent.

@@ -1,0 +1,81 @@
+/**
+ * What sealing and receipts cost on the user's path (issue 15): the same runs as
+ * user-path.ts — separate `serve` processes over MCP stdio, one durable relay process —
+ * once as shipped (bodies sealed, receipts sent) and once with INTERLINK_BENCH_UNSEALED=1
+ * (clear version 3 envelopes, no receipts), alternating, so both see the same machine.
+ */
+import { mkdtemp } from 'node:fs/promises';
+import { join } from 'node:path';
+import { startRelayProcess } from './relay-process.js';
+import type { BenchContext, Benchmark, Section } from './report.js';
+import { formatCount, formatMs, formatRatio, summarize } from './stats.js';
+import { runSessions, shippedNodeOptions, twoIdentities, type Machine, type PathResult, type SessionCount } from './user-path-run.js';
+
+const SESSIONS: readonly SessionCount[] = [8, 32];
+/** Rounds per variant and session count; CI runs one. */
+const ROUNDS = process.env.CI === 'true' ? 1 : 2;
+
+interface Pair {
+  sessions: SessionCount;
+  sealed: PathResult[];
+  unsealed: PathResult[];
+}
+
+const median = (values: number[]): number => summarize(values).median;
+
+export function sealingCost(projectRoot: string): Benchmark {
+  return {
+    id: 'sealing',
+    async run(context: BenchContext): Promise<Section> {
+      const root = await mkdtemp(join(context.scratch, 'sealing-'));
+      await twoIdentities(root);
+      const relay = await startRelayProcess(projectRoot, await mkdtemp(join(context.scratch, 'sealing-relay-')));
+      const sealed: Machine = { nodeOptions: await shippedNodeOptions(projectRoot), root, relayUrl: relay.url, relayPid: relay.pid, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js') };
+      const unsealed: Machine = { ...sealed, env: { INTERLINK_BENCH_UNSEALED: '1' } };
+      const results: Pair[] = [];
+      try {
+        for (const sessions of SESSIONS) {
+          const pair: Pair = { sessions, sealed: [], unsealed: [] };
+          for (let round = 0; round < ROUNDS; round++) {
+            // Alternate which goes first, so neither always meets a warmer machine.
+            const order = round % 2 === 0 ? (['sealed', 'unsealed'] as const) : (['unsealed', 'sealed'] as const);
+            for (const variant of order) {
+              context.progress(`sealing: ${sessions} sessions, ${variant}, round ${round + 1} of ${ROUNDS}`);
+              pair[variant].push(await runSessions(variant === 'sealed' ? sealed : unsealed, sessions, `${variant}${sessions}r${round}`));
+            }
+          }
+          results.push(pair);
+        }
+      } finally {
+        await relay.stop();
+      }
+      const row = (p: Pair) => {
+        const s = { rate: median(p.sealed.map((r) => r.perSecond)), p99: median(p.sealed.map((r) => r.stored.p99)), call: median(p.sealed.map((r) => r.call.p99)), cpu: median(p.sealed.map((r) => r.cpu.sender + r.cpu.receiver + r.cpu.relay)) };
+        const u = { rate: median(p.unsealed.map((r) => r.perSecond)), p99: median(p.unsealed.map((r) => r.stored.p99)), call: median(p.unsealed.map((r) => r.call.p99)), cpu: median(p.unsealed.map((r) => r.cpu.sender + r.cpu.receiver + r.cpu.relay)) };
+        return { s, u };
+      };
+      const at32 = row(results.find((p) => p.sessions === 32)!);
+      return {
+        title: 'Sealed bodies and signed receipts: their cost on the user\'s path',
+        measures: [
+          "The user's-path run (separate `serve` processes over MCP stdio, one durable relay process, 512 characters of text per message, one message in flight per sender) for 8 and 32 sessions, as shipped — every body sealed to its recipient, every message reported back in signed receipts (`receiver_stored`, and the receipts' own commits in the senders' outboxes) — and with `INTERLINK_BENCH_UNSEALED=1`: clear version 3 envelopes and no receipts, what the project sent before sealing.",
+          `Each variant runs ${ROUNDS === 1 ? 'once' : `${ROUNDS} times, alternating which goes first,`} per session count, on the same relay; the table gives medians over the runs. Messages/s and send → receiver_stored as in the user's-path section; CPU is the serves' and the relay's per message.`,
+        ].join(' '),
+        tables: [
+          {
+            headers: ['Sessions', 'Sealed msg/s', 'Clear msg/s', 'Sealed / clear (msg/s)', 'Sealed stored p99 ms', 'Clear stored p99 ms', 'Sealed / clear (p99)', 'Sealed call p99 ms', 'Clear call p99 ms', 'Sealed CPU µs/msg', 'Clear CPU µs/msg'],
+            rows: results.map((p) => {
+              const { s, u } = row(p);
+              return [String(p.sessions), formatCount(s.rate), formatCount(u.rate), formatRatio(s.rate / u.rate), formatMs(s.p99), formatMs(u.p99), formatRatio(s.p99 / u.p99), formatMs(s.call), formatMs(u.call), formatCount(s.cpu), formatCount(u.cpu)];
+            }),
+          },
+        ],
+        checks: [
+          { target: 'sealing and receipts cost under 10% of throughput at 32 sessions (sealed ≥ 0.9 × clear msg/s)', actual: `${formatRatio(at32.s.rate / at32.u.rate)}`, pass: at32.s.rate >= 0.9 * at32.u.rate },
+          { target: 'sealing and receipts cost under 10% of p99 send → receiver_stored at 32 sessions', actual: `${formatRatio(at32.s.p99 / at32.u.p99)}`, pass: at32.s.p99 <= 1.1 * at32.u.p99 },
+        ],
+        notes: [],
+      };
+    },
+  };
+}

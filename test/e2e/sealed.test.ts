@@ -1,0 +1,104 @@
+/**
+ * What a relay sees (issue 15, sealed bodies): a relay operator who records every frame and
+ * keeps the relay's `--db` files learns no body, task id, status, cancel reason, reply
+ * session or pairing name — only keys, routes, times and a size class. Real serve and
+ * relay processes, the SDK client, and a recording proxy in front of the relay.
+ */
+import { readdir, readFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { eventually, pair, startPeer, type Peer } from '../helpers/mcp.js';
+import { reapAll } from '../helpers/process.js';
+import { RecordingRelay } from '../helpers/recording-relay.js';
+import { startRelay } from '../helpers/spawn-relay.js';
+
+let root: string;
+const peers: Peer[] = [];
+const recorders: RecordingRelay[] = [];
+
+beforeEach(async () => {
+  root = await mkdtemp(join(tmpdir(), 'interlink-sealed-'));
+});
+afterEach(async () => {
+  await Promise.all(peers.splice(0).map((p) => p.close().catch(() => undefined)));
+  await Promise.all(recorders.splice(0).map((r) => r.close()));
+  await reapAll();
+  await rm(root, { recursive: true, force: true });
+});
+
+interface Inbox {
+  messages: { msg_id: string; text: string; task_id?: string; status?: string; reply_to?: string }[];
+}
+
+async function filesUnder(dir: string): Promise<string> {
+  const names = await readdir(dir, { recursive: true, withFileTypes: true });
+  const texts = await Promise.all(names.filter((n) => n.isFile()).map((n) => readFile(join(n.parentPath, n.name), 'utf8')));
+  return texts.join('\n');
+}
+
+describe('a relay that records everything', () => {
+  it('never sees a body, a task id, a status, a cancel reason or a reply session; the receiver reads them all', async () => {
+    const db = join(root, 'relay-db');
+    const honest = await startRelay({ db });
+    const recorder = await RecordingRelay.start(honest.url);
+    recorders.push(recorder);
+    const alice = await startPeer({ root, name: 'alice', session: 'desk-of-alice', relays: recorder.url });
+    const bob = await startPeer({ root, name: 'bob', session: 'bench-of-bob', relays: recorder.url });
+    peers.push(alice, bob);
+    await pair(alice, bob);
+
+    const secrets = {
+      text: 'the launch code is swordfish-7731',
+      task: 'task-quarterly-numbers',
+      reason: 'abandon the merger talks',
+    };
+    const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'bench-of-bob', text: secrets.text, task_id: secrets.task, status: 'needs_input' });
+    await alice.call('cancel_task', { to: 'bob', session: 'bench-of-bob', task_id: secrets.task, reason: secrets.reason });
+    const inbox = await eventually(async () => {
+      const got = await bob.call<Inbox>('receive_messages');
+      return got.messages.length >= 2 ? got : undefined;
+    });
+    expect(inbox.messages[0]).toMatchObject({ msg_id: sent.msg_id, text: secrets.text, task_id: secrets.task, status: 'needs_input' });
+    expect(inbox.messages.map((m) => m.text)).toContain(secrets.reason);
+    // Bob answers alice's session: the reply session came out of the seal.
+    await bob.call('send_message', { to: 'alice', text: 'answer: only for alice' });
+    await eventually(async () => ((await alice.call<Inbox>('receive_messages')).messages.some((m) => m.text === 'answer: only for alice') ? true : undefined));
+
+    const seen = recorder.all();
+    expect(seen).toContain('"type":"deliver"');
+    expect(seen).toContain(sent.msg_id);
+    for (const secret of [secrets.text, 'swordfish', secrets.task, 'quarterly', secrets.reason, 'merger', 'needs_input', 'answer: only for alice']) {
+      expect(seen, secret).not.toContain(secret);
+    }
+    // The reply session appears only as a route the sender itself authenticates, never inside a payload.
+    for (const frame of recorder.frames.filter((f) => f.includes('"payload"'))) {
+      const payload = (JSON.parse(frame) as { payload: Record<string, unknown> }).payload;
+      expect(Object.keys(payload).sort()).toEqual(['from', 'kind', 'msg_id', 'sealed', 'sig', 'to', 'to_session', 'ts', 'v']);
+      expect(payload.v).toBe(4);
+    }
+    // Nor does the relay's store hold them once stopped.
+    await honest.child.kill('SIGTERM');
+    const stored = await filesUnder(db);
+    for (const secret of [secrets.text, secrets.task, secrets.reason, 'answer: only for alice']) expect(stored, secret).not.toContain(secret);
+  });
+
+  it('tells message sizes only to within a size class', async () => {
+    const honest = await startRelay();
+    const recorder = await RecordingRelay.start(honest.url);
+    recorders.push(recorder);
+    const alice = await startPeer({ root, name: 'alice', session: 'a', relays: recorder.url });
+    const bob = await startPeer({ root, name: 'bob', session: 'b', relays: recorder.url });
+    peers.push(alice, bob);
+    await pair(alice, bob);
+    const texts = ['y', 'yes', 'yes, go ahead', 'yes, go ahead and merge it once the checks are green'];
+    for (const text of texts) await alice.call('send_message', { to: 'bob', session: 'b', text });
+    await eventually(async () => ((await bob.call<Inbox>('receive_messages')).messages.length === texts.length ? true : undefined));
+    const sizes = recorder.frames
+      .filter((f) => f.includes('"type":"send"'))
+      .map((f) => ((JSON.parse(f) as { payload: { sealed: string } }).payload.sealed.length));
+    expect(sizes).toHaveLength(texts.length);
+    expect(new Set(sizes).size).toBe(1);
+  });
+});
