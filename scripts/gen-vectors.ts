@@ -216,10 +216,10 @@ function sealedVector(name: string, valid: boolean, envelope: SealedWire, sender
   const header = { to_session: envelope.to_session, ts: envelope.ts, kind: envelope.kind, msg_id: envelope.msg_id };
   const from = Buffer.from(envelope.from, 'base64url');
   const to = Buffer.from(envelope.to, 'base64url');
-  const key = directionKey(recipient, from, to);
+  const key = directionKey(recipient, envelope.from, envelope.to);
   let opened: SealedBody | undefined;
   try {
-    opened = openBody(recipient, from, to, header, Buffer.from(envelope.sealed, 'base64url'));
+    opened = openBody(recipient, envelope.from, envelope.to, header, Buffer.from(envelope.sealed, 'base64url'));
   } catch {
     opened = undefined;
   }
@@ -261,7 +261,7 @@ export function buildV4Vectors(): Vector[] {
   padded[padded.length - 1] = 1;
   const badPadding = resign(alice, {
     ...m,
-    sealed: encodeBase64url(sealPlaintext(alice, Buffer.from(m.to, 'base64url'), { to_session: m.to_session, ts: m.ts, kind: m.kind, msg_id: m.msg_id }, padded, nonceFor('padding'))),
+    sealed: encodeBase64url(sealPlaintext(alice, m.to, { to_session: m.to_session, ts: m.ts, kind: m.kind, msg_id: m.msg_id }, padded, nonceFor('padding'))),
   });
 
   return [

@@ -13,7 +13,7 @@ import { runSessions, shippedNodeOptions, twoIdentities, type Machine, type Path
 
 const SESSIONS: readonly SessionCount[] = [8, 32];
 /** Rounds per variant and session count; CI runs one. */
-const ROUNDS = process.env.CI === 'true' ? 1 : 2;
+const ROUNDS = process.env.CI === 'true' ? 1 : 3;
 
 interface Pair {
   sessions: SessionCount;

@@ -23,7 +23,11 @@ import { MAX_RECEIPT_ENTRIES, RECEIPT_KIND, receiptText, type ReceiptEntry } fro
 import type { RelayClient } from '../relay/client.js';
 import { messageOf } from '../errors.js';
 
-export const RECEIPT_DELAY_MS = 200;
+/**
+ * How long a receipt waits for others to the same route: a sender learns a state within
+ * about a second, and a busy pair costs the relay one receipt a second, not one a message.
+ */
+export const RECEIPT_DELAY_MS = 1_000;
 const MAX_WAITING = 4_096;
 /** Refusals worth telling the sender: the message will never be admitted as it is, and the sender can fix that. */
 const REPORTED_REFUSALS: ReadonlySet<RejectCode> = new Set(['stale', 'bad_seal', 'unsealed']);

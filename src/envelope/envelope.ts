@@ -236,6 +236,9 @@ export interface EnvelopeFields {
   seal_nonce?: Uint8Array;
 }
 
+/** What `sealed` is while the fields are checked, before the body is sealed: the shortest valid one. */
+const PLACEHOLDER_SEAL = encodeBase64url(Buffer.alloc(NONCE_BYTES + MIN_PADDED_BYTES + TAG_BYTES));
+
 /** Builds, validates, seals (version 4) and signs an envelope from `key`. */
 export function signEnvelope(key: SigningKey, fields: EnvelopeFields): Envelope {
   const version: EnvelopeVersion = fields.to_session === undefined ? 2 : (fields.version ?? CURRENT_VERSION);
@@ -255,11 +258,10 @@ export function signEnvelope(key: SigningKey, fields: EnvelopeFields): Envelope 
   };
   // Validate before sealing and signing, so bad fields are refused as such and never signed.
   const placeholder = encodeBase64url(Buffer.alloc(SIGNATURE_BYTES));
-  const placeholderSeal = version === 4 ? { sealed: encodeBase64url(Buffer.alloc(NONCE_BYTES + MIN_PADDED_BYTES + TAG_BYTES)) } : {};
+  const placeholderSeal = version === 4 ? { sealed: PLACEHOLDER_SEAL } : {};
   parseStoredEnvelope({ ...unsigned, ...placeholderSeal, sig: placeholder });
   if (version === 4) {
-    const to = decodeBase64url(unsigned.to, PUBLIC_KEY_BYTES, 'to');
-    const sealed = sealBody(key, to, headerOf(unsigned as UnsignedEnvelope & { to_session: string }), {
+    const sealed = sealBody(key, unsigned.to, headerOf(unsigned as UnsignedEnvelope & { to_session: string }), {
       text: unsigned.text,
       ...(unsigned.status !== undefined && { status: unsigned.status }),
       ...(unsigned.task_id !== undefined && { task_id: unsigned.task_id }),
@@ -309,24 +311,30 @@ export function verifyEnvelope(envelope: WireEnvelope): boolean {
 export function openEnvelope(me: SigningKey, wire: SealedWire): Envelope {
   let body;
   try {
-    body = openBody(me, decodeBase64url(wire.from, PUBLIC_KEY_BYTES, 'from'), decodeBase64url(wire.to, PUBLIC_KEY_BYTES, 'to'), headerOf(wire), Buffer.from(wire.sealed, 'base64url'));
+    body = openBody(me, wire.from, wire.to, headerOf(wire), Buffer.from(wire.sealed, 'base64url'));
   } catch (err) {
     if (err instanceof SealError) throw new InterlinkError('bad_seal', err.message);
     throw err;
   }
   // Built from the header fields only: anything else beside the seal is not the message.
-  const opened = envelopeSchema.safeParse({
-    ...wireOf({ ...wire, text: '' }),
-    text: body.text,
-    ...(body.status !== undefined && { status: body.status }),
-    ...(body.task_id !== undefined && { task_id: body.task_id }),
-    ...(body.in_reply_to !== undefined && { in_reply_to: body.in_reply_to }),
-    ...(body.reply_session !== undefined && { reply_to: formatRoute({ key: wire.from, session: body.reply_session }) }),
-  });
-  if (opened.success) return opened.data;
-  const issue = opened.error.issues[0];
-  throw new InterlinkError('bad_seal', `the sealed ${issue?.path.join('.') || 'body'} ${issue?.message ?? 'is invalid'}`);
+  // The header was validated with the wire form; only the opened fields are checked here.
+  const fields = openedFieldsSchema.safeParse(body);
+  if (!fields.success) {
+    const issue = fields.error.issues[0];
+    throw new InterlinkError('bad_seal', `the sealed ${issue?.path.join('.') || 'body'} ${issue?.message ?? 'is invalid'}`);
+  }
+  const { reply_session, ...opened } = fields.data;
+  return { ...wireOf({ ...wire, text: '' }), ...opened, ...(reply_session !== undefined && { reply_to: formatRoute({ key: wire.from, session: reply_session }) }) };
 }
+
+/** What a sealed body holds, by the rules of the clear fields (the reply session by the session rule). */
+const openedFieldsSchema = z.object({
+  text: envelopeFields.shape.text,
+  task_id: envelopeFields.shape.task_id,
+  status: envelopeFields.shape.status,
+  in_reply_to: envelopeFields.shape.in_reply_to,
+  reply_session: sessionText.optional(),
+});
 
 function failure(error: z.ZodError, what: string): InterlinkError {
   const issue = error.issues[0];

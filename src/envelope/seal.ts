@@ -124,23 +124,31 @@ function secretKeyObject(key: SigningKey): KeyObject {
 }
 
 const DIRECTION_KEY_LIMIT = 4096;
-/** `<my key> <from> <to>` → the direction's cipher key. Bounded: strangers' keys are free to make. */
+/** `<my key> <from> <to>` (base64url) → the direction's cipher key. Bounded: strangers' keys are free to make. */
 const directionKeys = new Map<string, Buffer>();
+const myKeyTexts = new WeakMap<SigningKey, string>();
 
 /**
- * The key for messages from `from` to `to`, one of which is `me`. Both ends compute the
- * same X25519 secret; the HKDF info orders the two keys as sender, recipient, so each
- * direction of a pair has its own key.
+ * The key for messages from `from` to `to` (base64url Ed25519 keys, as envelopes carry
+ * them), one of which is `me`. Both ends compute the same X25519 secret; the HKDF info
+ * orders the two keys as sender, recipient, so each direction of a pair has its own key.
  */
-export function directionKey(me: SigningKey, from: Uint8Array, to: Uint8Array): Buffer {
-  const id = `${me.publicKey.toString('base64url')} ${Buffer.from(from).toString('base64url')} ${Buffer.from(to).toString('base64url')}`;
+export function directionKey(me: SigningKey, from: string, to: string): Buffer {
+  let mine = myKeyTexts.get(me);
+  if (mine === undefined) {
+    mine = me.publicKey.toString('base64url');
+    myKeyTexts.set(me, mine);
+  }
+  const id = `${mine} ${from} ${to}`;
   const cached = directionKeys.get(id);
   if (cached !== undefined) return cached;
-  const other = me.publicKey.equals(from) ? to : from;
+  const fromBytes = Buffer.from(from, 'base64url');
+  const toBytes = Buffer.from(to, 'base64url');
+  const other = from === mine ? toBytes : fromBytes;
   const publicKey = createPublicKey({ key: Buffer.concat([X25519_SPKI_PREFIX, montgomeryPublicKey(other)]), format: 'der', type: 'spki' });
   // node:crypto refuses an all-zero shared secret (a small-order point), so that throws.
   const shared = diffieHellman({ privateKey: secretKeyObject(me), publicKey });
-  const key = Buffer.from(hkdfSync('sha256', shared, SEAL_SALT, Buffer.concat([from, to]), 32));
+  const key = Buffer.from(hkdfSync('sha256', shared, SEAL_SALT, Buffer.concat([fromBytes, toBytes]), 32));
   if (directionKeys.size >= DIRECTION_KEY_LIMIT) directionKeys.delete(directionKeys.keys().next().value!);
   directionKeys.set(id, key);
   return key;
@@ -178,14 +186,14 @@ function freshNonce(): Buffer {
   return nonce;
 }
 
-/** Seals `body` from `me` to `to` (raw Ed25519 keys). `nonce` only for test vectors: never reuse one. */
-export function sealBody(me: SigningKey, to: Uint8Array, header: SealHeader, body: SealedBody, nonce?: Uint8Array): Buffer {
+/** Seals `body` from `me` to `to` (a base64url Ed25519 key). `nonce` only for test vectors: never reuse one. */
+export function sealBody(me: SigningKey, to: string, header: SealHeader, body: SealedBody, nonce?: Uint8Array): Buffer {
   return sealPlaintext(me, to, header, bodyBytes(body), nonce);
 }
 
 /** Encrypts an already padded plaintext (sealBody's second half; test vectors build odd ones). */
-export function sealPlaintext(me: SigningKey, to: Uint8Array, header: SealHeader, plaintext: Buffer, nonce: Uint8Array = freshNonce()): Buffer {
-  const key = directionKey(me, me.publicKey, to);
+export function sealPlaintext(me: SigningKey, to: string, header: SealHeader, plaintext: Buffer, nonce: Uint8Array = freshNonce()): Buffer {
+  const key = directionKey(me, me.publicKey.toString('base64url'), to);
   const cipher = createCipheriv('chacha20-poly1305', key, nonce, { authTagLength: TAG_BYTES });
   cipher.setAAD(associatedData(header), { plaintextLength: plaintext.length });
   const ciphertext = Buffer.concat([cipher.update(plaintext), cipher.final()]);
@@ -229,8 +237,8 @@ export function parseBodyBytes(plaintext: Buffer): SealedBody {
   };
 }
 
-/** Opens a body sealed from `from` to `to`, one of which is `me`; throws SealError. */
-export function openBody(me: SigningKey, from: Uint8Array, to: Uint8Array, header: SealHeader, sealed: Buffer): SealedBody {
+/** Opens a body sealed from `from` to `to` (base64url keys), one of which is `me`; throws SealError. */
+export function openBody(me: SigningKey, from: string, to: string, header: SealHeader, sealed: Buffer): SealedBody {
   if (sealed.length < NONCE_BYTES + TAG_BYTES) throw new SealError('the sealed body is shorter than a nonce and a tag');
   let key: Buffer;
   try {

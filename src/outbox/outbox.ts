@@ -248,9 +248,13 @@ export class Outbox {
     await this.journal.submitLazily({ op: 'accepted', at: Date.now(), msg_id: msgId, relay });
   }
 
-  /** Records states a receipt from `from` reported; durable when it resolves (before the relay is acknowledged). */
+  /**
+   * Records states a receipt from `from` reported. Durable when it resolves (the relay is
+   * acknowledged after), but committed lazily: with the next send's commit, or within a
+   * few milliseconds, so receipts do not add a commit each to a busy sender.
+   */
   async recordRemote(from: string, entries: readonly ReceiptEntry[]): Promise<RemoteResult> {
-    return (await this.journal.submit({ op: 'remote', at: Date.now(), from, entries: [...entries] })) as RemoteResult;
+    return (await this.journal.submitLazily({ op: 'remote', at: Date.now(), from, entries: [...entries] })) as RemoteResult;
   }
 
   /** Takes a pending message out of the send loop for good; durable when it resolves. */

@@ -18,7 +18,11 @@ import {
   type Envelope,
   type EnvelopeFields,
   isSealed,
+  offerable,
+  openEnvelope,
   parseStoredEnvelope,
+  wireOf,
+  type SealedWire,
 } from '../../src/envelope/envelope.js';
 import { InterlinkError, type ErrorCode } from '../../src/errors.js';
 import { decodeBase64url } from '../../src/identity/base64url.js';
@@ -410,5 +414,31 @@ describe('newMsgId', () => {
     const ids = Array.from({ length: 2_000 }, () => newMsgId());
     for (const id of ids) expect(id).toMatch(/^[0-9a-f]{32}$/);
     expect(new Set(ids).size).toBe(ids.length);
+  });
+});
+
+describe('offerable: what a relay is offered for a stored outgoing envelope', () => {
+  const bobKey = signingKeyFromSeed(Buffer.alloc(32, 7));
+  const bob = bobKey.publicKey.toString('base64url');
+
+  it('is the wire form of a sealed envelope, without its opened body', () => {
+    const sealed = signEnvelope(alice, { to: bob, to_session: 'b1', text: 'secret', task_id: 't1' });
+    const offered = offerable(alice, sealed);
+    expect(offered).toEqual(wireOf(sealed));
+    expect(offered).not.toHaveProperty('text');
+  });
+
+  it('seals and signs again a clear version 3 envelope an older version left pending: the same msg_id, ts and body', () => {
+    const legacy = signEnvelope(alice, { to: bob, to_session: 'b1', text: 'left pending', task_id: 't1', status: 'update', reply_to: `${ALICE}#a1`, version: 3 });
+    const offered = offerable(alice, legacy);
+    expect(offered).toMatchObject({ v: 4, msg_id: legacy.msg_id, ts: legacy.ts, to: bob, to_session: 'b1' });
+    expect(verifyEnvelope(offered)).toBe(true);
+    const opened = openEnvelope(bobKey, offered as SealedWire);
+    expect(opened).toMatchObject({ text: 'left pending', task_id: 't1', status: 'update', reply_to: `${ALICE}#a1` });
+  });
+
+  it('leaves a clear version 2 envelope (for a peer marked clear) as it is', () => {
+    const v2 = signEnvelope(alice, { to: bob, text: 'for the Rust peer' });
+    expect(offerable(alice, v2)).toBe(v2);
   });
 });

@@ -31,6 +31,7 @@ const X25519_SPKI = Buffer.from('302a300506032b656e032100', 'hex');
 const alice = generateSigningKey();
 const bob = generateSigningKey();
 const carol = generateSigningKey();
+const [A, B, C] = [alice, bob, carol].map((k) => k.publicKey.toString('base64url')) as [string, string, string];
 const HEADER: SealHeader = { to_session: 'main', ts: 1_767_225_600_000, kind: 'message', msg_id: '000102030405060708090a0b0c0d0e0f' };
 
 const bodyArb: fc.Arbitrary<SealedBody> = fc.record(
@@ -59,10 +60,10 @@ describe('keys', () => {
   });
 
   it('gives both ends of a direction the same key, and each direction its own', () => {
-    const ab = directionKey(alice, alice.publicKey, bob.publicKey);
-    expect(directionKey(bob, alice.publicKey, bob.publicKey).equals(ab)).toBe(true);
-    expect(directionKey(alice, bob.publicKey, alice.publicKey).equals(ab)).toBe(false);
-    expect(directionKey(carol, alice.publicKey, carol.publicKey).equals(ab)).toBe(false);
+    const ab = directionKey(alice, A, B);
+    expect(directionKey(bob, A, B).equals(ab)).toBe(true);
+    expect(directionKey(alice, B, A).equals(ab)).toBe(false);
+    expect(directionKey(carol, A, C).equals(ab)).toBe(false);
     // The raw X25519 secret is symmetric; the direction key is not, so it is not just that.
     const shared = diffieHellman({
       privateKey: createPrivateKey({ key: Buffer.concat([X25519_PKCS8, montgomerySecretKey(alice.seed)]), format: 'der', type: 'pkcs8' }),
@@ -82,11 +83,11 @@ describe('seal and open', () => {
   it('round-trips any body, for the recipient and for the sender, and for oneself', () => {
     fc.assert(
       fc.property(bodyArb, (body) => {
-        const sealed = sealBody(alice, bob.publicKey, HEADER, body);
-        expect(openBody(bob, alice.publicKey, bob.publicKey, HEADER, sealed)).toEqual(body);
-        expect(openBody(alice, alice.publicKey, bob.publicKey, HEADER, sealed)).toEqual(body);
-        const toSelf = sealBody(alice, alice.publicKey, HEADER, body);
-        expect(openBody(alice, alice.publicKey, alice.publicKey, HEADER, toSelf)).toEqual(body);
+        const sealed = sealBody(alice, B, HEADER, body);
+        expect(openBody(bob, A, B, HEADER, sealed)).toEqual(body);
+        expect(openBody(alice, A, B, HEADER, sealed)).toEqual(body);
+        const toSelf = sealBody(alice, A, HEADER, body);
+        expect(openBody(alice, A, A, HEADER, toSelf)).toEqual(body);
       }),
       { numRuns: 150 },
     );
@@ -94,30 +95,30 @@ describe('seal and open', () => {
 
   it('never uses a nonce twice for the same body', () => {
     const seen = new Set<string>();
-    for (let i = 0; i < 600; i++) seen.add(sealBody(alice, bob.publicKey, HEADER, { text: 'same' }).subarray(0, NONCE_BYTES).toString('hex'));
+    for (let i = 0; i < 600; i++) seen.add(sealBody(alice, B, HEADER, { text: 'same' }).subarray(0, NONCE_BYTES).toString('hex'));
     expect(seen.size).toBe(600);
   });
 
   it('refuses any changed byte, another header, another recipient and another sender', () => {
     const body = { text: 'the build is green', task_id: 't-1' };
-    const sealed = sealBody(alice, bob.publicKey, HEADER, body);
+    const sealed = sealBody(alice, B, HEADER, body);
     fc.assert(
       fc.property(fc.nat({ max: sealed.length - 1 }), fc.integer({ min: 1, max: 255 }), (at, xor) => {
         const changed = Buffer.from(sealed);
         changed[at] = changed[at]! ^ xor;
-        expect(() => openBody(bob, alice.publicKey, bob.publicKey, HEADER, changed)).toThrow(SealError);
+        expect(() => openBody(bob, A, B, HEADER, changed)).toThrow(SealError);
       }),
       { numRuns: 200 },
     );
     for (const header of [{ ...HEADER, to_session: 'other' }, { ...HEADER, ts: HEADER.ts + 1 }, { ...HEADER, kind: 'pair_request' }, { ...HEADER, msg_id: 'f'.repeat(32) }]) {
-      expect(() => openBody(bob, alice.publicKey, bob.publicKey, header, sealed)).toThrow(SealError);
+      expect(() => openBody(bob, A, B, header, sealed)).toThrow(SealError);
     }
     // Carol cannot open it, and bob cannot be fooled into reading it as carol's.
-    expect(() => openBody(carol, alice.publicKey, carol.publicKey, HEADER, sealed)).toThrow(SealError);
-    expect(() => openBody(bob, carol.publicKey, bob.publicKey, HEADER, sealed)).toThrow(SealError);
+    expect(() => openBody(carol, A, C, HEADER, sealed)).toThrow(SealError);
+    expect(() => openBody(bob, C, B, HEADER, sealed)).toThrow(SealError);
     // Nor as one sent in the other direction.
-    expect(() => openBody(bob, bob.publicKey, alice.publicKey, HEADER, sealed)).toThrow(SealError);
-    expect(() => openBody(bob, alice.publicKey, bob.publicKey, HEADER, sealed.subarray(0, NONCE_BYTES + TAG_BYTES - 1))).toThrow(SealError);
+    expect(() => openBody(bob, B, A, HEADER, sealed)).toThrow(SealError);
+    expect(() => openBody(bob, A, B, HEADER, sealed.subarray(0, NONCE_BYTES + TAG_BYTES - 1))).toThrow(SealError);
   });
 });
 

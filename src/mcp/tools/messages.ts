@@ -61,7 +61,8 @@ export const MESSAGE_TOOLS: ToolDefinition[] = [
   }),
   tool({
     name: 'message_status',
-    description: 'Local delivery state of a message you sent (outbound) or received (inbound), with the time of each state.',
+    description:
+      'Delivery state of a message you sent (outbound) or received (inbound), with the time of each state. For a message you sent, entries with "reported_by": "receiver" are states the receiver reported in signed receipts (receiver_stored, receiver_acknowledged, or receiver_refused with its code), at the receiver\'s clock; `state` is the furthest state known.',
     annotations: LOCAL_READ,
     input: z.object({ msg_id: z.string().describe('the msg_id send_message returned, or of a received message') }).strict(),
     run: (agent, args) => agent.messageStatus(args.msg_id),
