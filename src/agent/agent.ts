@@ -114,7 +114,10 @@ export class Agent {
     const route = formatRoute({ key: identity.key, session });
     const trust = new KnownRelays(knownRelaysPath(stateDir), options.relayUrls);
     const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route], trust, ...(options.logOutages !== undefined && { logOutages: options.logOutages }), ...(options.tls !== undefined && { tls: options.tls }) }));
-    const presence = new Presence(identity.signingKey, session, relays, options.presence, options.announceIntervalMs);
+    const peerWatch = new PeerWatch(options.peersPath, identity.key);
+    // Who may read this session's announced details: its peers and its own identity's sessions.
+    const readers = async () => [identity.key, ...(await peerWatch.trust()).table.peers.map((p) => p.key)];
+    const presence = new Presence(identity.signingKey, session, relays, options.presence, readers, options.announceIntervalMs);
     const pairing = new Pairing({
       identity,
       session,
@@ -125,7 +128,6 @@ export class Agent {
       name: options.presence.name,
     });
     const sticky = new Map<string, string>();
-    const peerWatch = new PeerWatch(options.peersPath, identity.key);
     let agent: Agent | undefined;
     // Made below, once the relays exist; used only after deliveries start.
     let receipts: ReceiptSender | undefined;

@@ -2,11 +2,17 @@
  * This session's presence: a signed announcement to every relay every 30 s (and at once
  * after each connect or summary change), a signed goodbye on clean exit, and the merged,
  * verified roster of everyone the relays know.
+ *
+ * Announcements are version 2 (presence/private.ts): the name, cwd, git root and summary
+ * are sealed to this identity's peers and its own sessions, so the roster shows a stranger
+ * only a key and a session. What a peer announces is opened here; an older peer's clear
+ * (version 1) announcement is shown in full only for a peer or this identity.
  */
 import { formatRoute } from '../envelope/route.js';
 import type { SigningKey } from '../identity/ed25519.js';
 import { log } from '../log.js';
-import { signAnnouncement, signGoodbye, verifiedAnnouncement, type Announcement } from '../presence/announcement.js';
+import { signAnnouncementV2, signGoodbye, verifiedAnnouncement, type Announcement, type AnnouncementV2 } from '../presence/announcement.js';
+import { nameTag, openDetails, sealDetails, type Details } from '../presence/private.js';
 import type { RelayClient } from '../relay/client.js';
 import { presenceState, type PresenceState } from './routing.js';
 import { messageOf } from '../errors.js';
@@ -21,31 +27,53 @@ export interface PresenceInfo {
   summary: string;
 }
 
+/** A session on the roster; `name`, `cwd`, `git_root` and `summary` only where this identity may read them (a peer's, or its own). */
 export interface RosterSession {
   key: string;
   session: string;
-  name: string;
-  cwd: string;
-  git_root: string;
-  summary: string;
+  name?: string;
+  cwd?: string;
+  git_root?: string;
+  summary?: string;
+  /** Tests a name against the announced one without reading it (pairing by name). */
+  named: (name: string) => boolean;
   age_ms: number;
   state: PresenceState;
+}
+
+const OPENED_LIMIT = 4096;
+
+function readersId(readers: Iterable<string>): string {
+  return [...new Set(readers)].sort().join(' ');
 }
 
 export class Presence {
   private timer: NodeJS.Timeout | undefined;
   private cached: { at: number; entries: RosterSession[] } | undefined;
+  /** sig → the details it opened to (undefined: not for this identity): each announcement is opened once. */
+  private readonly opened = new Map<string, Details | undefined>();
+  /** The readers the last announcement was sealed for (sorted, joined): a change announces again. */
+  private announcedFor: string | undefined;
 
+  /** `readers`: who may read this session's details: the peers' keys and this identity's own. */
   constructor(
     private readonly key: SigningKey,
     private readonly session: string,
     private readonly relays: readonly RelayClient[],
     private info: PresenceInfo,
+    private readonly readers: () => Promise<readonly string[]>,
     private readonly intervalMs = ANNOUNCE_INTERVAL_MS,
   ) {}
 
   start(): void {
-    for (const relay of this.relays) relay.on('connected', () => relay.announce(this.announcement()));
+    for (const relay of this.relays) {
+      relay.on('connected', () => {
+        this.announcement().then(
+          (a) => relay.announce(a),
+          (err: unknown) => log.warn('announce_failed', { error: messageOf(err) }),
+        );
+      });
+    }
     this.announce();
     this.timer = setInterval(() => this.announce(), this.intervalMs);
     this.timer.unref();
@@ -60,6 +88,10 @@ export class Presence {
   async roster(options: { fresh?: boolean } = {}): Promise<RosterSession[]> {
     if (!options.fresh && this.cached && Date.now() - this.cached.at < ROSTER_CACHE_MS) return this.cached.entries;
     const answers = await Promise.all(this.relays.filter((r) => r.connected).map((r) => r.roster()));
+    const readers = new Set(await this.readers());
+    // A peer added or removed since the last announcement (here, or by another process):
+    // announce again now rather than at the next interval, so a new peer reads the details.
+    if (this.announcedFor !== undefined && readersId(readers) !== this.announcedFor) this.announce();
     const best = new Map<string, RosterSession>();
     for (const entry of answers.flat()) {
       const a = verifiedAnnouncement(entry.announcement);
@@ -68,7 +100,7 @@ export class Presence {
       if (state === undefined) continue;
       const id = formatRoute(a);
       const seen = best.get(id);
-      if (seen === undefined || entry.age_ms < seen.age_ms) best.set(id, view(a, entry.age_ms, state));
+      if (seen === undefined || entry.age_ms < seen.age_ms) best.set(id, this.view(a, entry.age_ms, state, readers));
     }
     const entries = [...best.values()].sort((x, y) => x.age_ms - y.age_ms);
     this.cached = { at: Date.now(), entries };
@@ -86,27 +118,38 @@ export class Presence {
     await Promise.all(this.relays.map((r) => r.goodbye(goodbye)));
   }
 
-  private announcement(): Announcement {
-    return signAnnouncement(this.key, {
-      name: this.info.name,
-      session: this.session,
-      cwd: this.info.cwd,
-      git_root: this.info.gitRoot,
-      summary: this.info.summary,
-    });
+  private async announcement(): Promise<AnnouncementV2> {
+    const ts = Date.now();
+    const details = { name: this.info.name, cwd: this.info.cwd, git_root: this.info.gitRoot, summary: this.info.summary };
+    const readers = await this.readers();
+    this.announcedFor = readersId(readers);
+    return signAnnouncementV2(this.key, { session: this.session, ts, ...sealDetails(this.key, this.session, ts, details, readers) });
   }
 
   private announce(): void {
-    try {
-      const announcement = this.announcement();
-      for (const relay of this.relays) relay.announce(announcement);
-      this.cached = undefined;
-    } catch (err) {
-      log.warn('announce_failed', { error: messageOf(err) });
-    }
+    this.announcement().then(
+      (announcement) => {
+        for (const relay of this.relays) relay.announce(announcement);
+        this.cached = undefined;
+      },
+      (err: unknown) => log.warn('announce_failed', { error: messageOf(err) }),
+    );
   }
-}
 
-function view(a: Announcement, ageMs: number, state: PresenceState): RosterSession {
-  return { key: a.key, session: a.session, name: a.name, cwd: a.cwd, git_root: a.git_root, summary: a.summary, age_ms: ageMs, state };
+  /** What this identity may see of an announcement: details only where it is a reader. */
+  private view(a: Announcement, ageMs: number, state: PresenceState, readers: ReadonlySet<string>): RosterSession {
+    const base = { key: a.key, session: a.session, age_ms: ageMs, state };
+    if (!('v' in a)) {
+      // Version 1, from an older version: in clear, but shown only to a peer or this identity.
+      const details = readers.has(a.key) ? { name: a.name, cwd: a.cwd, git_root: a.git_root, summary: a.summary } : {};
+      return { ...base, ...details, named: (name) => name === a.name };
+    }
+    let details = this.opened.get(a.sig);
+    if (!this.opened.has(a.sig)) {
+      details = openDetails(this.key, a);
+      if (this.opened.size >= OPENED_LIMIT) this.opened.delete(this.opened.keys().next().value!);
+      this.opened.set(a.sig, details);
+    }
+    return { ...base, ...details, named: (name) => nameTag(a.key, name) === a.name_tag };
+  }
 }

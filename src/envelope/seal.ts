@@ -160,16 +160,7 @@ export function associatedData(header: SealHeader): Buffer {
 
 /** The plaintext: the body fields length-prefixed in signed-bytes order, then zeros to the size class. */
 export function bodyBytes(body: SealedBody): Buffer {
-  const fields = Buffer.concat([
-    ...lengthPrefixed(body.text),
-    ...lengthPrefixed(body.status),
-    ...lengthPrefixed(body.task_id),
-    ...lengthPrefixed(body.in_reply_to),
-    ...lengthPrefixed(body.reply_session),
-  ]);
-  const padded = Buffer.alloc(paddedLength(fields.length));
-  fields.copy(padded);
-  return padded;
+  return paddedFields([body.text, body.status, body.task_id, body.in_reply_to, body.reply_session]);
 }
 
 const nonces = Buffer.alloc(NONCE_BYTES * 256);
@@ -193,11 +184,7 @@ export function sealBody(me: SigningKey, to: string, header: SealHeader, body: S
 
 /** Encrypts an already padded plaintext (sealBody's second half; test vectors build odd ones). */
 export function sealPlaintext(me: SigningKey, to: string, header: SealHeader, plaintext: Buffer, nonce: Uint8Array = freshNonce()): Buffer {
-  const key = directionKey(me, me.publicKey.toString('base64url'), to);
-  const cipher = createCipheriv('chacha20-poly1305', key, nonce, { authTagLength: TAG_BYTES });
-  cipher.setAAD(associatedData(header), { plaintextLength: plaintext.length });
-  const ciphertext = Buffer.concat([cipher.update(plaintext), cipher.final()]);
-  return Buffer.concat([nonce, ciphertext, cipher.getAuthTag()]);
+  return aeadSeal(directionKey(me, me.publicKey.toString('base64url'), to), associatedData(header), plaintext, nonce);
 }
 
 /** Why a sealed body was refused; the envelope is refused as `bad_seal` with it. */
@@ -205,10 +192,13 @@ export class SealError extends Error {}
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** Reads the five length-prefixed fields and checks that only zeros follow. */
-export function parseBodyBytes(plaintext: Buffer): SealedBody {
+/**
+ * Reads length-prefixed UTF-8 fields, one per name, and checks that only zeros follow
+ * (the padding); an empty field reads as undefined. Throws SealError naming the field.
+ */
+export function readFields(plaintext: Buffer, names: readonly string[]): (string | undefined)[] {
   let at = 0;
-  const next = (name: string): string | undefined => {
+  const values = names.map((name) => {
     if (at + 4 > plaintext.length) throw new SealError(`the sealed body ends inside the length of ${name}`);
     const length = plaintext.readUInt32LE(at);
     at += 4;
@@ -221,20 +211,51 @@ export function parseBodyBytes(plaintext: Buffer): SealedBody {
     }
     at += length;
     return length === 0 ? undefined : text;
-  };
-  const text = next('text') ?? '';
-  const status = next('status');
-  const task_id = next('task_id');
-  const in_reply_to = next('in_reply_to');
-  const reply_session = next('the reply session');
+  });
   for (let i = at; i < plaintext.length; i++) if (plaintext[i] !== 0) throw new SealError('the padding of the sealed body is not zero');
+  return values;
+}
+
+/** Reads the five body fields and checks that only zeros follow. */
+export function parseBodyBytes(plaintext: Buffer): SealedBody {
+  const [text, status, task_id, in_reply_to, reply_session] = readFields(plaintext, ['text', 'status', 'task_id', 'in_reply_to', 'the reply session']);
   return {
-    text,
+    text: text ?? '',
     ...(status !== undefined && { status }),
     ...(task_id !== undefined && { task_id }),
     ...(in_reply_to !== undefined && { in_reply_to }),
     ...(reply_session !== undefined && { reply_session }),
   };
+}
+
+/** Pads length-prefixed fields to their size class (the plaintext of a seal). */
+export function paddedFields(values: readonly (string | undefined)[]): Buffer {
+  const fields = Buffer.concat(values.flatMap((v) => lengthPrefixed(v)));
+  const padded = Buffer.alloc(paddedLength(fields.length));
+  fields.copy(padded);
+  return padded;
+}
+
+/** Encrypts `plaintext` under `key` with a fresh nonce: nonce || ciphertext || tag. */
+export function aeadSeal(key: Buffer, aad: Buffer, plaintext: Buffer, nonce: Uint8Array = freshNonce()): Buffer {
+  const cipher = createCipheriv('chacha20-poly1305', key, nonce, { authTagLength: TAG_BYTES });
+  cipher.setAAD(aad, { plaintextLength: plaintext.length });
+  const ciphertext = Buffer.concat([cipher.update(plaintext), cipher.final()]);
+  return Buffer.concat([nonce, ciphertext, cipher.getAuthTag()]);
+}
+
+/** Opens nonce || ciphertext || tag under `key`; undefined when it does not verify. */
+export function aeadOpen(key: Buffer, aad: Buffer, sealed: Buffer): Buffer | undefined {
+  if (sealed.length < NONCE_BYTES + TAG_BYTES) return undefined;
+  const decipher = createDecipheriv('chacha20-poly1305', key, sealed.subarray(0, NONCE_BYTES), { authTagLength: TAG_BYTES });
+  const ciphertext = sealed.subarray(NONCE_BYTES, sealed.length - TAG_BYTES);
+  decipher.setAAD(aad, { plaintextLength: ciphertext.length });
+  decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES));
+  try {
+    return Buffer.concat([decipher.update(ciphertext), decipher.final()]);
+  } catch {
+    return undefined;
+  }
 }
 
 /** Opens a body sealed from `from` to `to` (base64url keys), one of which is `me`; throws SealError. */
@@ -246,15 +267,7 @@ export function openBody(me: SigningKey, from: string, to: string, header: SealH
   } catch {
     throw new SealError('no shared key can be made with that sender key');
   }
-  const decipher = createDecipheriv('chacha20-poly1305', key, sealed.subarray(0, NONCE_BYTES), { authTagLength: TAG_BYTES });
-  const ciphertext = sealed.subarray(NONCE_BYTES, sealed.length - TAG_BYTES);
-  decipher.setAAD(associatedData(header), { plaintextLength: ciphertext.length });
-  decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES));
-  let plaintext: Buffer;
-  try {
-    plaintext = Buffer.concat([decipher.update(ciphertext), decipher.final()]);
-  } catch {
-    throw new SealError('the sealed body does not open with the key this sender and this receiver share');
-  }
+  const plaintext = aeadOpen(key, associatedData(header), sealed);
+  if (plaintext === undefined) throw new SealError('the sealed body does not open with the key this sender and this receiver share');
   return parseBodyBytes(plaintext);
 }

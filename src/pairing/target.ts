@@ -1,7 +1,9 @@
 /**
  * Which identity and session a `request_pair {target}` means, as a pure function over
- * the verified roster. A target is a full public key, an exact fingerprint, or a name
- * the roster shows; a name several identities use is ambiguous and needs the full key.
+ * the verified roster. A target is a full public key, an exact fingerprint, or a name a
+ * session announces (matched against its sealed announcement's name tag, so a stranger's
+ * name is found by whoever knows it, never read off the roster); a name several
+ * identities use is ambiguous and needs the full key.
  * The request goes to a live session of that identity if there is one, else an away one
  * (the freshest); with none on the roster it is refused rather than sent nowhere.
  */
@@ -11,7 +13,10 @@ import { fingerprintOf, normalizeFingerprint, parsePublicKey } from '../identity
 export interface RosterView {
   key: string;
   session: string;
-  name: string;
+  /** The announced name, where this identity may read it (a peer's, or its own). */
+  name?: string;
+  /** Whether the session announces this name. */
+  named: (name: string) => boolean;
   state: 'live' | 'away';
   age_ms: number;
 }
@@ -19,8 +24,8 @@ export interface RosterView {
 export interface ResolvedTarget {
   key: string;
   session: string;
-  /** The name its chosen session announces (unverified). */
-  name: string;
+  /** The name its chosen session announces (unverified), where this identity may read it. */
+  name?: string;
   /** How the person named it: by a roster name (which a relay could fake), or by key or fingerprint. */
   by: 'name' | 'key' | 'fingerprint';
 }
@@ -45,7 +50,7 @@ export function resolveTarget(target: string, roster: readonly RosterView[], me:
     keys = [...new Set(roster.filter((r) => fingerprintOf(parsePublicKey(r.key)) === fingerprint).map((r) => r.key))];
     by = 'fingerprint';
   } else {
-    keys = [...new Set(roster.filter((r) => r.name === target).map((r) => r.key))];
+    keys = [...new Set(roster.filter((r) => r.named(target)).map((r) => r.key))];
     if (keys.length > 1) {
       const list = keys.map((k) => fingerprintOf(parsePublicKey(k))).join(', ');
       throw new InterlinkError('ambiguous_target', `several identities announce the name ${JSON.stringify(target)} (fingerprints ${list}); pass the full public key of the one you mean`);
@@ -64,5 +69,5 @@ export function resolveTarget(target: string, roster: readonly RosterView[], me:
         : `session ${session} of that identity is not on any relay roster`,
     );
   }
-  return { key, session: chosen.session, name: chosen.name, by };
+  return { key, session: chosen.session, ...(chosen.name !== undefined && { name: chosen.name }), by };
 }

@@ -84,6 +84,40 @@ describe('a relay that records everything', () => {
     for (const secret of [secrets.text, secrets.task, secrets.reason, 'answer: only for alice']) expect(stored, secret).not.toContain(secret);
   });
 
+  it("shows a session's name, cwd, git root and summary only to peers; a stranger and the relay see a key and a session", async () => {
+    const honest = await startRelay();
+    const recorder = await RecordingRelay.start(honest.url);
+    recorders.push(recorder);
+    const named = { INTERLINK_NAME: 'alice-codename-orchid' };
+    const alice = await startPeer({ root, name: 'alice', session: 'a1', relays: recorder.url, env: named });
+    const bob = await startPeer({ root, name: 'bob', session: 'b1', relays: recorder.url });
+    const eve = await startPeer({ root, name: 'eve', session: 'e1', relays: recorder.url });
+    peers.push(alice, bob, eve);
+    const { aKey } = await pair(alice, bob);
+    await alice.call('set_summary', { summary: 'summary-marker: migrating the ledger' });
+
+    interface Discovered {
+      identities: { key: string; sessions: { session: string; name?: string; cwd?: string; git_root?: string; summary?: string }[] }[];
+    }
+    const aliceAs = async (who: Peer) => (await who.call<Discovered>('discover')).identities.find((i) => i.key === aKey)?.sessions.find((x) => x.session === 'a1');
+    // Bob, a peer, reads it all (once alice's announcement names him as a reader).
+    const seenByBob = await eventually(async () => {
+      const s = await aliceAs(bob);
+      return s?.summary === 'summary-marker: migrating the ledger' ? s : undefined;
+    });
+    expect(seenByBob).toMatchObject({ name: 'alice-codename-orchid' });
+    expect(seenByBob.cwd).toBeDefined();
+    // Eve, a stranger, sees the session and nothing else.
+    const seenByEve = await eventually(async () => aliceAs(eve));
+    expect(Object.keys(seenByEve).sort()).toEqual(['age_ms', 'session', 'state']);
+    // Pairing by name still finds alice: eve asks for the name she was told.
+    const asked = await eve.call<{ to: string; session: string }>('request_pair', { target: 'alice-codename-orchid' });
+    expect(asked).toMatchObject({ to: aKey, session: 'a1' });
+    // Nothing of it crossed the relay in clear.
+    const seen = recorder.all();
+    for (const secret of ['alice-codename-orchid', 'summary-marker', 'migrating the ledger', process.cwd()]) expect(seen, secret).not.toContain(secret);
+  });
+
   it('tells message sizes only to within a size class', async () => {
     const honest = await startRelay();
     const recorder = await RecordingRelay.start(honest.url);

@@ -14,7 +14,12 @@ const carol = newIdentity(12);
 const dave = newIdentity(13); // never on the roster
 
 function entry(who: { key: string }, session: string, name: string, state: 'live' | 'away', age_ms: number): RosterView {
-  return { key: who.key, session, name, state, age_ms };
+  return { key: who.key, session, name, state, age_ms, named: (asked) => asked === name };
+}
+
+/** A stranger's session as sealed presence shows it: no name to read, only one to test (presence/private.ts). */
+function sealedEntry(who: { key: string }, session: string, name: string, state: 'live' | 'away', age_ms: number): RosterView {
+  return { key: who.key, session, state, age_ms, named: (asked) => asked === name };
 }
 
 /** Every way a person may type a fingerprint. */
@@ -42,6 +47,13 @@ describe('resolveTarget: which identity', () => {
     for (const target of [carol.key, ...spellings(carol.fingerprint), 'carol']) {
       expect(resolveTarget(target, roster, me.key), target).toEqual({ key: carol.key, session: 'c1', name: 'carol', by: by(target, carol.key) });
     }
+  });
+
+  it('finds a stranger by the name it announces without reading it, and returns no name it could not read', () => {
+    const sealed = [sealedEntry(bob, 'b1', 'bob', 'live', 10), sealedEntry(carol, 'c1', 'carol', 'live', 20)];
+    expect(resolveTarget('bob', sealed, me.key)).toEqual({ key: bob.key, session: 'b1', by: 'name' });
+    expect(resolveTarget(carol.key, sealed, me.key)).toEqual({ key: carol.key, session: 'c1', by: 'key' });
+    throwsWith(() => resolveTarget('dave', sealed, me.key), 'unknown_target');
   });
 
   it('refuses a full key that is not on any roster with no_route', () => {
