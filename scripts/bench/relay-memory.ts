@@ -8,6 +8,7 @@ import { generateSigningKey } from '../../src/identity/ed25519.js';
 import { RelayClient } from '../../src/relay/client.js';
 import { startRelayProcess } from './relay-process.js';
 import type { BenchContext, Benchmark, Section } from './report.js';
+import { wireOf } from '../../src/envelope/envelope.js';
 import { makeEnvelopes, newCorrespondents } from './records.js';
 import { formatCount } from './stats.js';
 
@@ -42,7 +43,7 @@ export function relayMemory(projectRoot: string): Benchmark {
     id: 'relay-memory',
     async run(context: BenchContext): Promise<Section> {
       const who = newCorrespondents();
-      const payloads = makeEnvelopes(who, QUEUED) as unknown as Record<string, unknown>[];
+      const payloads = makeEnvelopes(who, QUEUED).map((e) => wireOf(e) as unknown as Record<string, unknown>);
       const route = `${who.recipient}#away`;
       const rows: string[][] = [];
       const measured: Record<string, number> = {};

@@ -13,6 +13,7 @@ import { encodeBase64url } from '../../src/identity/base64url.js';
 import { generateSigningKey, type SigningKey } from '../../src/identity/ed25519.js';
 import { signAuth } from '../../src/relay/auth.js';
 import { MAX_FRAME_BYTES } from '../../src/relay/frames.js';
+import { wireOf } from '../../src/envelope/envelope.js';
 import { makeEnvelopes, newCorrespondents } from './records.js';
 import { startRelayProcess } from './relay-process.js';
 import type { BenchContext, Benchmark, Section } from './report.js';
@@ -111,7 +112,7 @@ export function relayThroughput(projectRoot: string): Benchmark {
       context.progress('relay alone: load over many routes');
       const keys = Array.from({ length: ROUTES }, () => generateSigningKey());
       const routes = keys.map((key) => formatRoute({ key: encodeBase64url(key.publicKey), session: 'bench' }));
-      const payloads = makeEnvelopes(newCorrespondents(), MESSAGES);
+      const payloads = makeEnvelopes(newCorrespondents(), MESSAGES).map(wireOf);
       // Frames are built before the clock starts: the generator should cost the relay's cores as little as it can.
       const texts = payloads.map((p, i) => `{"v":1,"type":"send","ref":"?","to":${JSON.stringify(routes[i % ROUTES])},"payload":${JSON.stringify(p)}}`);
       const relay = await startRelayProcess(projectRoot, await mkdtemp(join(context.scratch, 'relay-tp-')), { metrics: true });
