@@ -55,8 +55,13 @@ export function userPath(projectRoot: string): Benchmark {
       } finally {
         await relay.stop();
       }
-      context.progress(`user's path: ${BUDGET_SESSIONS} sessions again, every process under the CPU profiler, for the per-message budget`);
-      const budget: Budget = await measureBudget(projectRoot, context, BUDGET_SESSIONS);
+      // CI runs the benchmark only to see that it runs, within its time budget: the profiled
+      // run (two minutes and more) is left to `npm run bench`, which writes the document.
+      let budget: Budget | undefined;
+      if (process.env.CI !== 'true') {
+        context.progress(`user's path: ${BUDGET_SESSIONS} sessions again, every process under the CPU profiler, for the per-message budget`);
+        budget = await measureBudget(projectRoot, context, BUDGET_SESSIONS);
+      }
       const at32 = separate.find((r) => r.sessions === 32)!;
       const idleShare = summarize(idle.shares);
       const serveRss = summarize([...separate.flatMap((r) => r.serveRss), ...idle.rss]);
@@ -100,7 +105,7 @@ export function userPath(projectRoot: string): Benchmark {
             }),
           },
           syscallTable(separate),
-          budgetTable(budget, unprofiledAt(separate, BUDGET_SESSIONS)),
+          ...(budget === undefined ? [] : [budgetTable(budget, unprofiledAt(separate, BUDGET_SESSIONS))]),
           {
             caption: 'Idle sessions and memory',
             headers: ['Measure:', 'Median', 'Max'],
@@ -120,7 +125,7 @@ export function userPath(projectRoot: string): Benchmark {
         ],
         notes: [
           `The benchmark process runs all ${SESSIONS.at(-1)} SDK clients and, for the in-process rows, all the agents; on this machine it shares the cores with every serve and the relay.`,
-          budgetNote(budget, at32, inProcess.at(-1)!),
+          budget === undefined ? 'The per-message budget (a profiled run) is left out under CI; `npm run bench` measures it.' : budgetNote(budget, at32, inProcess.at(-1)!),
         ],
       };
     },
