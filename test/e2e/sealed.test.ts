@@ -38,16 +38,22 @@ async function filesUnder(dir: string): Promise<string> {
   return texts.join('\n');
 }
 
+/** A relay (durable in `db` when given) behind a recording proxy, and alice and bob paired through it. */
+async function pairedThroughRecorder(sessions: { alice: string; bob: string }, db?: string): Promise<{ honest: Awaited<ReturnType<typeof startRelay>>; recorder: RecordingRelay; alice: Peer; bob: Peer }> {
+  const honest = await startRelay(db === undefined ? {} : { db });
+  const recorder = await RecordingRelay.start(honest.url);
+  recorders.push(recorder);
+  const alice = await startPeer({ root, name: 'alice', session: sessions.alice, relays: recorder.url });
+  const bob = await startPeer({ root, name: 'bob', session: sessions.bob, relays: recorder.url });
+  peers.push(alice, bob);
+  await pair(alice, bob);
+  return { honest, recorder, alice, bob };
+}
+
 describe('a relay that records everything', () => {
   it('never sees a body, a task id, a status, a cancel reason or a reply session; the receiver reads them all', async () => {
     const db = join(root, 'relay-db');
-    const honest = await startRelay({ db });
-    const recorder = await RecordingRelay.start(honest.url);
-    recorders.push(recorder);
-    const alice = await startPeer({ root, name: 'alice', session: 'desk-of-alice', relays: recorder.url });
-    const bob = await startPeer({ root, name: 'bob', session: 'bench-of-bob', relays: recorder.url });
-    peers.push(alice, bob);
-    await pair(alice, bob);
+    const { honest, recorder, alice, bob } = await pairedThroughRecorder({ alice: 'desk-of-alice', bob: 'bench-of-bob' }, db);
 
     const secrets = {
       text: 'the launch code is swordfish-7731',
@@ -119,13 +125,7 @@ describe('a relay that records everything', () => {
   });
 
   it('tells message sizes only to within a size class', async () => {
-    const honest = await startRelay();
-    const recorder = await RecordingRelay.start(honest.url);
-    recorders.push(recorder);
-    const alice = await startPeer({ root, name: 'alice', session: 'a', relays: recorder.url });
-    const bob = await startPeer({ root, name: 'bob', session: 'b', relays: recorder.url });
-    peers.push(alice, bob);
-    await pair(alice, bob);
+    const { recorder, alice, bob } = await pairedThroughRecorder({ alice: 'a', bob: 'b' });
     const texts = ['y', 'yes', 'yes, go ahead', 'yes, go ahead and merge it once the checks are green'];
     for (const text of texts) await alice.call('send_message', { to: 'bob', session: 'b', text });
     await eventually(async () => ((await bob.call<Inbox>('receive_messages')).messages.length === texts.length ? true : undefined));
