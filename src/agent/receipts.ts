@@ -5,8 +5,11 @@
  * can act on (`receiver_refused`: stale, bad_seal, unsealed). Each receipt goes to the
  * session the message named in its reply route.
  *
- * Receipts are batched per route (one envelope for everything reported within RECEIPT_DELAY_MS,
- * up to MAX_RECEIPT_ENTRIES each) and kept in memory only: they report states that are
+ * Receipts are batched per route: a quiet route's first receipt leaves RECEIPT_DELAY_MS after
+ * its first entry, and after that a route is sent at most one receipt every
+ * RECEIPT_INTERVAL_MS (`receiptDue` in receipts/receipts.ts), each carrying up to MAX_RECEIPT_ENTRIES.
+ * A busy pair costs the relay and the sender one receipt every few seconds, however many
+ * messages it carries. Receipts are kept in memory only: they report states that are
  * already durable here, so one lost in a crash leaves the sender with an older state, never
  * a false one. A receipt no relay took is offered again with the next batch, and at most
  * MAX_WAITING entries wait; beyond that the oldest are dropped, and the log says so.
@@ -19,15 +22,20 @@ import type { Identity } from '../identity/identity.js';
 import { log } from '../log.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import type { PeerTable } from '../peers/peers.js';
-import { MAX_RECEIPT_ENTRIES, RECEIPT_KIND, receiptText, type ReceiptEntry } from '../receipts/receipts.js';
+import { MAX_RECEIPT_ENTRIES, RECEIPT_KIND, receiptDue, receiptText, type ReceiptEntry } from '../receipts/receipts.js';
 import type { RelayClient } from '../relay/client.js';
 import { messageOf } from '../errors.js';
 
-/**
- * How long a receipt waits for others to the same route: a sender learns a state within
- * about a second, and a busy pair costs the relay one receipt a second, not one a message.
- */
+/** How long a receipt waits for others to the same route: a quiet route's sender learns a state within about a second. */
 export const RECEIPT_DELAY_MS = 1_000;
+/**
+ * The least time between two receipts to one route. Each receipt costs a relay commit and
+ * a gate pass and an outbox commit at the sender, about what a message costs: at one a
+ * second, the receipts to 16 busy routes cost a fifth of the throughput (PERFORMANCE.md).
+ */
+export const RECEIPT_INTERVAL_MS = 4_000;
+/** How many routes' last receipt times are remembered; beyond it the oldest is forgotten (its next receipt may come sooner). */
+const SENT_ROUTES_LIMIT = 4_096;
 const MAX_WAITING = 4_096;
 /** Refusals worth telling the sender: the message will never be admitted as it is, and the sender can fix that. */
 const REPORTED_REFUSALS: ReadonlySet<RejectCode> = new Set(['stale', 'bad_seal', 'unsealed']);
@@ -39,13 +47,24 @@ export interface ReceiptSenderOptions {
   /** The sender's session from its last admitted message, for a refusal whose reply route cannot be read. */
   sticky: ReadonlyMap<string, string>;
   delayMs?: number;
+  intervalMs?: number;
   /** False: sends nothing (the benchmark's unsealed baseline). */
   enabled?: boolean;
 }
 
+interface Batch {
+  to: string;
+  session: string;
+  entries: ReceiptEntry[];
+  /** When it is sent (receiptDue). */
+  due: number;
+}
+
 export class ReceiptSender {
-  /** route → entries waiting, in the order they were noted. */
-  private readonly waiting = new Map<string, { to: string; session: string; entries: ReceiptEntry[] }>();
+  /** route → entries waiting, in the order they were noted, and when they are due. */
+  private readonly waiting = new Map<string, Batch>();
+  /** route → when its last receipt was sent. */
+  private readonly sent = new Map<string, number>();
   private count = 0;
   private timer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
@@ -77,15 +96,10 @@ export class ReceiptSender {
     this.note(wire.from, session, { msg_id: wire.msg_id, state: 'receiver_refused', at, code });
   }
 
-  /** Sends what waits now; resolves when the attempt is over. */
-  flush(): Promise<void> {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    this.flushing ??= this.send().finally(() => {
-      this.flushing = undefined;
-      if (this.count > 0 && !this.closed) this.schedule();
-    });
-    return this.flushing;
+  /** Sends everything waiting now, due or not; resolves when the attempt is over. */
+  async flush(): Promise<void> {
+    await this.flushing;
+    await this.run(Number.POSITIVE_INFINITY);
   }
 
   /** One last attempt for what waits; nothing is scheduled after. */
@@ -95,20 +109,46 @@ export class ReceiptSender {
     clearTimeout(this.timer);
   }
 
+  /** Sends the batches due by `until`; one run at a time, then the timer for the next due one. */
+  private run(until: number): Promise<void> {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.flushing ??= this.send(until).finally(() => {
+      this.flushing = undefined;
+      if (this.count > 0 && !this.closed) this.schedule();
+    });
+    return this.flushing;
+  }
+
   private note(to: string, session: string | undefined, entry: ReceiptEntry): void {
     if (session === undefined || this.closed || this.options.enabled === false) return;
     const route = formatRoute({ key: to, session });
-    const batch = this.waiting.get(route) ?? { to, session, entries: [] };
+    let batch = this.waiting.get(route);
+    if (batch === undefined) {
+      batch = { to, session, entries: [], due: receiptDue(Date.now(), this.sent.get(route), this.delayMs, this.intervalMs) };
+      this.waiting.set(route, batch);
+    }
     batch.entries.push(entry);
-    this.waiting.set(route, batch);
     this.count++;
     this.bound();
     this.schedule();
   }
 
+  private get delayMs(): number {
+    return this.options.delayMs ?? RECEIPT_DELAY_MS;
+  }
+
+  private get intervalMs(): number {
+    return this.options.intervalMs ?? RECEIPT_INTERVAL_MS;
+  }
+
+  /** Sets the timer for the earliest due batch, unless a run is under way (it schedules when done). */
   private schedule(): void {
-    if (this.timer !== undefined) return;
-    this.timer = setTimeout(() => void this.flush(), this.options.delayMs ?? RECEIPT_DELAY_MS);
+    if (this.flushing !== undefined || this.waiting.size === 0) return;
+    let due = Number.POSITIVE_INFINITY;
+    for (const batch of this.waiting.values()) due = Math.min(due, batch.due);
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => void this.run(Date.now()), Math.max(0, due - Date.now()));
     this.timer.unref();
   }
 
@@ -126,30 +166,41 @@ export class ReceiptSender {
     }
   }
 
-  private async send(): Promise<void> {
-    if (this.waiting.size === 0) return;
+  private async send(until: number): Promise<void> {
+    const due = [...this.waiting.entries()].filter(([, batch]) => batch.due <= until);
+    if (due.length === 0) return;
     const { table } = await this.options.trust().catch(() => ({ table: undefined }));
-    const batches = [...this.waiting.entries()];
-    this.waiting.clear();
-    this.count = 0;
-    for (const [route, batch] of batches) {
+    for (const [route] of due) this.waiting.delete(route);
+    for (const [route, batch] of due) {
+      this.count -= batch.entries.length;
       if (table?.clear.has(batch.to) === true) continue;
       for (let i = 0; i < batch.entries.length; i += MAX_RECEIPT_ENTRIES) {
         const entries = batch.entries.slice(i, i + MAX_RECEIPT_ENTRIES);
         if (!(await this.offer(route, batch, entries))) {
-          // Kept for the next batch: in front of anything noted since.
+          // Kept for another try after the delay, in front of anything noted since.
           const later = this.waiting.get(route);
-          this.waiting.set(route, { ...batch, entries: [...batch.entries.slice(i), ...(later?.entries ?? [])] });
+          this.waiting.set(route, { ...batch, entries: [...batch.entries.slice(i), ...(later?.entries ?? [])], due: Date.now() + this.delayMs });
           this.count += batch.entries.length - i;
           break;
         }
+        this.remember(route, Date.now());
       }
     }
     this.bound();
   }
 
+  /** Notes when `route` was last sent a receipt; the oldest route is forgotten beyond SENT_ROUTES_LIMIT. */
+  private remember(route: string, at: number): void {
+    this.sent.delete(route);
+    this.sent.set(route, at);
+    // Entries noted while this one was being offered wait their turn too.
+    const next = this.waiting.get(route);
+    if (next !== undefined) next.due = Math.max(next.due, at + this.intervalMs);
+    if (this.sent.size > SENT_ROUTES_LIMIT) this.sent.delete(this.sent.keys().next().value!);
+  }
+
   /** Signs one receipt and offers it to the connected relays in turn; true once one accepted it. */
-  private async offer(route: string, batch: { to: string; session: string }, entries: ReceiptEntry[]): Promise<boolean> {
+  private async offer(route: string, batch: Batch, entries: ReceiptEntry[]): Promise<boolean> {
     let wire: WireEnvelope;
     try {
       wire = wireOf(signEnvelope(this.options.identity.signingKey, { to: batch.to, to_session: batch.session, kind: RECEIPT_KIND, text: receiptText(entries) }));

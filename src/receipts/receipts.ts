@@ -55,3 +55,14 @@ export function parseReceiptText(text: string): ReceiptEntry[] {
 export function remoteRank(state: RemoteState): number {
   return REMOTE_STATES.indexOf(state);
 }
+
+/**
+ * When a receipt to a route is due (pure; agent/receipts.ts keeps the times): `delayMs`
+ * after the first entry waiting for it, and no sooner than `intervalMs` after the last
+ * receipt sent to that route. A quiet route hears within `delayMs`; a busy one gets one
+ * receipt per interval, however many messages it carries.
+ */
+export function receiptDue(firstNotedAt: number, lastSentAt: number | undefined, delayMs: number, intervalMs: number): number {
+  const soonest = firstNotedAt + delayMs;
+  return lastSentAt === undefined ? soonest : Math.max(soonest, lastSentAt + intervalMs);
+}
