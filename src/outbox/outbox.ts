@@ -14,6 +14,8 @@ import type { JournalFormat } from '../store/journal.js';
 
 export const OUTBOX_RETENTION_MS = 48 * 60 * 60 * 1000;
 
+/** How long a receiver's report may wait for a send's commit to share (the receipt itself waited seconds). */
+const REMOTE_LINGER_MS = 1_000;
 const stateEntry = z.object({ state: z.enum(['pending', 'bus_accepted', 'delivery_failed', 'canceled']), at: z.number().int(), reason: z.string().optional() });
 export type OutboundState = z.infer<typeof stateEntry>['state'];
 
@@ -250,11 +252,12 @@ export class Outbox {
 
   /**
    * Records states a receipt from `from` reported. Durable when it resolves (the relay is
-   * acknowledged after), but committed lazily: with the next send's commit, or within a
-   * few milliseconds, so receipts do not add a commit each to a busy sender.
+   * acknowledged after), but committed lazily: with the next send's commit, or within
+   * REMOTE_LINGER_MS, so a receipt neither adds a commit to a busy sender nor makes the
+   * send behind it wait for one.
    */
   async recordRemote(from: string, entries: readonly ReceiptEntry[]): Promise<RemoteResult> {
-    return (await this.journal.submitLazily({ op: 'remote', at: Date.now(), from, entries: [...entries] })) as RemoteResult;
+    return (await this.journal.submitLazily({ op: 'remote', at: Date.now(), from, entries: [...entries] }, REMOTE_LINGER_MS)) as RemoteResult;
   }
 
   /** Takes a pending message out of the send loop for good; durable when it resolves. */

@@ -34,6 +34,8 @@ export interface JournalStoreOptions {
 
 interface Job<Op, Result> {
   op: Op;
+  /** Lazy (submitLazily): when it must be committed even alone (Date.now() clock); undefined for an op a caller waits on. */
+  due?: number;
   resolve: (result: Result) => void;
   reject: (error: unknown) => void;
 }
@@ -43,6 +45,8 @@ export class JournalStore<State, Op, Result, Data> {
   private queue: Job<Op, Result>[] = [];
   private flushing = false;
   private lingerTimer: NodeJS.Timeout | undefined;
+  /** When the linger timer fires (Date.now() clock). */
+  private lingerDue = 0;
   private serial: Promise<unknown> = Promise.resolve();
   /** The journal kept open between commits (opening it each time costs more than the write). */
   private journal: { fd: number; ino: number } | undefined;
@@ -76,20 +80,31 @@ export class JournalStore<State, Op, Result, Data> {
   }
 
   /**
-   * Commits an op that nobody waits on, within `LINGER_MS` or with the next commit,
+   * Commits an op that nobody waits on, within `lingerMs` or with the next commit,
    * whichever comes first: records of facts already true elsewhere (a relay accepted a
-   * message) share a commit instead of each costing one. Resolves when durable.
+   * message, a receiver reported one) share a commit instead of each costing one, and do
+   * not hold up the commit a caller waits on. Resolves when durable.
    */
-  submitLazily(op: Op): Promise<Result> {
+  submitLazily(op: Op, lingerMs = LINGER_MS): Promise<Result> {
     if (this.options.readOnly) return Promise.reject(new InterlinkError('storage', `${this.path} is open read-only`));
     return new Promise((resolve, reject) => {
-      this.queue.push({ op, resolve, reject });
-      if (this.flushing || this.lingerTimer !== undefined) return;
-      this.lingerTimer = setTimeout(() => {
-        this.lingerTimer = undefined;
-        if (!this.flushing) void this.drain();
-      }, LINGER_MS);
+      this.queue.push({ op, due: Date.now() + lingerMs, resolve, reject });
+      // While a commit runs, the drain arms the timer after it, if no waited-on op came.
+      if (!this.flushing) this.linger();
     });
+  }
+
+  /** Arms the timer for the earliest due lazy op waiting (only lazy ops wait, or the drain would take them). */
+  private linger(): void {
+    let due = Number.POSITIVE_INFINITY;
+    for (const job of this.queue) if (job.due !== undefined && job.due < due) due = job.due;
+    if (due === Number.POSITIVE_INFINITY || (this.lingerTimer !== undefined && this.lingerDue <= due)) return;
+    clearTimeout(this.lingerTimer);
+    this.lingerDue = due;
+    this.lingerTimer = setTimeout(() => {
+      this.lingerTimer = undefined;
+      if (!this.flushing) void this.drain(true);
+    }, Math.max(0, due - Date.now()));
   }
 
   /** Runs `fn` on the current state (brought up to date with the files first). */
@@ -105,10 +120,16 @@ export class JournalStore<State, Op, Result, Data> {
     return this.loaded.state;
   }
 
-  private async drain(): Promise<void> {
+  /**
+   * Commits what waits, batch after batch, while a waited-on op is among it (or once, for
+   * everything, when a lazy op fell due). Lazy ops left alone wait for their time.
+   */
+  private async drain(lingerOver = false): Promise<void> {
     this.flushing = true;
+    let all = lingerOver;
     try {
-      while (this.queue.length > 0) {
+      while (this.queue.length > 0 && (all || this.queue.some((job) => job.due === undefined))) {
+        all = false;
         const batch = this.queue;
         this.queue = [];
         await this.exclusive(() => this.commit(batch)).catch((err: unknown) => {
@@ -117,6 +138,7 @@ export class JournalStore<State, Op, Result, Data> {
       }
     } finally {
       this.flushing = false;
+      if (this.queue.length > 0) this.linger();
     }
   }
 
@@ -211,8 +233,11 @@ export class JournalStore<State, Op, Result, Data> {
   /** Waits for queued commits, then lets go of the journal. The store can still be read. */
   async close(): Promise<void> {
     this.cancelLinger();
-    if (this.queue.length > 0 && !this.flushing) void this.drain();
-    while (this.flushing) await this.exclusive(async () => undefined);
+    while (this.queue.length > 0 || this.flushing) {
+      if (!this.flushing) void this.drain(true);
+      await this.exclusive(async () => undefined);
+    }
+    this.cancelLinger();
     await this.exclusive(async () => this.closeJournal());
     if (!this.options.readOnly) await letGoOfKept(this.path);
   }

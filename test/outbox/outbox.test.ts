@@ -44,6 +44,35 @@ describe('outbox', () => {
     ]);
   });
 
+  it('commits a receiver\'s report with the next send, or alone once its linger (1 s) is over, not sooner', async () => {
+    const outbox = await Outbox.open(path);
+    const first = message(alice, bob, { text: 'one' });
+    await outbox.add(first, route);
+    const reportedAt = Date.now();
+    let durable = false;
+    const report = outbox.recordRemote(bob.key, [{ msg_id: first.msg_id, state: 'receiver_stored', at: 1 }]).then((r) => {
+      durable = true;
+      return r;
+    });
+    // A tenth of a second later it still waits for company (an accepted-by-relay record would have gone alone by now).
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    if (Date.now() - reportedAt < 900) expect(durable).toBe(false);
+    await outbox.add(message(alice, bob, { text: 'two' }), route);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(durable).toBe(true);
+    expect(await report).toEqual({ applied: 1, ignored: 0 });
+
+    // With no send to ride along, a report still commits.
+    const alone = outbox.recordRemote(bob.key, [{ msg_id: first.msg_id, state: 'receiver_acknowledged', at: 2 }]);
+    expect(await within(alone, 5_000)).toEqual({ applied: 1, ignored: 0 });
+    // And one left waiting at close is committed by it.
+    const atClose = outbox.recordRemote(bob.key, [{ msg_id: first.msg_id, state: 'receiver_refused', at: 3, code: 'stale' }]);
+    await outbox.close();
+    expect(await atClose).toEqual({ applied: 1, ignored: 0 });
+    const reopened = await Outbox.open(path, { readOnly: true });
+    expect((await reopened.get(first.msg_id))?.remote?.map((r) => r.state)).toEqual(['receiver_stored', 'receiver_acknowledged', 'receiver_refused']);
+  });
+
   it('answers a repeated idempotency key with the original record, and a different intent with a conflict', async () => {
     const outbox = await Outbox.open(path);
     const fields = { to: bob.key, session: 'b1', text: 'deploy?' };
