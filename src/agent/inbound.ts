@@ -30,6 +30,7 @@ import type { ClaimOutcome } from '../replay/rules.js';
 import type { Rejection } from './rejected.js';
 import { type Turn, Turns } from './turns.js';
 import { messageOf } from '../errors.js';
+import { crashPoint } from '../store/crash-point.js';
 
 const SEEN_LIMIT = 4096;
 const RECORDS_PER_SECOND = 10;
@@ -162,6 +163,7 @@ export class Inbound {
         // forgets it; never mail, never a notice, never receipted.
         turn.done();
         await this.deps.receipt?.(envelope);
+        crashPoint('inbound.receipt.after_commit');
         relay.ack(delivery.route, [delivery.id]);
         return;
       }
@@ -177,6 +179,7 @@ export class Inbound {
         relay.ack(delivery.route, [delivery.id]);
         return;
       }
+      crashPoint('inbound.after_gate');
       await turn.ready;
       const storing = this.deps.mailbox.store(envelope, verdict.petname !== undefined ? { peer: verdict.petname } : {});
       turn.done();
@@ -184,6 +187,7 @@ export class Inbound {
       if (stored.outcome === 'full') throw new Error(`mailbox full (${stored.reason})`);
       this.remember(envelope);
       relay.ack(delivery.route, [delivery.id]);
+      crashPoint('inbound.after_ack');
       if (stored.outcome === 'stored') {
         this.deps.onStored?.(stored.record);
         this.deps.reports?.stored(envelope);

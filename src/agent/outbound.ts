@@ -12,6 +12,7 @@ import type { Outbox, OutboxRecord } from '../outbox/outbox.js';
 import type { RelayClient } from '../relay/client.js';
 import { SingleFlight } from '../single-flight.js';
 import { messageOf, type RefusalCode } from '../errors.js';
+import { crashPoint } from '../store/crash-point.js';
 
 /** While a message waits for a relay to accept it, it is offered again this often. */
 const RETRY_MS = 1_000;
@@ -79,6 +80,7 @@ export class Outbound {
     try {
       const outcome = await relay.send(record.route, this.wire(record.envelope));
       if (outcome.accepted) {
+        crashPoint('outbound.after_relay_accept');
         this.refused.delete(record.envelope.msg_id);
         await this.outbox.markAccepted(record.envelope.msg_id, relay.url);
       }

@@ -25,6 +25,7 @@ import type { PeerTable } from '../peers/peers.js';
 import { MAX_RECEIPT_ENTRIES, RECEIPT_KIND, receiptDue, receiptText, type ReceiptEntry } from '../receipts/receipts.js';
 import type { RelayClient } from '../relay/client.js';
 import { messageOf } from '../errors.js';
+import { crashPoint } from '../store/crash-point.js';
 
 /** How long a receipt waits for others to the same route: a quiet route's sender learns a state within about a second. */
 export const RECEIPT_DELAY_MS = 1_000;
@@ -211,7 +212,10 @@ export class ReceiptSender {
     for (const relay of this.options.relays) {
       if (!relay.connected) continue;
       const outcome = await relay.send(route, wire).catch(() => undefined);
-      if (outcome?.accepted === true) return true;
+      if (outcome?.accepted === true) {
+        crashPoint('receipts.after_send');
+        return true;
+      }
     }
     return false;
   }

@@ -19,6 +19,7 @@ import { SingleFlight } from '../single-flight.js';
 import { holdFileLock } from '../store/lock.js';
 import { renderNotice, type Notice } from './notice.js';
 import { decideNotice } from './schedule.js';
+import { crashPoint } from '../store/crash-point.js';
 
 /** Where notices go: the Claude inbox, a Claude channel, or `codex queue`. */
 export interface NoticeSink {
@@ -104,6 +105,7 @@ export class Notifier {
     if (decision.action !== 'reserve') return decision.until === undefined ? undefined : decision.until - now;
     const id = `n-${randomBytes(8).toString('hex')}`;
     await mailbox.reserveNotice(id, decision.attempt, decision.covered);
+    crashPoint('notices.after_reserve');
     const senderKeys = [...new Set(decision.covered.map((receipt) => receipt.sender))];
     const senders = await Promise.all(senderKeys.map((key) => this.options.senderName(key)));
     const notice: Notice = { notification_id: id, session, count: decision.covered.length, senders, at: now, mailbox: { identity: this.options.identity, session } };
@@ -114,6 +116,7 @@ export class Notifier {
       log.warn('notice_failed', { sink: sink.name, session, notification_id: id, error: messageOf(err) });
       outcome = 'delivery_failed';
     }
+    crashPoint('notices.after_deliver');
     await mailbox.recordNoticeOutcome(id, outcome);
     return RECONCILE_MS;
   }

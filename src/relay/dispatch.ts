@@ -23,6 +23,7 @@ import { RosterReplies } from './roster-replies.js';
 import type { RelayStorage } from './storage.js';
 import type { RelayKey } from './relay-key.js';
 import { messageOf } from '../errors.js';
+import { crashPoint } from '../store/crash-point.js';
 
 /** Unacknowledged deliveries per connection and route. */
 export const DEFAULT_DELIVERY_WINDOW = 256;
@@ -267,6 +268,7 @@ export class Dispatcher {
       sub.cursor = message.id;
       sub.inFlight.add(message.id);
       conn.sendText(deliverText(sub.route, message.id, message.payload));
+      crashPoint('relay.after_deliver');
       this.settings.metrics?.delivered();
     }
   }
