@@ -11,8 +11,9 @@
  * A busy pair costs the relay and the sender one receipt every few seconds, however many
  * messages it carries. Receipts are kept in memory only: they report states that are
  * already durable here, so one lost in a crash leaves the sender with an older state, never
- * a false one. A receipt no relay took is offered again with the next batch, and at most
- * MAX_WAITING entries wait; beyond that the oldest are dropped, and the log says so.
+ * a false one. A receipt no relay took is offered again after the delay, ahead of entries
+ * noted since, and at most MAX_WAITING entries wait; beyond that the oldest are dropped,
+ * and the log says so.
  * Peers marked `clear` (the Rust Interlink) get none: they cannot read them.
  */
 import { replyToSession, signEnvelope, wireOf, type Envelope, type WireEnvelope } from '../envelope/envelope.js';
