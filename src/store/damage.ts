@@ -86,7 +86,7 @@ export function schemaProblem(text: string, data: unknown, error: z.ZodError): s
   const issue = error.issues[0];
   if (issue === undefined) return 'it does not match its expected form';
   const top = issue.path[0];
-  const keyAt = typeof top === 'string' ? text.search(new RegExp(`${escapeRegExp(JSON.stringify(top))}\\s*:`)) : -1;
+  const keyAt = typeof top === 'string' ? memberAt(text, top) : -1;
   const line = keyAt >= 0 ? `line ${lineAt(text, keyAt)}: ` : '';
   const where = issue.path.length === 0 ? 'the whole file' : JSON.stringify(issue.path.map(String).join('.'));
   if (issue.code === 'invalid_type' && issue.message.startsWith('Invalid input')) {
@@ -97,6 +97,17 @@ export function schemaProblem(text: string, data: unknown, error: z.ZodError): s
   return named ? `${line}${issue.message}` : `${line}${where}: ${issue.message}`;
 }
 
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+/**
+ * Where `"<key>"` first appears as a member name (followed by white space and a colon),
+ * or -1. A plain search, not a regular expression built from the key: a damaged file's
+ * key may be any length, and a 300,000-character one made the pattern too large to compile.
+ */
+function memberAt(text: string, key: string): number {
+  const quoted = JSON.stringify(key);
+  for (let at = text.indexOf(quoted); at >= 0; at = text.indexOf(quoted, at + 1)) {
+    let next = at + quoted.length;
+    while (next < text.length && /\s/.test(text[next]!)) next++;
+    if (text[next] === ':') return at;
+  }
+  return -1;
 }

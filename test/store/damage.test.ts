@@ -39,6 +39,14 @@ describe('the problem, located', () => {
     expect(problemOf(text)).toBe(problem);
   });
 
+  it('locates a member whose name is 300,000 characters long (no pattern is built from it), and one written with spaces before its colon', () => {
+    const long = 'x'.repeat(300_000);
+    expect(problemOf(`{\n  "bob": {"key": "${key}"},\n  "${long}": 1\n}`).slice(0, 8)).toBe('line 3: ');
+    expect(problemOf(`{\n  "bob" \n\t: 7\n}`)).toMatch(/^line 2: /);
+    // The name as a value (line 2) is not the member (line 3).
+    expect(problemOf(`{\n  "a": {"key": "bob"},\n  "bob": 7\n}`)).toMatch(/^line 3: /);
+  });
+
   it('reads the position from newer Node messages too', () => {
     expect(jsonProblem('{\n  x', new SyntaxError("Expected property name or '}' in JSON at position 4 (line 2 column 3)"))).toBe(
       "line 2: not valid JSON (expected property name or '}')",
