@@ -3,7 +3,7 @@
  * state wherever it is, and the conversation with one peer in both directions. Reads
  * only, except `history` with `consume`, which acknowledges exactly what it returns.
  */
-import type { Envelope, Status } from '../envelope/envelope.js';
+import { replyToSession, type Envelope, type Status } from '../envelope/envelope.js';
 import { receiptOf, type Receipt } from '../envelope/receipt.js';
 import { InterlinkError } from '../errors.js';
 import type { StoredRecord } from '../mailbox/format.js';
@@ -42,7 +42,9 @@ export function inboxMessage(record: StoredRecord): InboxMessage {
     text: e.text,
     ts: e.ts,
     ...taskFields(e),
-    ...(e.reply_to !== undefined && { reply_to: e.reply_to }),
+    // A version 2 reply_to is an unsigned hint: one naming a key other than the sender's is
+    // treated as absent (docs/PROTOCOL.md "Fields"), so it is not shown as the way to answer.
+    ...(replyToSession(e) !== undefined && { reply_to: e.reply_to }),
     receipt: receiptOf(e),
   };
 }
