@@ -169,9 +169,22 @@ export function errnoCode(err: unknown): string | undefined {
   return undefined;
 }
 
-/** Any failure of the disk under a store becomes a `storage` error naming the file. */
+/**
+ * Any failure of the disk under a store becomes a `storage` error naming the file and the
+ * cause: the errno code with the system's words for it (`EROFS: read-only file system`),
+ * which Node puts first in a system error's message.
+ */
 export function asStorageError(err: unknown, path: string): InterlinkError {
   if (err instanceof InterlinkError) return err;
-  const reason = errnoCode(err) ?? messageOf(err);
-  return new InterlinkError('storage', `cannot use ${path} (${reason})`, undefined, { cause: err });
+  return new InterlinkError('storage', `cannot use ${path} (${storageReason(err)})`, undefined, { cause: err });
+}
+
+/** `EROFS: read-only file system` from Node's `EROFS: read-only file system, open '<path>'`; else the code, else the message. */
+function storageReason(err: unknown): string {
+  const code = errnoCode(err);
+  const message = messageOf(err);
+  if (code === undefined) return message;
+  if (!message.startsWith(`${code}: `)) return code;
+  const comma = message.indexOf(',');
+  return comma < 0 ? message : message.slice(0, comma);
 }

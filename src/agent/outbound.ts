@@ -9,7 +9,7 @@
 import { wireOf, type Envelope, type WireEnvelope } from '../envelope/envelope.js';
 import { log } from '../log.js';
 import type { Outbox, OutboxRecord } from '../outbox/outbox.js';
-import type { RelayClient } from '../relay/client.js';
+import type { RelayClient, SendOutcome } from '../relay/client.js';
 import { SingleFlight } from '../single-flight.js';
 import { messageOf, type RefusalCode } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';
@@ -30,6 +30,13 @@ export class Outbound {
   private readonly inFlight = new Set<string>();
   /** msg_id → relays that refused it for good, with the last reason; memory only (a restart offers it again). */
   private readonly refused = new Map<string, { relays: Set<string>; reason: string }>();
+  /**
+   * A pass RETRY_MS after an offer that was not taken. A send offers its message itself,
+   * outside the loop, and the loop may be idle for IDLE_PASS_MS: without this, a message
+   * a relay refused for now (its disk failing, a full queue) or did not answer in time
+   * would wait that long for its next offer.
+   */
+  private retryTimer: NodeJS.Timeout | undefined;
   private readonly loop = new SingleFlight(
     () => this.pass(),
     (err) => log.warn('outbound_pass_failed', { error: messageOf(err) }),
@@ -49,6 +56,7 @@ export class Outbound {
 
   /** No pass starts after this; resolves when the one under way is done. */
   stop(): Promise<void> {
+    clearTimeout(this.retryTimer);
     return this.loop.stop();
   }
 
@@ -78,19 +86,47 @@ export class Outbound {
     if (!relay.connected || this.inFlight.has(key) || record.accepted_by.includes(relay.url)) return;
     this.inFlight.add(key);
     try {
-      const outcome = await relay.send(record.route, this.wire(record.envelope));
+      const outcome = await relay.send(record.route, this.wire(record.envelope), { late: (answer) => void this.answeredLate(relay.url, record, answer) });
       if (outcome.accepted) {
         crashPoint('outbound.after_relay_accept');
         this.refused.delete(record.envelope.msg_id);
         await this.outbox.markAccepted(record.envelope.msg_id, relay.url);
       }
       else if (PERMANENT_REFUSALS.has(outcome.code)) await this.refusedForGood(relay.url, record, `${outcome.code}: ${outcome.message}`);
-      else if (outcome.code !== 'disconnected') log.warn('relay_refused_send', { relay: relay.url, msg_id: record.envelope.msg_id, code: outcome.code, message: outcome.message });
+      else {
+        if (outcome.code !== 'disconnected') log.warn('relay_refused_send', { relay: relay.url, msg_id: record.envelope.msg_id, code: outcome.code, message: outcome.message });
+        this.retrySoon();
+      }
     } catch (err) {
       log.warn('outbound_failed', { relay: relay.url, msg_id: record.envelope.msg_id, error: messageOf(err) });
+      this.retrySoon();
     } finally {
       this.inFlight.delete(key);
     }
+  }
+
+  /**
+   * A relay answered an offer after it had timed out: one that accepted it has the
+   * message, and says so now; without this, a relay slower than the timeout would be
+   * offered every message again and again, and each would read `pending` for ever.
+   */
+  private async answeredLate(url: string, record: OutboxRecord, answer: SendOutcome): Promise<void> {
+    if (!answer.accepted) return;
+    log.info('relay_accepted_late', { relay: url, msg_id: record.envelope.msg_id });
+    try {
+      await this.outbox.markAccepted(record.envelope.msg_id, url);
+    } catch (err) {
+      log.warn('outbound_failed', { relay: url, msg_id: record.envelope.msg_id, error: messageOf(err) });
+    }
+  }
+
+  private retrySoon(): void {
+    if (this.retryTimer !== undefined) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      void this.kick();
+    }, RETRY_MS);
+    this.retryTimer.unref();
   }
 
   private async refusedForGood(url: string, record: OutboxRecord, reason: string): Promise<void> {

@@ -33,6 +33,28 @@ const trimmed = z
   .optional()
   .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
 
+/** The errors a fault point can inject (store/fault-point.ts), each as the kernel reports it. */
+export const FAULT_CODES = ['EIO', 'ENOSPC', 'EROFS'] as const;
+
+/** What INTERLINK_FAULT_AT asks for: `<point>[@<n>][:<code>][*<count>][ while <file>]`. */
+export interface FaultSpec {
+  point: string;
+  /** The passage from which it fails (1: the first). */
+  from: number;
+  code: (typeof FAULT_CODES)[number];
+  /** How many times it fails at most; undefined: no limit. */
+  count: number | undefined;
+  /** It fails only while this file exists; undefined: always. */
+  whileFile: string | undefined;
+}
+
+const FAULT_GRAMMAR = new RegExp(`^([a-z][a-z0-9_.]*)(?:@([1-9][0-9]{0,8}))?(?::(${FAULT_CODES.join('|')}))?(?:\\*([1-9][0-9]{0,8}))?(?: while (\\S.*))?$`);
+
+function faultSpecOf(value: string): FaultSpec {
+  const [, point, from, code, count, whileFile] = FAULT_GRAMMAR.exec(value)!;
+  return { point: point!, from: from === undefined ? 1 : Number(from), code: (code as FaultSpec['code'] | undefined) ?? 'EIO', count: count === undefined ? undefined : Number(count), whileFile };
+}
+
 /** Each variable's schema; the parsed object is what `configFrom` builds `Config` from. */
 const SCHEMA = z.object({
   INTERLINK_CONFIG_DIR: text,
@@ -61,6 +83,7 @@ const SCHEMA = z.object({
   // At most 15 digits: every such number is a safe integer (real pids have 7 at most).
   INTERLINK_HOST_PID: text.pipe(z.string().regex(/^[1-9][0-9]{0,14}$/).transform(Number).optional()),
   INTERLINK_CRASH_AT: text,
+  INTERLINK_FAULT_AT: text.pipe(z.string().regex(FAULT_GRAMMAR, '').transform(faultSpecOf).optional()),
   INTERLINK_BENCH_UNSEALED: text.pipe(z.enum(['0', '1']).optional()),
 });
 
@@ -100,6 +123,11 @@ export const VARIABLES: Readonly<Record<VariableName, VariableDoc>> = {
   INTERLINK_LOG: { meaning: 'what is logged to stderr (JSON lines)', accepts: '`debug`, `info`, `warn`, `error` or `silent` (in any case)', default: '`warn`; `info` for `relay`' },
   INTERLINK_HOST_PID: { meaning: "the Claude process the listener serves (the plugin's hook passes `$PPID`); the listener stops when it is gone", accepts: 'a process id', default: 'none: the listener waits for notices or its renewal' },
   INTERLINK_CRASH_AT: { meaning: 'crash tests only: the named crash point at which the process kills itself', accepts: 'a crash point name, or `<name>@<n>` for its n-th passage', default: 'none: crash points do nothing' },
+  INTERLINK_FAULT_AT: {
+    meaning: 'fault tests only: the named write or sync step that fails with an I/O error instead of doing its I/O (docs/RELIABILITY.md)',
+    accepts: '`<point>[@<n>][:<code>][*<count>][ while <file>]`: the code `EIO` (the default), `ENOSPC` or `EROFS`, from the n-th passage on, at most count times, only while the file exists',
+    default: 'none: fault points do nothing',
+  },
   INTERLINK_BENCH_UNSEALED: {
     meaning: 'benchmark only (`npm run bench` compares with it): `serve` sends clear version 3 envelopes that every relay can read, admits clear ones from every peer, and sends no receipts; it logs a warning. Never for real use',
     accepts: '`1` (on) or `0` (off)',
@@ -169,6 +197,16 @@ export function loadConfig(env: Env): Config {
  */
 export function crashPointTarget(env: Env = process.env): string | undefined {
   return SCHEMA.shape.INTERLINK_CRASH_AT.parse(env.INTERLINK_CRASH_AT);
+}
+
+/**
+ * The fault INTERLINK_FAULT_AT asks for. Read on its own, at module load of
+ * store/fault-point.ts, like the crash point; a value that does not parse is no fault here
+ * (the CLI refuses it at start, as `bad_config`).
+ */
+export function faultPointSpec(env: Env = process.env): FaultSpec | undefined {
+  const parsed = SCHEMA.shape.INTERLINK_FAULT_AT.safeParse(env.INTERLINK_FAULT_AT);
+  return parsed.success ? parsed.data : undefined;
 }
 
 function nonEmpty(value: string | undefined): string | undefined {

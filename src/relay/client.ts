@@ -59,6 +59,9 @@ interface Pending<T> {
   timer: NodeJS.Timeout;
 }
 
+/** Sends whose answer may still come after their timeout, at most this many per connection (the oldest are forgotten). */
+const MAX_LATE = 1024;
+
 const MAX_BACKOFF_MS = 5_000;
 
 /**
@@ -81,6 +84,8 @@ export class RelayClient extends EventEmitter {
   private backoff = 100;
   private nextRef = 0;
   private readonly sends = new Map<string, Pending<SendOutcome>>();
+  /** Sends that timed out on this connection, by ref: a slow relay's answer still counts (send's `late`). */
+  private readonly lateSends = new Map<string, (outcome: SendOutcome) => void>();
   private readonly rosters = new Map<string, Pending<RosterEntry[]>>();
   private readonly authenticated = new Set<string>();
   private reconnectTimer: NodeJS.Timeout | undefined;
@@ -152,16 +157,24 @@ export class RelayClient extends EventEmitter {
     return this.connected && this.options.routes.every((r) => this.authenticated.has(r));
   }
 
-  send(to: string, payload: Record<string, unknown>): Promise<SendOutcome> {
+  /**
+   * Offers `payload` for the route `to`; resolves with the relay's answer, or `timeout`
+   * when none came in time. A relay slower than that may still answer: `late` is told
+   * that answer if it comes on the same connection (the relay stored the message, though
+   * the caller was told it timed out).
+   */
+  send(to: string, payload: Record<string, unknown>, options: { late?: (outcome: SendOutcome) => void } = {}): Promise<SendOutcome> {
     // A sealed envelope leaves only in its wire form (envelope.ts wireOf): its opened body
     // must never reach a relay.
     if (payload.v === 4 && 'text' in payload) throw new Error('a sealed envelope was about to be sent with its opened body; send wireOf(envelope)');
     const ref = this.ref();
-    return this.request(this.sends, ref, { v: PROTOCOL_VERSION, type: 'send', ref, to, payload }, (message) => ({
+    const fail = (message: string): SendOutcome => ({
       accepted: false,
       code: message === 'disconnected' ? 'disconnected' : 'timeout',
       message: `relay ${this.url}: ${message}`,
-    }));
+    });
+    const late = options.late;
+    return this.request(this.sends, ref, { v: PROTOCOL_VERSION, type: 'send', ref, to, payload }, fail, late && (() => this.awaitLate(ref, late)));
   }
 
   ack(route: string, ids: number[]): void {
@@ -197,16 +210,30 @@ export class RelayClient extends EventEmitter {
     return (++this.nextRef).toString(36);
   }
 
-  private request<T>(table: Map<string, Pending<T>>, ref: string, frame: ClientFrame, fail: (message: string) => T): Promise<T> {
+  private request<T>(table: Map<string, Pending<T>>, ref: string, frame: ClientFrame, fail: (message: string) => T, onTimeout?: () => void): Promise<T> {
     return new Promise((resolve) => {
       if (!this.connected) return resolve(fail('disconnected'));
       const timer = setTimeout(() => {
         table.delete(ref);
+        onTimeout?.();
         resolve(fail('timeout'));
       }, this.options.requestTimeoutMs ?? 10_000);
       table.set(ref, { resolve, timer });
       this.write(frame);
     });
+  }
+
+  private awaitLate(ref: string, late: (outcome: SendOutcome) => void): void {
+    this.lateSends.set(ref, late);
+    if (this.lateSends.size > MAX_LATE) this.lateSends.delete(this.lateSends.keys().next().value!);
+  }
+
+  /** A relay's answer to a send that had timed out: passed to its `late`, once. */
+  private answeredLate(ref: string, outcome: SendOutcome): void {
+    const late = this.lateSends.get(ref);
+    if (late === undefined) return;
+    this.lateSends.delete(ref);
+    late(outcome);
   }
 
   private write(frame: ClientFrame): void {
@@ -297,6 +324,8 @@ export class RelayClient extends EventEmitter {
   }
 
   private failAll(message: string): void {
+    // Their answers would have come on the connection that is gone.
+    this.lateSends.clear();
     for (const [ref, pending] of this.sends) {
       clearTimeout(pending.timer);
       pending.resolve({ accepted: false, code: 'disconnected', message: `relay ${this.url}: ${message}` });
@@ -333,11 +362,14 @@ export class RelayClient extends EventEmitter {
         this.emit('authenticated', frame.route);
         return;
       case 'accepted':
-        this.settle(this.sends, frame.ref, { accepted: true, id: frame.id });
+        if (this.sends.has(frame.ref)) this.settle(this.sends, frame.ref, { accepted: true, id: frame.id });
+        else this.answeredLate(frame.ref, { accepted: true, id: frame.id });
         return;
       case 'refused':
         if (frame.ref !== undefined && this.sends.has(frame.ref)) {
           this.settle(this.sends, frame.ref, { accepted: false, code: frame.code, message: frame.message });
+        } else if (frame.ref !== undefined && this.lateSends.has(frame.ref)) {
+          this.answeredLate(frame.ref, { accepted: false, code: frame.code, message: frame.message });
         } else if (frame.ref !== undefined && this.rosters.has(frame.ref)) {
           // A busy relay refuses a roster `rate_limited`: this relay's roster is empty for now, as on a timeout.
           log.info('relay_roster_refused', { relay: this.url, code: frame.code, message: frame.message });

@@ -9,6 +9,7 @@ import { writeSync } from 'node:fs';
 import { link, mkdir, open, rename, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { errnoCode } from '../errors.js';
+import { faultPoint } from './fault-point.js';
 import { makePrivateDir, PRIVATE_FILE } from './private.js';
 
 export interface WriteOptions {
@@ -38,7 +39,9 @@ async function writeSyncedTemp(path: string, data: string | Uint8Array, options:
   const handle = await open(temp, 'wx', options.mode ?? PRIVATE_FILE);
   try {
     await handle.chmod(options.mode ?? PRIVATE_FILE);
+    faultPoint('atomic.write', 'write');
     await handle.writeFile(data);
+    faultPoint('atomic.sync', 'fsync');
     await handle.sync();
   } catch (err) {
     await handle.close();

@@ -30,6 +30,7 @@ import { errnoCode, InterlinkError } from '../errors.js';
 import { describeSchemaError, parseJsonWith } from '../json.js';
 import { writeFileAtomic, writeFully } from './atomic.js';
 import { crashPoint } from './crash-point.js';
+import { faultPoint } from './fault-point.js';
 import { NO_FOLLOW, readPrivateFile } from './private.js';
 import { moveAside, type Recovery } from './json-store.js';
 import { headerLine, headerSchema, journalFormatName, journalHeaderSchema, LINE_CHECK, NEWLINE, parseLines, type ParsedLines } from './journal-lines.js';
@@ -286,10 +287,12 @@ export function openJournal(path: string): { fd: number; ino: number } {
  */
 export async function appendLines(fd: number, cursor: Cursor, lines: string, crashLabel: string): Promise<Cursor> {
   const buffer = Buffer.from(lines, 'utf8');
+  faultPoint(`${crashLabel}.append.write`, 'write');
   writeFully(fd, buffer, cursor.offset);
   const end = cursor.offset + buffer.length;
   if (fstatSync(fd).size > end) ftruncateSync(fd, end);
   crashPoint(`${crashLabel}.append.before_sync`);
+  faultPoint(`${crashLabel}.append.sync`, 'fdatasync');
   await datasync(fd);
   return { ...cursor, offset: end };
 }

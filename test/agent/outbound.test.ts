@@ -99,6 +99,31 @@ describe('outbound loop', () => {
     expect([sentIds(a).length, sentIds(b).length]).toEqual([2, 2]);
   });
 
+  it('offers a message a send offered itself again within a second when the relay refused it for now, though the loop was idle', async () => {
+    const a = new FakeRelayClient('ws://a');
+    const loop = outboundVia(a);
+    loop.start();
+    await loop.kick();
+    // What a send does: its own offer, outside the loop, whose next pass is 30 s away.
+    a.answer('storage', 'timeout');
+    const m = await queued();
+    loop.offer(m);
+    await eventually(async () => (outboundState(await record(m.envelope.msg_id)) === 'bus_accepted' ? true : undefined), 5_000, 'accepted at the third offer');
+    expect(sentIds(a)).toEqual(Array(3).fill(m.envelope.msg_id));
+  });
+
+  it('records a message the relay accepted after the offer timed out as accepted, and offers it no more', async () => {
+    const a = new FakeRelayClient('ws://a');
+    a.answer('accept_late');
+    const loop = outboundVia(a);
+    const m = await queued();
+    await loop.kick();
+    await eventually(async () => (outboundState(await record(m.envelope.msg_id)) === 'bus_accepted' ? true : undefined), 5_000, 'the late acceptance recorded');
+    expect((await record(m.envelope.msg_id)).accepted_by).toEqual(['ws://a']);
+    await loop.kick();
+    expect(sentIds(a)).toEqual([m.envelope.msg_id]);
+  });
+
   it('sends nothing after stop, neither on a kick nor on a reconnect', async () => {
     const a = new FakeRelayClient('ws://a');
     const loop = outboundVia(a);

@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { pinnedSession, serverSession } from '../../src/agent/session.js';
-import { crashPointTarget, DEFAULT_LOCAL_RELAY, loadConfig, VARIABLES, type VariableName } from '../../src/config/env.js';
+import { crashPointTarget, DEFAULT_LOCAL_RELAY, faultPointSpec, loadConfig, VARIABLES, type VariableName } from '../../src/config/env.js';
 import { InterlinkError } from '../../src/errors.js';
 import { expectOneLine, expectSuccess, runCli, userEnv } from '../helpers/cli.js';
 
@@ -139,6 +139,9 @@ describe('loadConfig', () => {
       ['INTERLINK_SESSION', '../elsewhere'],
       ['INTERLINK_SESSION', 'a/b'],
       ['INTERLINK_SESSION', ' padded'],
+      ['INTERLINK_FAULT_AT', 'mailbox.append.sync:EWHAT'],
+      ['INTERLINK_FAULT_AT', 'mailbox.append.sync*0'],
+      ['INTERLINK_FAULT_AT', 'Mailbox.append.sync'],
     ];
     for (const [name, value] of cases) {
       const err = refusal({ [name]: value });
@@ -147,6 +150,15 @@ describe('loadConfig', () => {
       expect(err.message).toContain(`it takes ${VARIABLES[name].accepts.replaceAll('`', '')}`);
       expect(err.message).not.toContain('\n');
     }
+  });
+
+  it('reads INTERLINK_FAULT_AT into the fault it asks for; one it cannot read is no fault outside the CLI', () => {
+    expect(faultPointSpec({})).toBeUndefined();
+    expect(faultPointSpec({ INTERLINK_FAULT_AT: '' })).toBeUndefined();
+    expect(faultPointSpec({ INTERLINK_FAULT_AT: 'outbox.append.write' })).toEqual({ point: 'outbox.append.write', from: 1, code: 'EIO', count: undefined, whileFile: undefined });
+    expect(faultPointSpec({ INTERLINK_FAULT_AT: 'relay.append.sync@3:ENOSPC*2 while /tmp/a b' })).toEqual({ point: 'relay.append.sync', from: 3, code: 'ENOSPC', count: 2, whileFile: '/tmp/a b' });
+    expect(faultPointSpec({ INTERLINK_FAULT_AT: 'atomic.write:EROFS' })).toMatchObject({ point: 'atomic.write', code: 'EROFS' });
+    expect(faultPointSpec({ INTERLINK_FAULT_AT: 'atomic.write:EWHAT' })).toBeUndefined();
   });
 
   it('says why a session id is refused', () => {

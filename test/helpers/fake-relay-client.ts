@@ -15,7 +15,7 @@ export class FakeRelayClient extends EventEmitter {
   connected: boolean;
   readonly sent: { route: string; envelope: Envelope }[] = [];
   readonly acks: { route: string; id: number }[] = [];
-  private readonly script: (Refusal | 'accept')[] = [];
+  private readonly script: (Refusal | 'accept' | 'accept_late')[] = [];
   private nextId = 1;
 
   constructor(
@@ -31,16 +31,24 @@ export class FakeRelayClient extends EventEmitter {
     return this as unknown as RelayClient;
   }
 
-  /** The next sends get these answers, in order; after them every send is accepted. */
-  answer(...outcomes: (Refusal | 'accept')[]): void {
+  /**
+   * The next sends get these answers, in order; after them every send is accepted.
+   * `accept_late`: a timeout, then the acceptance, to the send's `late`.
+   */
+  answer(...outcomes: (Refusal | 'accept' | 'accept_late')[]): void {
     this.script.push(...outcomes);
   }
 
-  async send(route: string, envelope: Envelope): Promise<SendOutcome> {
+  async send(route: string, envelope: Envelope, options: { late?: (outcome: SendOutcome) => void } = {}): Promise<SendOutcome> {
     if (!this.connected) return { accepted: false, code: 'disconnected', message: 'not connected' };
     this.sent.push({ route, envelope });
     const next = this.script.shift() ?? 'accept';
     if (next === 'accept') return { accepted: true, id: this.nextId++ };
+    if (next === 'accept_late') {
+      const id = this.nextId++;
+      setTimeout(() => options.late?.({ accepted: true, id }), 10);
+      return { accepted: false, code: 'timeout', message: 'no answer in time' };
+    }
     return { accepted: false, code: next, message: `refused: ${next}` };
   }
 

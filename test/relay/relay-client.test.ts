@@ -2,8 +2,10 @@
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { RelayClient } from '../../src/relay/client.js';
+import { RelayClient, type SendOutcome } from '../../src/relay/client.js';
+import { PROTOCOL_VERSION } from '../../src/relay/frames.js';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
+import { eventually } from '../helpers/mcp.js';
 import { greet } from '../helpers/relay-greeting.js';
 
 const servers: WebSocketServer[] = [];
@@ -32,7 +34,49 @@ async function silentRelay(): Promise<{ url: string; connections: WebSocket[] }>
   return { url: `ws://127.0.0.1:${port}`, connections };
 }
 
+/** Greets, then answers each send `accepted` after `delayMs` (twice, the second a stray repeat). */
+async function slowRelay(delayMs: number): Promise<{ url: string }> {
+  const server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+  servers.push(server);
+  await once(server, 'listening');
+  server.on('connection', (socket) => {
+    socket.on('error', () => undefined);
+    greet(socket);
+    let id = 0;
+    socket.on('message', (data) => {
+      const frame = JSON.parse(data.toString()) as { type: string; ref?: string };
+      if (frame.type !== 'send') return;
+      const answer = JSON.stringify({ v: PROTOCOL_VERSION, type: 'accepted', ref: frame.ref, id: ++id });
+      setTimeout(() => {
+        socket.send(answer);
+        socket.send(answer);
+      }, delayMs);
+    });
+  });
+  const address = server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : 0;
+  return { url: `ws://127.0.0.1:${port}` };
+}
+
 describe('relay client', () => {
+  it("times a send out, and passes the relay's answer that came after to `late`, once", async () => {
+    const relay = await slowRelay(300);
+    const client = new RelayClient({ url: relay.url, key: generateSigningKey(), routes: [], requestTimeoutMs: 100 });
+    clients.push(client);
+    client.start();
+    await once(client, 'connected');
+    const first: SendOutcome[] = [];
+    const outcome = await client.send('k#s', { v: 3 }, { late: (answer) => first.push(answer) });
+    expect(outcome).toMatchObject({ accepted: false, code: 'timeout' });
+    // The second send's answers come after the first's, on the same connection.
+    const second: SendOutcome[] = [];
+    await client.send('k#s', { v: 3 }, { late: (answer) => second.push(answer) });
+    await eventually(async () => (second.length > 0 ? true : undefined), 5_000, 'the late answer to the second send');
+    expect(first).toEqual([{ accepted: true, id: 1 }]);
+    expect(second).toEqual([{ accepted: true, id: 2 }]);
+  });
+
+
   it('replaces a connection that has gone silent', async () => {
     const relay = await silentRelay();
     const client = new RelayClient({ url: relay.url, key: generateSigningKey(), routes: [], silenceMs: 300 });
