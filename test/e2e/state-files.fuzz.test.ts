@@ -11,13 +11,14 @@
  * Every case must end in a result or a typed InterlinkError — no TypeError, no RangeError,
  * no hang — and nothing may be written outside the copy of the roots the case works in.
  *
- * 60 cases per file in `npm test`; 10,000 per file in `npm run fuzz` (see RUNS).
+ * Writers: 60 cases per file in `npm test`, 10,000 per file in `npm run fuzz` (RUNS).
+ * Read-only views: 300 per file in `npm test`, 100,000 per file in `npm run fuzz` (VIEW_RUNS).
  */
 import fc from 'fast-check';
 import { mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative, sep } from 'node:path';
+import { basename, dirname, join, relative, sep } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signEnvelope } from '../../src/envelope/envelope.js';
 import { InterlinkError } from '../../src/errors.js';
@@ -36,8 +37,12 @@ import { loadOrCreateRelayKey } from '../../src/relay/relay-key.js';
 import { DEFAULT_QUEUE_LIMITS } from '../../src/relay/queues.js';
 import { RelayStorage } from '../../src/relay/storage.js';
 import { ReplayIndex } from '../../src/replay/claims.js';
+import { pairingFileSchema } from '../../src/pairing/rules.js';
+import { relayQueueFormat } from '../../src/relay/queues.js';
+import { loadJournaled } from '../../src/store/journal.js';
+import { peekJson } from '../../src/store/json-store.js';
 import { newIdentity } from '../helpers/fixtures.js';
-import { fuzzLabel, fuzzParameters, fuzzShare, hostileBytes } from '../helpers/fuzz.js';
+import { fuzzLabel, fuzzParameters, fuzzRuns, fuzzShare, hostileBytes } from '../helpers/fuzz.js';
 import { eventually, pair, startPeer, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
 import { startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
@@ -47,6 +52,8 @@ import { startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
  * `npm run fuzz` gives each file a tenth of FUZZ_RUNS: 10,000 of 100,000.
  */
 const RUNS = fuzzShare(60, 10);
+/** A read-only view's case is one write and one read: FUZZ_RUNS of them per file (default 300). */
+const VIEW_RUNS = fuzzRuns(300);
 /** A case that takes longer than this is a hang: the slowest real one (a 300 KB file) takes a few ms. */
 const CASE_DEADLINE_MS = 10_000;
 const LONG_AGO = new Date('2026-01-01T00:00:00Z');
@@ -193,6 +200,55 @@ const owners: [RegExp, string, Owner][] = [
   }],
 ];
 
+/**
+ * The read-only views of the same files: what `status`, `inbox`, `peers list` and the
+ * tools that only read use. Each must leave the file byte for byte where it is (a view
+ * never repairs: the next writer does). A case costs one write and one read, so these run
+ * FUZZ_RUNS cases per file (100,000 in `npm run fuzz`).
+ */
+const readers: [RegExp, string, Owner][] = [
+  [/^state\/mailbox\//, 'mailbox view', async ({ state }) => {
+    const mailbox = await Mailbox.open(join(state, 'mailbox', receiverKey, `${SESSION}.json`), { readOnly: true });
+    try {
+      await mailbox.fetch();
+    } finally {
+      await mailbox.close();
+    }
+  }],
+  [/^state\/outbox\//, 'outbox view', async ({ state }) => {
+    const outbox = await Outbox.open(join(state, 'outbox', receiverKey, `${SESSION}.json`), { readOnly: true });
+    try {
+      await outbox.all();
+    } finally {
+      await outbox.close();
+    }
+  }],
+  [/^state\/pairing\//, 'pairing view', (_roots, file) => peekJson(file, pairingFileSchema)],
+  [/^state\/failed\//, 'failed deliveries view', ({ state }) => FailedDeliveries.forSession(state, receiverKey, SESSION).peek()],
+  [/^state\/rejected\//, 'refused messages view', (_roots, file) => peekRejections(file)],
+  [/^state\/replay\//, 'replay index view', async ({ state }) => {
+    const index = await ReplayIndex.open(join(state, 'replay', `${receiverKey}.json`), { readOnly: true });
+    try {
+      await index.holder(someone.key, '2'.repeat(32));
+    } finally {
+      await index.close();
+    }
+  }],
+  [/^state\/inbox\/.*\.jsonl$/, 'Claude inbox read', ({ state }) => readInboxBatch(state, SESSION)],
+  [/^state\/relays\.json/, 'known relays view', ({ state }) => readKnownRelays(join(state, 'relays.json'))],
+  [/^config\/id\.key/, 'identity', ({ config }) => loadIdentity(join(config, 'id.key'))],
+  [/^config\/peers\.json/, 'peers view', ({ config }) => readPeers(join(config, 'peers.json'))],
+  [/^relaydb\/relay\.pid/, 'relay pid file', ({ db }) => readRelayPid(db)],
+  [/^relaydb\/queues\.(json|journal)$/, 'relay queues view', ({ db }) => loadJournaled(join(db, 'queues.json'), relayQueueFormat(), false)],
+];
+
+function readerOf(file: string): [string, Owner] | undefined {
+  // A lock file is read by the writers that take it, not by any view.
+  if (file.endsWith('.lock')) return undefined;
+  const found = readers.find(([pattern]) => pattern.test(file));
+  return found === undefined ? undefined : [found[1], found[2]];
+}
+
 function ownerOf(file: string): [string, Owner] | undefined {
   const found = owners.find(([pattern]) => pattern.test(file));
   return found === undefined ? undefined : [found[1], found[2]];
@@ -259,6 +315,27 @@ async function runCase(file: string, folder: Folder, owner: Owner, bytes: Buffer
   }
 }
 
+/** Runs a read-only view on `bytes` in place of the file, in a folder set up once; returns the folder's files after it. */
+async function runView(file: string, view: Owner, bytes: Buffer, caseDir: string): Promise<Map<string, Buffer>> {
+  const roots: Roots = { state: join(caseDir, 'state'), config: join(caseDir, 'config'), db: join(caseDir, 'relaydb') };
+  await writeFile(join(caseDir, file), bytes);
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${CASE_DEADLINE_MS} ms`)), CASE_DEADLINE_MS);
+  });
+  try {
+    await Promise.race([view(roots, join(caseDir, file)), deadline]);
+  } catch (err) {
+    if (!(err instanceof InterlinkError)) throw err;
+  } finally {
+    clearTimeout(timer);
+  }
+  const after = new Map<string, Buffer>();
+  const folder = join(caseDir, dirname(file));
+  for (const name of await readdir(folder)) after.set(name, await readFile(join(folder, name)));
+  return after;
+}
+
 describe('every file under the state root, the config root and a relay database, replaced by hostile bytes', () => {
   it('has an owner for every file real use writes (a file nobody reads would go unfuzzed)', async () => {
     const files = await templateFiles();
@@ -270,6 +347,37 @@ describe('every file under the state root, the config root and a relay database,
       expect(files.some((file) => file.startsWith(expected)), expected).toBe(true);
     }
   });
+
+  it(`read-only views end every case in a result or a typed error and change nothing ${fuzzLabel(VIEW_RUNS)} per file`, async () => {
+    const only = process.env.FUZZ_FILE;
+    const files = (await templateFiles()).filter((file) => readerOf(file) !== undefined && (only === undefined || file.includes(only)));
+    expect(files.length).toBeGreaterThan(10);
+    const counts: string[] = [];
+    for (const file of files) {
+      const [what, view] = readerOf(file)!;
+      const valid = await readFile(templatePath(file), 'utf8');
+      const folder = await folderOf(file);
+      const caseDir = join(sandbox, 'view');
+      await rm(caseDir, { recursive: true, force: true });
+      await mkdir(join(caseDir, folder.path), { recursive: true });
+      for (const [name, content] of folder.files) await writeFile(join(caseDir, folder.path, name), content);
+      const started = Date.now();
+      let cases = 0;
+      await fc.assert(
+        fc.asyncProperty(hostileBytes(valid), async (bytes) => {
+          cases++;
+          const after = await runView(file, view, bytes, caseDir);
+          // The folder as the case left it: the damaged file byte for byte, nothing added, nothing moved.
+          expect([...after.keys()].sort(), `${what}: the folder changed`).toEqual([...folder.files.keys()].sort());
+          expect(after.get(basename(file))!.equals(bytes), `${what}: the file was rewritten`).toBe(true);
+          for (const [name, content] of folder.files) if (name !== basename(file)) expect(after.get(name)!.equals(content), `${what}: ${name} was rewritten`).toBe(true);
+        }),
+        fuzzParameters(VIEW_RUNS),
+      );
+      counts.push(`${file} (${what}): ${cases} in ${Date.now() - started} ms`);
+    }
+    console.log(`state-file view fuzz cases:\n  ${counts.join('\n  ')}`);
+  }, 7_200_000);
 
   it(`ends every case in a result or a typed error, writing nothing outside the case ${fuzzLabel(RUNS)} per file`, async () => {
     const only = process.env.FUZZ_FILE;
@@ -286,7 +394,7 @@ describe('every file under the state root, the config root and a relay database,
         fc.asyncProperty(hostileBytes(valid), async (bytes) => {
           cases++;
           await runCase(file, folder, owner, bytes, caseDir);
-          const outside = (await readdir(sandbox)).filter((name) => name !== 'case');
+          const outside = (await readdir(sandbox)).filter((name) => name !== 'case' && name !== 'view');
           expect(outside, `${what}: written beside the case`).toEqual([]);
         }),
         fuzzParameters(RUNS),

@@ -43,9 +43,11 @@ export async function freePort(): Promise<number> {
  * `env` overrides the default INTERLINK_LOG=warn and more. `keyFile` keeps an in-memory
  * relay's key across restarts (`relay --key`): a relay that restarts under running sessions
  * must present the key they recorded. The url is the one the relay prints, ws:// or wss://.
+ * `startTimeoutMs` (15 s by default) bounds the wait for those lines: a load test on a
+ * saturated machine gives it more.
  */
 export async function startRelay(
-  options: { port?: number; db?: string; keyFile?: string; args?: readonly string[]; flags?: readonly string[]; env?: NodeJS.ProcessEnv } = {},
+  options: { port?: number; db?: string; keyFile?: string; args?: readonly string[]; flags?: readonly string[]; env?: NodeJS.ProcessEnv; startTimeoutMs?: number } = {},
 ): Promise<RelayProcess> {
   const args = [
     'relay',
@@ -57,7 +59,7 @@ export async function startRelay(
     ...(options.flags ?? []),
   ];
   const child = spawnNode(MAIN, args, { INTERLINK_LOG: 'warn', ...options.env });
-  await child.waitForLines(2, 15_000);
+  await child.waitForLines(2, options.startTimeoutMs ?? 15_000);
   const match = /(wss?):\/\/127\.0\.0\.1:(\d+)/.exec(child.lines[0] ?? '');
   const key = /^interlink relay key ([A-Za-z0-9_-]{43}) /.exec(child.lines[1] ?? '')?.[1];
   if (!match || key === undefined) throw new Error(`unexpected relay output: ${child.lines.join(' | ')}; stderr: ${child.stderr()}`);
