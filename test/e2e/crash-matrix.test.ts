@@ -27,6 +27,7 @@ import { Mailbox } from '../../src/mailbox/mailbox.js';
 import { processIsRunning } from '../../src/store/liveness.js';
 import { eventually, pair, startPeer, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
+import { seededRandom } from '../helpers/seeded.js';
 import { freePort, startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
 
 type Victim = 'sender' | 'relay' | 'receiver';
@@ -65,17 +66,6 @@ export const CRASH_CASES: readonly CrashCase[] = [
 const RUNS = Math.max(1, Number(process.env.CRASH_RUNS ?? 1));
 const SEED = Number(process.env.CRASH_SEED ?? Date.now() % 2 ** 31);
 
-/** mulberry32: small, seeded, good enough to spread crash positions. */
-function generator(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
 
 interface RunResult {
   point: string;
@@ -219,7 +209,7 @@ async function runOnce(c: CrashCase, nth: number): Promise<RunResult> {
 }
 
 describe(`crash matrix (seed ${SEED}, ${RUNS} run(s) per point)`, () => {
-  const random = generator(SEED);
+  const random = seededRandom(SEED);
   for (const c of CRASH_CASES) {
     const positions = Array.from({ length: RUNS }, () => 1 + Math.floor(random() * c.reached));
     it(`kill -9 of the ${c.victim} at ${c.point} (${c.step}) loses nothing answered and stores nothing twice`, async () => {

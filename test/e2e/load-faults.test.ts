@@ -29,6 +29,7 @@ import { createIdentity } from '../../src/identity/identity.js';
 import { addPeer } from '../../src/peers/peers.js';
 import { kill9, startPeer, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
+import { seededRandom } from '../helpers/seeded.js';
 import { freePort, startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
 
 const SESSIONS = Number(process.env.LOAD_SESSIONS ?? 8);
@@ -40,17 +41,6 @@ const DRAIN_MS = 120_000 + PAIRS * MESSAGES * 10;
 
 if (!Number.isInteger(PAIRS) || PAIRS < 1 || !Number.isInteger(MESSAGES) || MESSAGES < 1) throw new Error('LOAD_SESSIONS must be even and positive, LOAD_MESSAGES positive');
 
-/** A small seeded generator (mulberry32): the same seed gives the same fault schedule. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /**
  * How long a reader waits after an empty page. An agent woken by a notice reads about this
@@ -123,7 +113,7 @@ async function inBatches<T>(count: number, limit: number, start: (i: number) => 
 
 describe('load with faults', () => {
   it(`${SESSIONS} sessions, ${MESSAGES} messages per sender, two relays, relay and receiver kills (seed ${SEED}): nothing lost, nothing stored twice, pages in order`, async () => {
-    const rand = random(SEED);
+    const rand = seededRandom(SEED);
     const relays: Relay[] = [];
     for (const name of ['r1', 'r2']) {
       const port = await freePort();
@@ -142,6 +132,8 @@ describe('load with faults', () => {
     let sending = true;
     let stopReading = false;
     const faults = { relayKills: 0, receiverKills: 0 };
+    /** How long each process took to be back (killed until answering), in ms: on a saturated machine a large share of the latency. */
+    const down = { relay: [] as number[], receiver: [] as number[] };
 
     /** One sender: one message in flight, retried under its idempotency key until answered. */
     const send = async (i: number): Promise<void> => {
@@ -216,8 +208,10 @@ describe('load with faults', () => {
         relay.process!.child.process.kill('SIGKILL');
         await relay.process!.child.exited;
         faults.relayKills++;
+        const killedAt = Date.now();
         await sleep(300 + rand() * 1_500);
         relay.process = await startAgain(() => startRelay({ port: relay.port, db: relay.db, startTimeoutMs: START_TIMEOUT_MS }));
+        down.relay.push(Date.now() - killedAt);
         await sleep(1_500 + rand() * 3_000);
       }
     };
@@ -233,8 +227,10 @@ describe('load with faults', () => {
           kill9(peer);
           await peer.close().catch(() => undefined);
           faults.receiverKills++;
+          const killedAt = Date.now();
           await sleep(100 + rand() * 900);
           reader.peer = await startAgain(() => serve('bob', reader.session, urls));
+          down.receiver.push(Date.now() - killedAt);
         }
         await sleep(500 + rand() * 1_500);
       }
@@ -275,6 +271,7 @@ describe('load with faults', () => {
       reshown_after_receiver_kill: readers.reduce((s, r) => s + r.reshown, 0),
       relay_kills: faults.relayKills,
       receiver_kills: faults.receiverKills,
+      longest_down_ms: { relay: Math.max(0, ...down.relay), receiver: Math.max(0, ...down.receiver) },
       sends_refused_then_retried: refusedCalls,
       latency_ms: { p50: at(0.5), p99: at(0.99), max: latencies.at(-1) ?? NaN },
       send_phase_s: (sent - started) / 1000,

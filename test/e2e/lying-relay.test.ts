@@ -40,6 +40,7 @@ import { newIdentity } from '../helpers/fixtures.js';
 import { LyingRelay, type Sent } from '../helpers/lying-relay.js';
 import { eventually, pair, peerPool, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
+import { seededRandom } from '../helpers/seeded.js';
 import { startRelay } from '../helpers/spawn-relay.js';
 
 const MINUTE = 60_000;
@@ -311,7 +312,7 @@ describe('a lying relay against real receivers', () => {
     const { alice, bob, bobRoute } = await aliceAndBob();
     relay.withhold = (s) => s.to === bobRoute;
     const { payload: wire, msgId } = await aliceSends(alice, 'flip me if you can', { task_id: 'bits', status: 'update' });
-    const random = mulberry32(FLIP_SEED);
+    const random = seededRandom(FLIP_SEED);
     const fields = ['from', 'to', 'to_session', 'ts', 'kind', 'msg_id', 'sealed', 'sig'] as const;
     const flips = Array.from({ length: FLIPS }, (_, i) => flipBit(wire, fields[i % fields.length]!, random));
     for (const [i, flip] of flips.entries()) expect(flip[fields[i % fields.length]!], `flip ${i} changed nothing`).not.toEqual(wire[fields[i % fields.length]!]);
@@ -483,17 +484,6 @@ describe('a lying relay against real receivers', () => {
   });
 });
 
-/** A small seeded generator (mulberry32): the same flips on every run. */
-function mulberry32(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
 
 /**
  * The payload with one bit of one field flipped: a bit of the raw bytes of a base64url

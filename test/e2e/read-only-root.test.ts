@@ -82,14 +82,20 @@ function logged(stderr: string, event: string): Record<string, unknown>[] {
 
 const absent = async (path: string) => (await stat(path).catch(() => undefined)) === undefined;
 
+/** A relay, alice (a1) and bob (b1) paired, and one message from bob already read at alice. */
+async function pairedAfterOneMessage() {
+  const relay = await startRelay({ db: join(root, 'relay-db') });
+  const alice = await pool.start('alice', 'a1', relay.url);
+  const bob = await pool.start('bob', 'b1', relay.url);
+  const { aKey } = await pair(alice, bob);
+  await bob.call('send_message', { to: 'alice', session: 'a1', text: 'before' });
+  await eventually(async () => ((await texts(alice)).includes('before') ? true : undefined), 15_000, 'before at alice');
+  return { relay, alice, bob, aKey };
+}
+
 describe.skipIf(!mountable)('a read-only state root', () => {
   it('stops serve at start with one line naming the file and EROFS; status still reads; a restart works once it is writable', async () => {
-    const relay = await startRelay({ db: join(root, 'relay-db') });
-    const alice = await pool.start('alice', 'a1', relay.url);
-    const bob = await pool.start('bob', 'b1', relay.url);
-    const { aKey } = await pair(alice, bob);
-    await bob.call('send_message', { to: 'alice', session: 'a1', text: 'before' });
-    await eventually(async () => ((await texts(alice)).includes('before') ? true : undefined), 15_000, 'before at alice');
+    const { relay, alice, bob, aKey } = await pairedAfterOneMessage();
     await pool.stop(alice);
 
     expect(makeReadOnly(alice.state)).toBe(true);
@@ -110,12 +116,7 @@ describe.skipIf(!mountable)('a read-only state root', () => {
   }, 60_000);
 
   it('keeps a running server up: sends fail as storage naming the file and EROFS, arriving mail waits on the relay, and both recover once it is writable', async () => {
-    const relay = await startRelay({ db: join(root, 'relay-db') });
-    const alice = await pool.start('alice', 'a1', relay.url);
-    const bob = await pool.start('bob', 'b1', relay.url);
-    const { aKey } = await pair(alice, bob);
-    await bob.call('send_message', { to: 'alice', session: 'a1', text: 'before' });
-    await eventually(async () => ((await texts(alice)).includes('before') ? true : undefined), 15_000, 'before at alice');
+    const { relay, alice, bob, aKey } = await pairedAfterOneMessage();
     // A lock kept from the last commit (100 ms) would let one more commit through its open journal.
     const outboxLock = `${outboxPath(alice.state, aKey, 'a1')}.lock`;
     const mailboxLock = `${mailboxPath(alice.state, aKey, 'a1')}.lock`;

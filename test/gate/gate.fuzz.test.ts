@@ -25,7 +25,7 @@ import { decide, type GateContext, type Verdict } from '../../src/gate/decide.js
 import { encodeBase64url } from '../../src/identity/base64url.js';
 import { signBytes } from '../../src/identity/ed25519.js';
 import { newIdentity } from '../helpers/fixtures.js';
-import { fuzzLabel, fuzzParameters, fuzzRuns, hostileBytes, hostileString, hostileValue, editedJson } from '../helpers/fuzz.js';
+import { fuzzLabel, fuzzParameters, fuzzRuns, fuzzTimeout, hostileBytes, hostileString, hostileValue, editedJson } from '../helpers/fuzz.js';
 
 const RUNS = fuzzRuns(2_000);
 const NOW = 1_900_000_000_000;
@@ -112,7 +112,7 @@ describe('the receiving path under hostile payloads', () => {
       }),
       fuzzParameters(RUNS),
     );
-  });
+  }, fuzzTimeout(RUNS, 2));
 
   it(`refuses an edited message, or admits exactly the message that was signed ${fuzzLabel(RUNS)}`, () => {
     const admittedAfterEdit: string[] = [];
@@ -144,7 +144,7 @@ describe('the receiving path under hostile payloads', () => {
     );
     // Some edits are invisible to the signature (an added member the schema drops); none may change the message.
     expect(admittedAfterEdit.length).toBeLessThan(RUNS);
-  });
+  }, fuzzTimeout(RUNS, 2));
 
   it(`opens hostile plaintext a peer sealed with the real key to bad_seal or to fields within the rules ${fuzzLabel(RUNS)}`, () => {
     const header = { to_session: SESSION, ts: NOW - 1_000, kind: 'message', msg_id: 'fedcba9876543210fedcba9876543210' };
@@ -179,5 +179,5 @@ describe('the receiving path under hostile payloads', () => {
       }),
       fuzzParameters(RUNS),
     );
-  });
+  }, fuzzTimeout(RUNS, 2));
 });

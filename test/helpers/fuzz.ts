@@ -33,6 +33,15 @@ export function fuzzSeed(): number {
   return seed;
 }
 
+/**
+ * A test's time limit for `runs` cases of about `msPerCase` each on a quiet machine: ten
+ * times that (a loaded machine, a slow CI runner), never under two minutes. vitest's
+ * default 60 s would stop a 100,000-case run halfway and leave it running beside the next test.
+ */
+export function fuzzTimeout(runs: number, msPerCase: number): number {
+  return Math.max(120_000, Math.ceil(runs * msPerCase * 10));
+}
+
 /** `(seed S, N cases)`, for a test's name: what to rerun it with. */
 export function fuzzLabel(runs: number): string {
   return `(seed ${fuzzSeed()}, ${runs.toLocaleString('en')} cases)`;

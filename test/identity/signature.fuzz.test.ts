@@ -10,7 +10,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { signBytes, signingKeyFromSeed, verifyBytes } from '../../src/identity/ed25519.js';
-import { fuzzLabel, fuzzParameters, fuzzRuns, flipBit } from '../helpers/fuzz.js';
+import { fuzzLabel, fuzzParameters, fuzzRuns, fuzzTimeout, flipBit } from '../helpers/fuzz.js';
 import { L, numberToBytesLE, strictVerdict, torsionPoints } from '../helpers/noble-oracle.js';
 
 const RUNS = fuzzRuns(500);
@@ -62,5 +62,5 @@ describe('the signature check under hostile input', () => {
       }),
       fuzzParameters(RUNS),
     );
-  });
+  }, fuzzTimeout(RUNS, 5));
 });
