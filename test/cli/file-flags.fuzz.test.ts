@@ -20,7 +20,7 @@ import fc from 'fast-check';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve, sep } from 'node:path';
+import { dirname, join, resolve, sep } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inboxPaths, mailboxPath, outboxPath, pairingPath } from '../../src/config/layout.js';
 import { checkSafeName } from '../../src/config/paths.js';
@@ -165,7 +165,8 @@ describe('names that become paths under the state root', () => {
  */
 function runBounded(args: readonly string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env, cwd: String(env.HOME) + '/../cwd' });
+    // The person's working directory sits beside their home (person() below).
+    const child = spawn(process.execPath, [MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env, cwd: join(dirname(String(env.HOME)), 'cwd') });
     let stdout = '';
     let stderr = '';
     const stop = () => child.kill('SIGTERM');

@@ -18,7 +18,7 @@
  * FUZZ_RUNS cases per mode (default 400; `npm run fuzz` runs 100,000).
  */
 import fc from 'fast-check';
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -93,7 +93,6 @@ afterAll(async () => {
 async function startServer(name: string, env: Record<string, string>): Promise<Server & { home: string; cwd: string }> {
   const home = join(root, name, 'home');
   const cwd = join(root, name, 'cwd');
-  const { mkdir } = await import('node:fs/promises');
   await mkdir(home, { recursive: true });
   await mkdir(cwd, { recursive: true });
   const transport = new StdioClientTransport({
