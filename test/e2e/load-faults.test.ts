@@ -27,6 +27,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIdentity } from '../../src/identity/identity.js';
 import { addPeer } from '../../src/peers/peers.js';
+import { mapLimit } from '../helpers/cli.js';
 import { kill9, startPeer, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
 import { seededRandom } from '../helpers/seeded.js';
@@ -104,13 +105,6 @@ async function startAgain<T>(start: () => Promise<T>): Promise<T> {
   }
 }
 
-/** Starts `count` things at most `limit` at a time, in order. */
-async function inBatches<T>(count: number, limit: number, start: (i: number) => Promise<T>): Promise<T[]> {
-  const out: T[] = [];
-  for (let i = 0; i < count; i += limit) out.push(...(await Promise.all(Array.from({ length: Math.min(limit, count - i) }, (_, j) => start(i + j)))));
-  return out;
-}
-
 describe('load with faults', () => {
   it(`${SESSIONS} sessions, ${MESSAGES} messages per sender, two relays, relay and receiver kills (seed ${SEED}): nothing lost, nothing stored twice, pages in order`, async () => {
     const rand = seededRandom(SEED);
@@ -122,8 +116,9 @@ describe('load with faults', () => {
     }
     const urls = relays.map((r) => `ws://127.0.0.1:${r.port}`).join(',');
     const readers: Reader[] = Array.from({ length: PAIRS }, (_, i) => ({ session: `b${i}`, peer: undefined, read: new Map(), firstSeen: new Map(), reshown: 0, late: 0, highest: -1, pageOrderBroken: [] }));
-    const senders = await inBatches(PAIRS, 8, (i) => serve('alice', `a${i}`, urls));
-    await inBatches(PAIRS, 8, async (i) => {
+    const indices = Array.from({ length: PAIRS }, (_, i) => i);
+    const senders = await mapLimit(indices, 8, (i) => serve('alice', `a${i}`, urls));
+    await mapLimit(indices, 8, async (i) => {
       readers[i]!.peer = await serve('bob', readers[i]!.session, urls);
     });
 
