@@ -52,6 +52,10 @@ export interface Subscription {
   cursor: number;
   /** delivered here and not acknowledged yet */
   inFlight: Set<number>;
+  /** a read from a shared store is under way (dispatch.ts `pump`) */
+  reading: boolean;
+  /** something may have arrived while it was: read again when it returns */
+  again: boolean;
 }
 
 export class TokenBucket {

@@ -15,12 +15,12 @@ import type { Connection, Subscription } from './connection.js';
 import { ackRouteOf, isHello, deliverText, frameText, NOT_JSON, parseJson, refOf } from './frame-text.js';
 import { clientFrame, MAX_PAYLOAD_BYTES, PROTOCOL_VERSION, type ClientFrame } from './frames.js';
 import { MAX_JSON_DEPTH, memberText, nestsDeeperThan } from './json-scan.js';
-import type { EnqueueResult, QueueLimits, QueueResult } from './queues.js';
+import type { Origin, QueueStore, RosterStore } from './queue-store.js';
+import type { EnqueueResult, QueuedMessage, QueueLimits } from './queues.js';
 import type { Share } from './shares.js';
-import type { Roster } from './roster.js';
+import type { AnnounceOutcome, GoodbyeOutcome } from './roster.js';
 import type { RelayMetrics } from './relay-metrics.js';
 import { RosterReplies } from './roster-replies.js';
-import type { RelayStorage } from './storage.js';
 import type { RelayKey } from './relay-key.js';
 import { messageOf } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';
@@ -46,13 +46,19 @@ function shareText(share: Share): string {
   return `${share.messages} messages or ${share.bytes} bytes of payload`;
 }
 
-/** What the sender holds is read when the refusal is written: the commit that decided it has just applied. */
-function queueFullMessage(route: string, result: Extract<EnqueueResult, { outcome: 'queue_full' }>, limits: QueueLimits, held: () => { address: Share; connection: Share }): string {
+type Held = { address: Share; connection: Share };
+
+/**
+ * What the sender holds is read when the refusal is written, after the commit that decided
+ * it (undefined: the store could not say).
+ */
+function queueFullMessage(route: string, result: Extract<EnqueueResult, { outcome: 'queue_full' }>, limits: QueueLimits, held: Held | undefined): string {
+  const holds = (share: Share | undefined) => (share === undefined ? '' : `it holds ${shareText(share)} queued; `);
   switch (result.limit) {
     case 'perConnection':
-      return `this connection's share of the relay is full (it holds ${shareText(held().connection)} queued; its share is ${shareText(limits.perConnection!)}); try again once they are read or expire`;
+      return `this connection's share of the relay is full (${holds(held?.connection)}its share is ${shareText(limits.perConnection!)}); try again once they are read or expire`;
     case 'perAddress':
-      return `your address's share of the relay is full (it holds ${shareText(held().address)} queued; its share is ${shareText(limits.perAddress!)}); try again once they are read or expire`;
+      return `your address's share of the relay is full (${holds(held?.address)}its share is ${shareText(limits.perAddress!)}); try again once they are read or expire`;
     case 'routeMessages':
       return `the queue of ${route} is full (${limits.routeMessages} messages waiting for its reader); try again later`;
     case 'messages':
@@ -70,14 +76,22 @@ export class Dispatcher {
   /** Commits in progress and what follows them. */
   private readonly pending = new Set<Promise<unknown>>();
   private readonly rosterReplies: RosterReplies;
+  /** Each connection's last announcement or goodbye still being stored (a shared roster only). */
+  private readonly rosterWrites = new WeakMap<Connection, Promise<void>>();
 
   constructor(
-    private readonly storage: RelayStorage,
-    private readonly roster: Roster,
+    private readonly storage: QueueStore,
+    private readonly roster: RosterStore,
     private readonly settings: DispatchSettings,
     private readonly now: () => number,
   ) {
     this.rosterReplies = new RosterReplies(roster, now);
+    storage.subscribe({
+      arrived: (route) => this.pumpRoute(route),
+      resync: () => {
+        for (const route of this.subscribers.keys()) this.pumpRoute(route);
+      },
+    });
   }
 
   /** Resolves once every commit submitted so far has been answered. */
@@ -147,10 +161,20 @@ export class Dispatcher {
     }
   }
 
-  /** A roster reply counts against the send budget like deliveries (roster-replies.ts). */
+  /**
+   * A roster reply counts against the send budget like deliveries (roster-replies.ts). It
+   * follows the connection's own announcements and goodbyes still being stored, so a
+   * client reads its own word.
+   */
   private onRoster(conn: Connection, ref: string): void {
-    const refusal = this.rosterReplies.reply(conn, ref);
-    if (refusal !== undefined) conn.refuse(ref, 'rate_limited', refusal);
+    const reply = () => {
+      if (!conn.open) return;
+      const refusal = this.rosterReplies.reply(conn, ref);
+      if (refusal !== undefined) conn.refuse(ref, 'rate_limited', refusal);
+    };
+    const writing = this.rosterWrites.get(conn);
+    if (writing === undefined) return reply();
+    this.track(writing.then(reply));
   }
 
   private onHello(conn: Connection, nonce: string): void {
@@ -177,7 +201,7 @@ export class Dispatcher {
       if (conn.subscriptions.size >= MAX_ROUTES_PER_CONNECTION) {
         return conn.refuse(undefined, 'auth_failed', `a connection may authenticate at most ${MAX_ROUTES_PER_CONNECTION} routes`);
       }
-      subscription = { route, cursor: -1, inFlight: new Set() };
+      subscription = { route, cursor: -1, inFlight: new Set(), reading: false, again: false };
       conn.subscriptions.set(route, subscription);
       let set = this.subscribers.get(route);
       if (set === undefined) this.subscribers.set(route, (set = new Set()));
@@ -195,13 +219,13 @@ export class Dispatcher {
     if (conn.uncommittedBytes + bytes > MAX_UNCOMMITTED_BYTES) {
       return conn.refuse(ref, 'rate_limited', `the relay is still storing ${conn.uncommittedBytes} bytes from this connection; wait for their replies`);
     }
-    const id = this.storage.issueId();
     conn.uncommittedBytes += bytes;
-    const commit = this.storage.enqueue(to, id, payload, { address: conn.address, connection: conn.id });
+    const origin: Origin = { address: conn.address, connection: conn.id };
+    const commit = this.storage.enqueue(to, payload, origin);
     void commit.finally(() => (conn.uncommittedBytes -= bytes)).catch(() => undefined);
     this.track(
       commit.then(
-        (result) => this.afterEnqueue(conn, ref, to, result),
+        (result) => this.afterEnqueue(conn, ref, to, result, origin),
         (err: unknown) => {
           log.error('relay_commit_failed', { error: messageOf(err) });
           conn.refuse(ref, 'storage', `the relay could not store the message (${messageOf(err)}); send it again`);
@@ -210,14 +234,14 @@ export class Dispatcher {
     );
   }
 
-  private afterEnqueue(conn: Connection, ref: string, route: string, result: QueueResult): void {
+  private async afterEnqueue(conn: Connection, ref: string, route: string, result: EnqueueResult, origin: Origin): Promise<void> {
     if (result.outcome === 'enqueued') {
-      this.storage.committed(result.id);
       this.settings.metrics?.accepted();
       conn.send({ v: PROTOCOL_VERSION, type: 'accepted', ref, id: result.id });
-      for (const subscriber of this.subscribers.get(route) ?? []) this.pump(subscriber, subscriber.subscriptions.get(route)!);
+      this.pumpRoute(route);
     } else if (result.outcome === 'queue_full') {
-      const held = () => this.storage.held({ address: conn.address, connection: conn.id });
+      const share = result.limit === 'perAddress' || result.limit === 'perConnection';
+      const held = share ? await Promise.resolve(this.storage.held(origin)).catch(() => undefined) : undefined;
       conn.refuse(ref, 'queue_full', queueFullMessage(route, result, this.storage.limits, held));
     } else {
       log.error('relay_id_reused', { result });
@@ -232,12 +256,11 @@ export class Dispatcher {
     }
     for (const id of ids) subscription.inFlight.delete(id);
     this.pump(conn, subscription);
-    if (!ids.some((id) => this.storage.has(route, id))) return;
     const commit = this.storage.acknowledge(route, ids);
     this.track(
       commit.then(
-        (result) => {
-          if (result.outcome === 'acked') this.settings.metrics?.acknowledged(result.removed);
+        (removed) => {
+          if (removed > 0) this.settings.metrics?.acknowledged(removed);
           for (const subscriber of this.subscribers.get(route) ?? []) {
             const sub = subscriber.subscriptions.get(route)!;
             for (const id of ids) sub.inFlight.delete(id);
@@ -253,24 +276,81 @@ export class Dispatcher {
   }
 
   private onAnnounce(conn: Connection, announcement: unknown): void {
-    if (this.roster.announce(announcement) === 'invalid') conn.refuse(undefined, 'bad_frame', 'the announcement is malformed or its signature does not verify');
+    this.afterRoster(conn, this.roster.announce(announcement), 'the announcement');
   }
 
   private onGoodbye(conn: Connection, goodbye: unknown): void {
-    if (this.roster.goodbye(goodbye) === 'invalid') conn.refuse(undefined, 'bad_frame', 'the goodbye is malformed or its signature does not verify');
+    this.afterRoster(conn, this.roster.goodbye(goodbye), 'the goodbye');
   }
 
-  /** Delivers the route's next committed messages, within the window, until the connection's buffer is full. */
+  private afterRoster(conn: Connection, outcome: AnnounceOutcome | GoodbyeOutcome | Promise<AnnounceOutcome | GoodbyeOutcome>, what: string): void {
+    const answer = (result: AnnounceOutcome | GoodbyeOutcome) => {
+      if (result === 'invalid') conn.refuse(undefined, 'bad_frame', `${what} is malformed or its signature does not verify`);
+    };
+    if (typeof outcome === 'string') return answer(outcome);
+    const written = outcome.then(answer, (err: unknown) => {
+      log.error('relay_roster_failed', { error: messageOf(err) });
+      conn.refuse(undefined, 'storage', `the relay could not store ${what} (${messageOf(err)}); send it again`);
+    });
+    const earlier = this.rosterWrites.get(conn);
+    const all = earlier === undefined ? written : Promise.all([earlier, written]).then(() => undefined);
+    this.rosterWrites.set(conn, all);
+    void all.finally(() => {
+      if (this.rosterWrites.get(conn) === all) this.rosterWrites.delete(conn);
+    });
+    this.track(written);
+  }
+
+  /** Every connection that reads `route` looks for what it has not been sent yet. */
+  private pumpRoute(route: string): void {
+    for (const subscriber of this.subscribers.get(route) ?? []) this.pump(subscriber, subscriber.subscriptions.get(route)!);
+  }
+
+  /**
+   * Delivers the route's next committed messages, within the window, until the connection's
+   * buffer is full. A store in this process answers the read at once; from a shared store
+   * one read per subscription is under way at a time, and an arrival meanwhile reads again.
+   */
   private pump(conn: Connection, sub: Subscription): void {
-    while (!conn.blocked && sub.inFlight.size < this.settings.deliveryWindow && conn.open) {
-      const message = this.storage.nextDeliverable(sub.route, sub.cursor);
-      if (message === undefined) return;
+    if (sub.reading) {
+      sub.again = true;
+      return;
+    }
+    const room = this.settings.deliveryWindow - sub.inFlight.size;
+    if (conn.blocked || room <= 0 || !conn.open) return;
+    const read = this.storage.read(sub.route, sub.cursor, room);
+    if (Array.isArray(read)) return this.deliver(conn, sub, read, room);
+    sub.reading = true;
+    sub.again = false;
+    this.track(
+      read.then(
+        (messages) => {
+          sub.reading = false;
+          this.deliver(conn, sub, messages, room);
+          if (sub.again) this.pump(conn, sub);
+        },
+        (err: unknown) => {
+          sub.reading = false;
+          log.warn('relay_read_failed', { route: sub.route, error: messageOf(err) });
+          // The store's resync (once it is reachable again) reads every route anew.
+        },
+      ),
+    );
+  }
+
+  private deliver(conn: Connection, sub: Subscription, messages: readonly QueuedMessage[], room: number): void {
+    for (const message of messages) {
+      if (conn.blocked || !conn.open || sub.inFlight.size >= this.settings.deliveryWindow) return;
+      // Acknowledged meanwhile by another reader of the route: the store no longer has it.
+      if (message.id <= sub.cursor) continue;
       sub.cursor = message.id;
       sub.inFlight.add(message.id);
       conn.sendText(deliverText(sub.route, message.id, message.payload));
       crashPoint('relay.after_deliver');
       this.settings.metrics?.delivered();
     }
+    // A full batch: more may wait behind it.
+    if (messages.length === room) this.pump(conn, sub);
   }
 
   private track(commit: Promise<unknown>): void {

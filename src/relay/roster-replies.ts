@@ -13,7 +13,7 @@
  */
 import type { Connection } from './connection.js';
 import { rosterEntriesText, rosterMessage } from './frame-text.js';
-import type { Roster } from './roster.js';
+import type { RosterStore } from './queue-store.js';
 
 /** Bytes of roster entries that replies still waiting in send buffers may hold at once, relay-wide. */
 export const ROSTER_REPLY_BUDGET_BYTES = 64 * 1024 * 1024;
@@ -39,7 +39,7 @@ export class RosterReplies {
   private serialized: Serialized | undefined;
 
   constructor(
-    private readonly roster: Roster,
+    private readonly roster: RosterStore,
     private readonly now: () => number,
     private readonly budgetBytes: number = ROSTER_REPLY_BUDGET_BYTES,
   ) {}

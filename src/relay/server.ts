@@ -22,7 +22,10 @@ import { ConnectionSet, DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBE
 import { DEFAULT_DELIVERY_WINDOW, Dispatcher } from './dispatch.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from './frames.js';
 import { DEFAULT_QUEUE_LIMITS, type QueueLimits } from './queues.js';
-import { DEFAULT_ROSTER_LIMITS, Roster } from './roster.js';
+import { DEFAULT_ROSTER_LIMITS, Roster, type RosterLimits } from './roster.js';
+import type { QueueStore, RosterStore } from './queue-store.js';
+import { PostgresStore } from './postgres/store.js';
+import { PostgresRoster } from './postgres/roster.js';
 import { RelayMetrics } from './relay-metrics.js';
 import { shareLimits } from './shares.js';
 import { RelayStorage } from './storage.js';
@@ -35,6 +38,8 @@ export interface RelayOptions {
   port: number;
   /** Durable queues under this directory (created if missing); in memory without it. */
   dbDir?: string;
+  /** Queues and roster in this PostgreSQL database (`postgres://…`, several hosts allowed), shared with other relays; not with `dbDir`. */
+  store?: string;
   /** The relay's key file (relay-key.ts); default `<dbDir>/relay-key.json`, and without either a fresh key per start. */
   keyFile?: string;
   heartbeatMs?: number;
@@ -124,12 +129,40 @@ function httpServer(tls: ServerTls | undefined): HttpServer {
   return server;
 }
 
-/** The queues, then the key under the store's lock (of two relays on one store, one gets that far). */
-async function openStoreAndKey(options: RelayOptions, limits: QueueLimits, onCommit: (seconds: number) => void): Promise<{ storage: RelayStorage; relayKey: RelayKey }> {
-  const storage = await RelayStorage.open(options.dbDir, limits, options.now ?? Date.now, onCommit);
+interface OpenedStore {
+  storage: QueueStore;
+  roster: RosterStore;
+  relayKey: RelayKey;
+  close(): Promise<void>;
+}
+
+/** The key `--key` names, else the one under `--db`, else one for this run. */
+function localKey(options: RelayOptions): Promise<RelayKey> {
   const keyFile = options.keyFile ?? (options.dbDir !== undefined ? relayKeyFile(options.dbDir) : undefined);
+  return keyFile !== undefined ? loadOrCreateRelayKey(keyFile) : Promise.resolve(freshRelayKey());
+}
+
+/**
+ * The queues, the roster and the key. Locally: the queues, then the key under the store's
+ * lock (of two relays on one store, one gets that far). On PostgreSQL every relay of the
+ * database presents one key, kept there, unless `--key` names a file.
+ */
+async function openStore(options: RelayOptions, limits: QueueLimits, rosterLimits: RosterLimits, onCommit: (seconds: number) => void): Promise<OpenedStore> {
+  const now = options.now ?? Date.now;
+  if (options.store !== undefined) {
+    const storage = await PostgresStore.open({ url: options.store, limits, now, onCommit });
+    try {
+      const roster = await PostgresRoster.open(storage, now, rosterLimits);
+      const relayKey = options.keyFile !== undefined ? await loadOrCreateRelayKey(options.keyFile) : await storage.sharedRelayKey();
+      return { storage, roster, relayKey, close: async () => (roster.close(), await storage.release()) };
+    } catch (err) {
+      await storage.release();
+      throw err;
+    }
+  }
+  const storage = await RelayStorage.open(options.dbDir, limits, now, onCommit);
   try {
-    return { storage, relayKey: keyFile !== undefined ? await loadOrCreateRelayKey(keyFile) : freshRelayKey() };
+    return { storage, roster: new Roster(now, rosterLimits), relayKey: await localKey(options), close: () => storage.release() };
   } catch (err) {
     await storage.release();
     throw err;
@@ -151,14 +184,13 @@ export class RelayServer {
   private constructor(
     private readonly options: RelayOptions,
     private readonly http: HttpServer,
-    private readonly storage: RelayStorage,
+    private readonly store: OpenedStore,
     readonly port: number,
     private readonly metrics: RelayMetrics,
-    private readonly relayKey: RelayKey,
   ) {
+    const { storage, roster, relayKey } = store;
     const now = options.now ?? Date.now;
     const frameRate = options.frameRate ?? DEFAULT_FRAME_RATE;
-    const roster = new Roster(now, { ...DEFAULT_ROSTER_LIMITS, maxEntries: options.rosterMaxEntries ?? DEFAULT_ROSTER_LIMITS.maxEntries });
     this.dispatcher = new Dispatcher(storage, roster, { frameRate, deliveryWindow: options.deliveryWindow ?? DEFAULT_DELIVERY_WINDOW, metrics, key: relayKey }, now);
     this.connections = new ConnectionSet({ frameRate, frameBurst: options.frameBurst ?? DEFAULT_FRAME_BURST }, now, {
       frame: (conn, data, isBinary) => this.dispatcher.onFrame(conn, data, isBinary),
@@ -222,22 +254,22 @@ export class RelayServer {
       ...shareLimits(total, options.host, { perAddress: options.maxPerAddress, perConnection: options.maxPerConnection }),
     };
     const metrics = new RelayMetrics();
-    let opened: { storage: RelayStorage; relayKey: RelayKey };
+    const rosterLimits = { ...DEFAULT_ROSTER_LIMITS, maxEntries: options.rosterMaxEntries ?? DEFAULT_ROSTER_LIMITS.maxEntries };
+    let opened: OpenedStore;
     try {
-      opened = await openStoreAndKey(options, limits, (seconds) => metrics.committed(seconds));
+      opened = await openStore(options, limits, rosterLimits, (seconds) => metrics.committed(seconds));
     } catch (err) {
       await new Promise<void>((r) => http.close(() => r()));
       throw err;
     }
-    const { storage, relayKey } = opened;
-    const relay = new RelayServer(options, http, storage, port, metrics, relayKey);
-    log.info('relay_listening', { url: relay.url, durable: options.dbDir !== undefined, key: relayKey.key, ...storage.stats });
+    const relay = new RelayServer(options, http, opened, port, metrics);
+    log.info('relay_listening', { url: relay.url, store: opened.storage.kind, durable: opened.storage.kind !== 'memory', key: opened.relayKey.key, ...opened.storage.stats() });
     return relay;
   }
 
   /** The relay's public key (base64url): what clients pin. */
   get key(): string {
-    return this.relayKey.key;
+    return this.store.relayKey.key;
   }
 
   get url(): string {
@@ -245,7 +277,7 @@ export class RelayServer {
   }
 
   stats(): RelayStats {
-    return { ...this.connections.stats(), ...this.storage.stats };
+    return { ...this.connections.stats(), ...this.store.storage.stats() };
   }
 
   /** The Prometheus text exposition of the relay's counters and state (`--metrics`). */
@@ -263,9 +295,9 @@ export class RelayServer {
   private async expireOld(): Promise<void> {
     if (this.closing) return;
     try {
-      const removed = await this.storage.expire(this.options.maxAgeMs ?? DEFAULT_MAX_AGE_MS);
+      const removed = await this.store.storage.expire(this.options.maxAgeMs ?? DEFAULT_MAX_AGE_MS);
       this.metrics.expired(removed);
-      if (removed > 0) log.info('relay_expired', { removed, max_age_ms: this.options.maxAgeMs ?? DEFAULT_MAX_AGE_MS, ...this.storage.stats });
+      if (removed > 0) log.info('relay_expired', { removed, max_age_ms: this.options.maxAgeMs ?? DEFAULT_MAX_AGE_MS, ...this.store.storage.stats() });
     } catch (err) {
       log.error('relay_commit_failed', { error: messageOf(err) });
     }
@@ -286,7 +318,7 @@ export class RelayServer {
     this.http.closeAllConnections();
     await this.connections.closeAll();
     await this.dispatcher.settled();
-    await this.storage.release();
+    await this.store.close();
     await httpClosed;
     log.info('relay_closed', { url: this.url });
   }
@@ -298,6 +330,6 @@ export class RelayServer {
       return;
     }
     const conn = this.connections.add(ws, address);
-    conn.send({ v: PROTOCOL_VERSION, type: 'challenge', nonce: conn.nonce, key: this.relayKey.key });
+    conn.send({ v: PROTOCOL_VERSION, type: 'challenge', nonce: conn.nonce, key: this.store.relayKey.key });
   }
 }

@@ -16,19 +16,13 @@ import { JournalStore } from '../store/journal-store.js';
 import { withFileLock } from '../store/lock.js';
 import { writeFileAtomic } from '../store/atomic.js';
 import { makePrivateDir, NO_FOLLOW } from '../store/private.js';
-import { RelayQueueState, relayQueueFormat, type QueuedMessage, type QueueLimits, type QueueOp, type QueueResult } from './queues.js';
+import type { Origin, QueueStats, QueueStore } from './queue-store.js';
+import { RelayQueueState, relayQueueFormat, type EnqueueResult, type QueuedMessage, type QueueLimits, type QueueOp, type QueueResult } from './queues.js';
 import { sourceGroup, type Share } from './shares.js';
 
 /** How long a new relay waits for another relay that holds the same --db. */
 const DB_LOCK_TIMEOUT_MS = 2_000;
 const SOURCE_KEY_BYTES = 32;
-
-/** Who sent a message, as the connection knows it. */
-export interface Origin {
-  /** the remote address of the connection, if the socket still had one */
-  address: string | undefined;
-  connection: number;
-}
 
 async function readNoFollow(path: string): Promise<Buffer> {
   const handle = await open(path, constants.O_RDONLY | NO_FOLLOW);
@@ -98,7 +92,8 @@ async function holdDbLock(dir: string): Promise<() => Promise<void>> {
   };
 }
 
-export class RelayStorage {
+/** The queues of one relay process: in memory, or journaled under `--db` (the embedded store). */
+export class RelayStorage implements QueueStore {
   /** Replaced when the durable store reloads its files: always the state its commits change. */
   private queues: RelayQueueState;
   private backend!: QueueBackend;
@@ -115,6 +110,7 @@ export class RelayStorage {
     readonly limits: QueueLimits,
     private readonly now: () => number,
     private readonly onCommit: ((seconds: number) => void) | undefined,
+    readonly kind: 'memory' | 'journal',
   ) {
     this.queues = new RelayQueueState(limits);
   }
@@ -124,7 +120,7 @@ export class RelayStorage {
    * told how long each commit took, in seconds of the monotonic clock.
    */
   static async open(dbDir: string | undefined, limits: QueueLimits, now: () => number, onCommit?: (seconds: number) => void): Promise<RelayStorage> {
-    const storage = new RelayStorage(limits, now, onCommit);
+    const storage = new RelayStorage(limits, now, onCommit, dbDir === undefined ? 'memory' : 'journal');
     storage.backend = dbDir === undefined ? storage.inMemory() : await storage.durable(resolve(dbDir));
     // Ids continue from the clock (in microseconds) when that is ahead of the store: a
     // relay restarted without its queues never reissues an id a client may still hold.
@@ -163,23 +159,31 @@ export class RelayStorage {
     }
   }
 
-  get stats(): { routes: number; messages: number; bytes: number } {
+  stats(): QueueStats {
     return this.queues.stats;
   }
 
   /** A new id, above every id issued or stored so far. */
-  issueId(): number {
+  private issueId(): number {
     const id = Math.max(this.nextId, this.queues.nextId);
     this.nextId = id + 1;
     return id;
   }
 
-  /** Commits (with `--db`: fsyncs) the message under an id from `issueId`, counted against its sender's shares. */
-  async enqueue(route: string, id: number, payload: string, origin: Origin): Promise<QueueResult> {
+  /**
+   * Commits (with `--db`: fsyncs) the message under a new id, counted against its sender's
+   * shares. The id is issued now, before the commit: commits apply in submission order, so
+   * once this one returned, it and every id below are committed and may be delivered.
+   */
+  async enqueue(route: string, payload: string, origin: Origin): Promise<EnqueueResult> {
+    const id = this.issueId();
     const src = this.srcOf(origin.address);
     this.connectionOf.set(id, origin.connection);
     try {
-      return await this.submit({ op: 'enq', at: this.now(), route, id, payload, ...(src !== undefined && { src }) });
+      const result = await this.submit({ op: 'enq', at: this.now(), route, id, payload, ...(src !== undefined && { src }) });
+      if (result.outcome === 'acked' || result.outcome === 'expired') throw new Error(`an enq op was answered ${result.outcome}`);
+      if (result.outcome === 'enqueued') this.deliverableBelow = Math.max(this.deliverableBelow, result.id + 1);
+      return result;
     } finally {
       this.connectionOf.delete(id);
     }
@@ -196,30 +200,34 @@ export class RelayStorage {
     return group === undefined ? undefined : createHmac('sha256', this.sourceKey).update(group).digest('base64url').slice(0, 22);
   }
 
-  acknowledge(route: string, ids: readonly number[]): Promise<QueueResult> {
-    return this.submit({ op: 'ack', at: this.now(), route, ids: [...ids] });
+  /** Ids no longer queued cost no commit. */
+  async acknowledge(route: string, ids: readonly number[]): Promise<number> {
+    if (!ids.some((id) => this.queues.has(route, id))) return 0;
+    const result = await this.submit({ op: 'ack', at: this.now(), route, ids: [...ids] });
+    return result.outcome === 'acked' ? result.removed : 0;
   }
 
-  /** Drops every message accepted more than `maxAgeMs` ago; resolves with how many went. */
   async expire(maxAgeMs: number): Promise<number> {
     const now = this.now();
     const result = await this.submit({ op: 'expire', at: now, before: now - maxAgeMs });
     return result.outcome === 'expired' ? result.removed : 0;
   }
 
-  /** Called once the commit of `id` returned: it and every id below may now be delivered. */
-  committed(id: number): void {
-    this.deliverableBelow = Math.max(this.deliverableBelow, id + 1);
+  /** The route's committed messages after `after`, in id order. */
+  read(route: string, after: number, limit: number): QueuedMessage[] {
+    const messages: QueuedMessage[] = [];
+    let cursor = after;
+    while (messages.length < limit) {
+      const message = this.queues.nextAfter(route, cursor, this.deliverableBelow);
+      if (message === undefined) break;
+      messages.push(message);
+      cursor = message.id;
+    }
+    return messages;
   }
 
-  has(route: string, id: number): boolean {
-    return this.queues.has(route, id);
-  }
-
-  /** The route's first committed message after `cursor`, in id order. */
-  nextDeliverable(route: string, cursor: number): QueuedMessage | undefined {
-    return this.queues.nextAfter(route, cursor, this.deliverableBelow);
-  }
+  /** Only this process writes these queues: nothing arrives from elsewhere. */
+  subscribe(): void {}
 
   private submit(op: QueueOp): Promise<QueueResult> {
     const started = performance.now();

@@ -124,7 +124,7 @@ describe('relay process', () => {
   it('says so when queues live in memory only', async () => {
     const relay = await relayProcess(['--addr', '127.0.0.1:0']);
     expect(relay.mode).toBe('in memory: queued messages are lost on restart');
-    expect(relay.child.stderr()).toContain('no --db: queued messages live in memory');
+    expect(relay.child.stderr()).toContain('no --db or --store: queued messages live in memory');
     relay.child.process.kill('SIGTERM');
     expect(await relay.child.exited).toEqual({ code: 0, signal: null });
   });

@@ -19,10 +19,11 @@ import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid 
 import { serveMetrics } from '../../relay/metrics-http.js';
 import { MIN_MAX_AGE_MS, RelayServer } from '../../relay/server.js';
 import { isLoopback } from '../../relay/shares.js';
+import { isPostgresUrl, redactedUrl } from '../../relay/postgres/database.js';
 import { readServerTls, type ServerTls } from '../../relay/tls.js';
 import { expectPositionals, parse, print } from '../args.js';
 
-export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--key FILE]
+export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR | --store URL] [--max-age DURATION] [--key FILE]
                           [--max-per-address N] [--max-per-connection N]
                           [--max-connections N] [--max-connections-per-address N]
                           [--tls-cert FILE --tls-key FILE]
@@ -37,6 +38,12 @@ messages until that session's reader, proving its key, acknowledges them.
                     port; IPv6 in brackets, e.g. [::1]:9440)
   --db DIR          keep queued messages on disk in DIR (created if missing): they survive
                     a crash or restart. Without it they live in memory only.
+  --store URL       keep queues and the presence roster in PostgreSQL instead, shared by
+                    every relay started with the same URL: any of them serves any route
+                    (postgres://USER@HOST:PORT/DB; list several HOST:PORT, with
+                    ?target_session_attrs=primary, to follow a failover; the password
+                    from PGPASSWORD keeps it out of the process list). The relay key is
+                    kept there too unless --key names a file. docs/SCALING.md.
   --max-age D       drop a message nobody acknowledged after D (default 8d; at least
                     7 days and 10 minutes, as long as receivers accept it): a route nobody
                     reads goes with its messages, so nothing fills the relay for good
@@ -212,6 +219,7 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
   const args = parse(argv, {
     addr: { type: 'string' },
     db: { type: 'string' },
+    store: { type: 'string' },
     'max-age': { type: 'string' },
     key: { type: 'string' },
     'max-per-address': { type: 'string' },
@@ -223,9 +231,12 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
     metrics: { type: 'string' },
     'summary-every': { type: 'string' },
   });
-  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR] [--max-age DURATION] [--key FILE] [--max-per-address N] [--max-per-connection N] [--max-connections N] [--max-connections-per-address N] [--tls-cert FILE --tls-key FILE] [--metrics HOST:PORT] [--summary-every DURATION]');
+  expectPositionals(args, 0, 'interlink-mcp relay [--addr HOST:PORT] [--db DIR | --store postgres://...] [--max-age DURATION] [--key FILE] [--max-per-address N] [--max-per-connection N] [--max-connections N] [--max-connections-per-address N] [--tls-cert FILE --tls-key FILE] [--metrics HOST:PORT] [--summary-every DURATION]');
   const { host, port } = parseAddr(typeof args.values.addr === 'string' ? args.values.addr : DEFAULT_RELAY_ADDR);
   const db = typeof args.values.db === 'string' ? resolve(args.values.db) : undefined;
+  const store = typeof args.values.store === 'string' ? args.values.store : undefined;
+  if (db !== undefined && store !== undefined) throw new InterlinkError('usage', '--db and --store name two places for the queues: give one (relay migrate moves a --db store into PostgreSQL)');
+  if (store !== undefined && !isPostgresUrl(store)) throw new InterlinkError('usage', `--store ${JSON.stringify(redactedUrl(store))} is not a postgres:// connection string`);
   const metricsAddr = typeof args.values.metrics === 'string' ? parseAddr(args.values.metrics, '--metrics') : undefined;
   const summaryEvery = args.values['summary-every'];
   const summaryEveryMs = typeof summaryEvery === 'string' ? parseDuration('--summary-every', summaryEvery, '5m') : undefined;
@@ -247,6 +258,7 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
       host,
       port,
       ...(db !== undefined && { dbDir: db }),
+      ...(store !== undefined && { store }),
       ...(maxAgeMs !== undefined && { maxAgeMs }),
       ...(keyFile !== undefined && { keyFile }),
       ...(summaryEveryMs !== undefined && { summaryEveryMs }),
@@ -267,10 +279,12 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
   if (metricsAddr !== undefined && !isLoopback(metricsAddr.host)) {
     warn(`metrics on ${metricsAddr.host}, beyond loopback: anyone who can reach it sees the relay's traffic counts`);
   }
-  if (db === undefined) warn('no --db: queued messages live in memory and are lost when the relay stops');
-  if (db === undefined && keyFile === undefined) warn('no --db or --key: this relay has a new key at every start, and clients that pinned or recorded it refuse the next one');
+  if (db === undefined && store === undefined) warn('no --db or --store: queued messages live in memory and are lost when the relay stops');
+  if (db === undefined && store === undefined && keyFile === undefined) {
+    warn('no --db, --store or --key: this relay has a new key at every start, and clients that pinned or recorded it refuse the next one');
+  }
   if (db !== undefined) await writeRelayPid({ pid: process.pid, url: server.url, db, started_at: Date.now() });
-  const mode = db !== undefined ? `durable: ${db}` : 'in memory: queued messages are lost on restart';
+  const mode = db !== undefined ? `durable: ${db}` : store !== undefined ? `durable: ${redactedUrl(store)}, shared` : 'in memory: queued messages are lost on restart';
   process.stdout.write(`interlink relay listening on ${server.url} (${mode})\n`);
   process.stdout.write(`interlink relay key ${server.key} (clients may pin it: INTERLINK_URL=${server.url}#key=${server.key})\n`);
   if (metrics !== undefined) process.stdout.write(`metrics on ${metrics.url}\n`);

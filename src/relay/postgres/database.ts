@@ -1,0 +1,76 @@
+/**
+ * The connection to the relay's PostgreSQL database: the pool, the one listening
+ * connection, and what a database failure means in a sentence. We use postgres.js
+ * (`postgres` on npm) rather than `pg`: it takes a connection string with several hosts
+ * and `target_session_attrs=primary`, so a relay follows a promoted standby by itself, its
+ * LISTEN connection re-subscribes after every reconnect and says so, and it has no
+ * dependencies of its own.
+ */
+import postgres from 'postgres';
+import { z } from 'zod';
+import { InterlinkError, messageOf } from '../../errors.js';
+import { log } from '../../log.js';
+
+export type Sql = postgres.Sql;
+
+/** Connections per relay process; `?max=N` in the connection string changes it. */
+export const DEFAULT_POOL_SIZE = 10;
+/** A relay waits this long for a connection before it refuses the send (a failover takes longer: the sender keeps it). */
+const CONNECT_TIMEOUT_S = 5;
+
+/** `postgres://` or `postgresql://`, one or several `host:port` pairs. */
+export function isPostgresUrl(text: string): boolean {
+  return /^postgres(ql)?:\/\//.test(text);
+}
+
+/** The connection string without its password, for logs and errors. */
+export function redactedUrl(url: string): string {
+  return url.replace(/^(postgres(?:ql)?:\/\/[^:@/]*):[^@/]*@/, '$1:***@');
+}
+
+export function connect(url: string): Sql {
+  if (!isPostgresUrl(url)) throw new InterlinkError('usage', `--store ${JSON.stringify(redactedUrl(url))} is not a postgres:// connection string`);
+  try {
+    return postgres(url, {
+      max: DEFAULT_POOL_SIZE,
+      connect_timeout: CONNECT_TIMEOUT_S,
+      onnotice: (notice) => log.debug('relay_db_notice', { message: String(notice.message) }),
+      connection: { application_name: 'interlink-relay' },
+    });
+  } catch (err) {
+    throw new InterlinkError('usage', `--store ${redactedUrl(url)}: ${messageOf(err)}`, undefined, { cause: err });
+  }
+}
+
+const CONNECTION_LOST = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'CONNECT_TIMEOUT', 'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'CONNECTION_ENDED']);
+
+/**
+ * A database failure as one sentence with its cause, as a `storage` error: the relay
+ * refuses the frame with it, and the sender keeps the message in its outbox.
+ */
+export function databaseError(err: unknown): InterlinkError {
+  if (err instanceof InterlinkError) return err;
+  const code = typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : undefined;
+  let why: string;
+  if (code !== undefined && CONNECTION_LOST.has(code)) why = `the relay's database is unreachable (${code}); no writable primary answered`;
+  else if (code === '25006') why = "the relay's database is read-only: it is a standby, and no primary is writable";
+  else if (code === '57P01' || code === '57P02' || code === '57P03') why = `the relay's database is shutting down or starting up (${code})`;
+  else if (code === '53300') why = "the relay's database has no connection free (53300)";
+  else why = `the relay's database failed: ${messageOf(err)}`;
+  return new InterlinkError('storage', why, undefined, { cause: err });
+}
+
+/** Runs `work` and turns any database failure into a `storage` error. */
+export async function guarded<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    throw databaseError(err);
+  }
+}
+
+/** A bigint column as the driver returns it (text), checked to be a safe integer. */
+export const int8 = z
+  .union([z.string().regex(/^-?\d{1,16}$/), z.number().int()])
+  .transform(Number)
+  .refine(Number.isSafeInteger, 'must be a safe integer');

@@ -1,0 +1,193 @@
+/**
+ * The presence roster shared by every relay of one database (DESIGN.md "The relay":
+ * "Where the queues live"). The rules are the in-memory roster's (`roster.ts`): the newest
+ * verified word per `<key>#<session>`, a goodbye at least as new as the announcement removes
+ * it and keeps a replay of it out, silence expires after three days, and what is served
+ * stays within 4,096 entries and 1 MiB. Here one row per route holds that newest word, and
+ * the upsert decides, so two relays that hear two words at once keep the newer one.
+ *
+ * Roster requests are answered from a copy in this process: the relay's own writes change
+ * it at once, other relays' writes arrive as notices (`PostgresStore.announceChange`), and
+ * it is read whole again at start, after a reconnect and every minute.
+ */
+import { z } from 'zod';
+import { formatRoute } from '../../envelope/route.js';
+import { log } from '../../log.js';
+import { announcementSchema, verifiedAnnouncement, verifiedGoodbye, type Announcement } from '../../presence/announcement.js';
+import { parseJsonWith } from '../../json.js';
+import type { RosterStore } from '../queue-store.js';
+import type { AnnounceOutcome, GoodbyeOutcome, RosterEntry, RosterLimits } from '../roster.js';
+import { databaseError, guarded, int8, type Sql } from './database.js';
+import type { PostgresStore } from './store.js';
+
+const RELOAD_EVERY_MS = 60_000;
+/** Rows kept beyond what is served (goodbyes among them), trimmed every this many writes of this relay. */
+const TRIM_EVERY_WRITES = 256;
+
+const rosterRow = z.object({ route: z.string(), kind: z.enum(['announce', 'goodbye']), body: z.string().nullable(), bytes: z.number().int().min(0), heard_at: int8 });
+
+interface Heard {
+  announcement: Announcement;
+  heardAt: number;
+  bytes: number;
+}
+
+export class PostgresRoster implements RosterStore {
+  private readonly entries = new Map<string, Heard>();
+  private changes = 0;
+  private writes = 0;
+  private readonly timer: NodeJS.Timeout;
+
+  private constructor(
+    private readonly sql: Sql,
+    private readonly store: PostgresStore,
+    private readonly now: () => number,
+    private readonly limits: RosterLimits,
+  ) {
+    store.onRosterChange(
+      (route) => void this.reloadRoute(route),
+      () => void this.reloadAll().catch((err: unknown) => log.debug('relay_roster_reload_failed', { error: databaseError(err).message })),
+    );
+    this.timer = setInterval(() => void this.maintain(), RELOAD_EVERY_MS);
+    this.timer.unref();
+  }
+
+  static async open(store: PostgresStore, now: () => number, limits: RosterLimits): Promise<PostgresRoster> {
+    const roster = new PostgresRoster(store.sql, store, now, limits);
+    await roster.reloadAll();
+    return roster;
+  }
+
+  get version(): number {
+    return this.changes;
+  }
+
+  async announce(data: unknown): Promise<AnnounceOutcome> {
+    const announcement = verifiedAnnouncement(data);
+    if (announcement === undefined) return 'invalid';
+    const route = formatRoute(announcement);
+    const body = JSON.stringify(announcement);
+    const bytes = Buffer.byteLength(body, 'utf8');
+    const now = this.now();
+    const stale = now - this.limits.retainMs;
+    const rows = await guarded(
+      () => this.sql`
+        INSERT INTO relay_roster AS r (route, kind, ts, body, bytes, heard_at)
+        VALUES (${route}, 'announce', ${announcement.ts}, ${body}, ${bytes}, ${now})
+        ON CONFLICT (route) DO UPDATE SET kind = 'announce', ts = excluded.ts, body = excluded.body, bytes = excluded.bytes, heard_at = excluded.heard_at
+        WHERE (r.kind = 'announce' AND r.ts <= excluded.ts) OR (r.kind = 'goodbye' AND r.ts < excluded.ts) OR r.heard_at <= ${stale}
+        RETURNING 1`,
+    );
+    if (rows.length === 0) return 'older';
+    this.set(route, { announcement, heardAt: now, bytes });
+    this.wrote(route);
+    return 'stored';
+  }
+
+  async goodbye(data: unknown): Promise<GoodbyeOutcome> {
+    const goodbye = verifiedGoodbye(data);
+    if (goodbye === undefined) return 'invalid';
+    const route = formatRoute(goodbye);
+    const now = this.now();
+    const stale = now - this.limits.retainMs;
+    const rows = await guarded(
+      () => this.sql`
+        WITH before AS (SELECT kind FROM relay_roster WHERE route = ${route}),
+        changed AS (
+          INSERT INTO relay_roster AS r (route, kind, ts, body, bytes, heard_at)
+          VALUES (${route}, 'goodbye', ${goodbye.ts}, NULL, ${Buffer.byteLength(route, 'utf8') + 8}, ${now})
+          ON CONFLICT (route) DO UPDATE SET kind = 'goodbye', ts = excluded.ts, body = NULL, bytes = excluded.bytes, heard_at = excluded.heard_at
+          WHERE r.ts <= excluded.ts OR r.heard_at <= ${stale}
+          RETURNING 1)
+        SELECT (SELECT kind FROM before) AS kind, (SELECT count(*) FROM changed)::int AS changed`,
+    );
+    const row = z.object({ kind: z.string().nullable(), changed: z.number().int() }).parse(rows[0]);
+    if (row.changed === 0) return 'noted';
+    this.wrote(route);
+    if (this.entries.delete(route)) this.changes++;
+    return row.kind === 'announce' ? 'removed' : 'noted';
+  }
+
+  /** Every live entry, most recently heard first, within the entry and byte bounds. */
+  list(): RosterEntry[] {
+    const now = this.now();
+    const live = [...this.entries.values()].filter((e) => now - e.heardAt < this.limits.retainMs).sort((a, b) => b.heardAt - a.heardAt);
+    const served: RosterEntry[] = [];
+    let bytes = 0;
+    for (const entry of live) {
+      if (served.length >= this.limits.maxEntries || bytes + entry.bytes > this.limits.maxBytes) break;
+      bytes += entry.bytes;
+      served.push({ announcement: entry.announcement, age_ms: Math.max(0, now - entry.heardAt) });
+    }
+    return served;
+  }
+
+  private set(route: string, heard: Heard): void {
+    this.entries.set(route, heard);
+    this.changes++;
+  }
+
+  /** Tells the other relays, and now and then trims the table to what can be served. */
+  private wrote(route: string): void {
+    this.store.announceChange('roster', route);
+    if (++this.writes % TRIM_EVERY_WRITES === 0) void this.trim();
+  }
+
+  private heardOf(row: z.infer<typeof rosterRow>): Heard | undefined {
+    if (row.kind !== 'announce' || row.body === null) return undefined;
+    const announcement = parseJsonWith(announcementSchema, row.body);
+    if (!announcement.ok) {
+      log.warn('relay_roster_row_damaged', { route: row.route });
+      return undefined;
+    }
+    return { announcement: announcement.value, heardAt: row.heard_at, bytes: row.bytes };
+  }
+
+  private async reloadRoute(route: string): Promise<void> {
+    try {
+      const rows = await guarded(() => this.sql`SELECT route, kind, body, bytes, heard_at FROM relay_roster WHERE route = ${route}`);
+      const heard = rows.length === 0 ? undefined : this.heardOf(rosterRow.parse(rows[0]));
+      if (heard !== undefined) this.set(route, heard);
+      else if (this.entries.delete(route)) this.changes++;
+    } catch (err) {
+      log.debug('relay_roster_reload_failed', { error: databaseError(err).message });
+    }
+  }
+
+  /** The newest rows that can be served, read whole. */
+  async reloadAll(): Promise<void> {
+    const since = this.now() - this.limits.retainMs;
+    const rows = await guarded(
+      () => this.sql`SELECT route, kind, body, bytes, heard_at FROM relay_roster WHERE kind = 'announce' AND heard_at > ${since} ORDER BY heard_at DESC LIMIT ${this.limits.maxEntries}`,
+    );
+    this.entries.clear();
+    for (const row of rows) {
+      const parsed = rosterRow.parse(row);
+      const heard = this.heardOf(parsed);
+      if (heard !== undefined) this.entries.set(parsed.route, heard);
+    }
+    this.changes++;
+  }
+
+  /** Rows past the retention, or beyond twice what can be served, go. */
+  private async trim(): Promise<void> {
+    try {
+      await guarded(
+        () => this.sql`
+          DELETE FROM relay_roster WHERE heard_at <= ${this.now() - this.limits.retainMs}
+             OR route IN (SELECT route FROM relay_roster ORDER BY heard_at DESC OFFSET ${2 * this.limits.maxEntries})`,
+      );
+    } catch (err) {
+      log.debug('relay_roster_trim_failed', { error: databaseError(err).message });
+    }
+  }
+
+  private async maintain(): Promise<void> {
+    await this.trim();
+    await this.reloadAll().catch((err: unknown) => log.debug('relay_roster_reload_failed', { error: databaseError(err).message }));
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+  }
+}

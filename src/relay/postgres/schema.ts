@@ -1,0 +1,172 @@
+/**
+ * The relay's tables in PostgreSQL (DESIGN.md "The relay": "Where the queues live"), in
+ * the first schema of the connection's search_path. Created by the first relay that
+ * opens the database, under an advisory lock so relays started together do not race;
+ * `relay_meta.schema_version` says which layout a database holds.
+ *
+ * Why the two functions look as they do:
+ * - **Order per route.** `relay_enqueue` first locks the route's row in `relay_routes`
+ *   (an upsert locks it until commit), and only then takes ids from the sequence. Two
+ *   transactions on one route therefore take their ids in the order they commit: a reader
+ *   that read up to id N never finds a later commit with an id below N on that route.
+ *   A sequence alone would not do: ids 10 and 11 taken by two transactions can commit 11
+ *   first, and a reader that moved past 11 would skip 10. One call stores a batch, the
+ *   sends to the route that reached this relay process while its previous batch was
+ *   committing, in the order they arrived (store.ts).
+ * - **Bounds in the same transaction.** The route's count is exact (its row is locked).
+ *   The relay-wide totals are 64 counter rows (a route counts in row `hash & 63`), summed
+ *   without a lock, so sends to different routes do not queue behind one hot row; two
+ *   sends committing at once may each see the other's room, so the totals can pass their
+ *   bound by at most the sends in flight (the relays' pool sizes together). The fair
+ *   shares count the sender's queued messages by index, with the same slack.
+ * - **Nothing dropped.** A send past a bound is refused and stores nothing; only
+ *   `relay_ack` (an acknowledgement, or expiry) deletes.
+ */
+
+export const SCHEMA_VERSION = 1;
+
+/** Routes hash into this many counter rows of `relay_totals`. */
+export const TOTAL_SHARDS = 64;
+
+export const CREATE_SCHEMA = `
+CREATE TABLE IF NOT EXISTS relay_meta (
+  name text PRIMARY KEY,
+  value text NOT NULL
+);
+CREATE SEQUENCE IF NOT EXISTS relay_ids AS bigint MINVALUE 1 MAXVALUE 9007199254740991;
+CREATE TABLE IF NOT EXISTS relay_messages (
+  route text NOT NULL,
+  id bigint NOT NULL,
+  at bigint NOT NULL,
+  payload text NOT NULL,
+  bytes integer NOT NULL,
+  src text,
+  origin text,
+  PRIMARY KEY (route, id)
+);
+CREATE INDEX IF NOT EXISTS relay_messages_at ON relay_messages (at);
+CREATE INDEX IF NOT EXISTS relay_messages_src ON relay_messages (src) WHERE src IS NOT NULL;
+CREATE INDEX IF NOT EXISTS relay_messages_origin ON relay_messages (origin) WHERE origin IS NOT NULL;
+CREATE TABLE IF NOT EXISTS relay_routes (
+  route text PRIMARY KEY,
+  messages integer NOT NULL,
+  bytes bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS relay_totals (
+  shard integer PRIMARY KEY,
+  messages bigint NOT NULL,
+  bytes bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS relay_roster (
+  route text PRIMARY KEY,
+  kind text NOT NULL CHECK (kind IN ('announce', 'goodbye')),
+  ts bigint NOT NULL,
+  body text,
+  bytes integer NOT NULL,
+  heard_at bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS relay_roster_heard ON relay_roster (heard_at);
+
+CREATE OR REPLACE FUNCTION relay_enqueue(
+  p_route text, p_at bigint, p_payloads text[], p_srcs text[], p_origins text[],
+  p_route_max integer, p_messages_max bigint, p_bytes_max bigint,
+  p_address_messages bigint, p_address_bytes bigint,
+  p_connection_messages bigint, p_connection_bytes bigint
+) RETURNS TABLE (outcome text, id bigint)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+DECLARE
+  i integer;
+  size integer;
+  queued integer;
+  added integer := 0;
+  added_bytes bigint := 0;
+  total_messages bigint;
+  total_bytes bigint;
+  held_messages bigint;
+  held_bytes bigint;
+  refusal text;
+  new_id bigint;
+BEGIN
+  INSERT INTO relay_routes AS r (route, messages, bytes) VALUES (p_route, 0, 0)
+    ON CONFLICT (route) DO UPDATE SET messages = r.messages
+    RETURNING r.messages INTO queued;
+  SELECT coalesce(sum(t.messages), 0), coalesce(sum(t.bytes), 0) INTO total_messages, total_bytes FROM relay_totals t;
+  FOR i IN 1 .. coalesce(array_length(p_payloads, 1), 0) LOOP
+    size := octet_length(p_payloads[i]);
+    refusal := NULL;
+    IF queued >= p_route_max THEN
+      refusal := 'routeMessages';
+    ELSIF total_messages >= p_messages_max THEN
+      refusal := 'messages';
+    ELSIF total_bytes + size > p_bytes_max THEN
+      refusal := 'bytes';
+    END IF;
+    IF refusal IS NULL AND p_connection_messages IS NOT NULL AND p_origins[i] IS NOT NULL THEN
+      SELECT count(*), coalesce(sum(m.bytes), 0) INTO held_messages, held_bytes FROM relay_messages m WHERE m.origin = p_origins[i];
+      IF held_messages >= p_connection_messages OR held_bytes + size > p_connection_bytes THEN
+        refusal := 'perConnection';
+      END IF;
+    END IF;
+    IF refusal IS NULL AND p_address_messages IS NOT NULL AND p_srcs[i] IS NOT NULL THEN
+      SELECT count(*), coalesce(sum(m.bytes), 0) INTO held_messages, held_bytes FROM relay_messages m WHERE m.src = p_srcs[i];
+      IF held_messages >= p_address_messages OR held_bytes + size > p_address_bytes THEN
+        refusal := 'perAddress';
+      END IF;
+    END IF;
+    IF refusal IS NOT NULL THEN
+      outcome := refusal;
+      id := NULL;
+    ELSE
+      new_id := nextval('relay_ids');
+      INSERT INTO relay_messages (route, id, at, payload, bytes, src, origin)
+        VALUES (p_route, new_id, p_at, p_payloads[i], size, p_srcs[i], p_origins[i]);
+      queued := queued + 1;
+      total_messages := total_messages + 1;
+      total_bytes := total_bytes + size;
+      added := added + 1;
+      added_bytes := added_bytes + size;
+      outcome := 'enqueued';
+      id := new_id;
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+  IF added = 0 THEN
+    -- The row this call made for a route with nothing queued goes again.
+    DELETE FROM relay_routes r WHERE r.route = p_route AND r.messages = 0;
+    RETURN;
+  END IF;
+  UPDATE relay_routes r SET messages = r.messages + added, bytes = r.bytes + added_bytes WHERE r.route = p_route;
+  INSERT INTO relay_totals AS t (shard, messages, bytes) VALUES (hashtext(p_route) & ${TOTAL_SHARDS - 1}, added, added_bytes)
+    ON CONFLICT (shard) DO UPDATE SET messages = t.messages + added, bytes = t.bytes + added_bytes;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION relay_ack(p_route text, p_ids bigint[]) RETURNS integer
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+DECLARE
+  removed integer;
+  freed bigint;
+  left_over integer;
+BEGIN
+  -- The route's row first, in the order relay_enqueue locks.
+  PERFORM 1 FROM relay_routes r WHERE r.route = p_route FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 0;
+  END IF;
+  WITH gone AS (
+    DELETE FROM relay_messages m WHERE m.route = p_route AND m.id = ANY (p_ids) RETURNING m.bytes
+  ) SELECT count(*), coalesce(sum(gone.bytes), 0) INTO removed, freed FROM gone;
+  IF removed = 0 THEN
+    RETURN 0;
+  END IF;
+  UPDATE relay_routes r SET messages = r.messages - removed, bytes = r.bytes - freed
+    WHERE r.route = p_route RETURNING r.messages INTO left_over;
+  IF left_over = 0 THEN
+    DELETE FROM relay_routes r WHERE r.route = p_route;
+  END IF;
+  UPDATE relay_totals t SET messages = t.messages - removed, bytes = t.bytes - freed
+    WHERE t.shard = hashtext(p_route) & ${TOTAL_SHARDS - 1};
+  RETURN removed;
+END
+$fn$;
+`;

@@ -1,0 +1,402 @@
+/**
+ * The relay's queues in a PostgreSQL database that several relay processes share
+ * (`relay --store postgres://…`; DESIGN.md "The relay": "Where the queues live"). A relay
+ * process keeps no queue of its own: each send is one call of `relay_enqueue` (schema.ts),
+ * answered `accepted` only after its commit — with `synchronous_commit` on and a
+ * synchronous standby, after the standby has the commit too; each read and
+ * acknowledgement goes to the database. What it holds is per connection: the cursor and
+ * the window of each reader.
+ *
+ * A relay learns of messages other relays committed from NOTIFY: after each commit it
+ * names the route on one channel (batched per tick), and every relay pumps its readers of
+ * that route. A notice is only a wake-up; missing one delays a delivery, never loses it:
+ * every relay looks at all its routes again when its listening connection comes back, and
+ * every `RESYNC_EVERY_MS`.
+ */
+import { createHmac, randomBytes } from 'node:crypto';
+import { z } from 'zod';
+import { decodeBase64url, encodeBase64url } from '../../identity/base64url.js';
+import { SEED_BYTES, signingKeyFromSeed } from '../../identity/ed25519.js';
+import { InterlinkError } from '../../errors.js';
+import { log } from '../../log.js';
+import type { Origin, QueueStats, QueueStore, StoreEvents } from '../queue-store.js';
+import type { EnqueueResult, QueuedMessage, QueueLimits } from '../queues.js';
+import { freshRelayKey, type RelayKey } from '../relay-key.js';
+import { sourceGroup, type Share } from '../shares.js';
+import { connect, databaseError, guarded, int8, redactedUrl, type Sql } from './database.js';
+import { CREATE_SCHEMA, SCHEMA_VERSION } from './schema.js';
+
+/** How often every reader looks for what a missed notice would have announced. */
+export const RESYNC_EVERY_MS = 15_000;
+/** How often the counts behind `stats()` are read from the database. */
+const STATS_EVERY_MS = 2_000;
+/** NOTIFY payloads stop at 8,000 bytes; a batch of routes is cut below that. */
+const NOTICE_BYTES = 7_000;
+
+const SOURCE_KEY_BYTES = 32;
+
+const messageRow = z.object({ id: int8, at: int8, payload: z.string(), bytes: z.number().int().min(0) });
+const enqueueRow = z.object({ outcome: z.enum(['enqueued', 'routeMessages', 'messages', 'bytes', 'perAddress', 'perConnection']), id: int8.nullable() });
+const countRow = z.object({ messages: int8, bytes: int8 });
+const statsRow = z.object({ routes: int8, messages: int8, bytes: int8 });
+const expiredRow = z.object({ route: z.string(), ids: z.array(int8) });
+const relayKeyValue = z.object({ seed: z.string(), key: z.string() });
+
+interface WaitingSend {
+  payload: string;
+  origin: Origin;
+  resolve(result: EnqueueResult): void;
+  reject(err: unknown): void;
+}
+
+interface RouteBatch {
+  waiting: WaitingSend[];
+  committing: boolean;
+}
+
+/** Sends and payload bytes one transaction stores at most. */
+const BATCH_SENDS = 256;
+const BATCH_BYTES = 8 * 1024 * 1024;
+
+/** Takes the first sends of `waiting`, within the batch bounds (always at least one). */
+function takeBatch(waiting: WaitingSend[]): WaitingSend[] {
+  let count = 0;
+  let bytes = 0;
+  while (count < waiting.length && count < BATCH_SENDS) {
+    bytes += waiting[count]!.payload.length;
+    if (count > 0 && bytes > BATCH_BYTES) break;
+    count++;
+  }
+  return waiting.splice(0, count);
+}
+
+/** What one notice says: which routes got messages, and which roster entries changed. */
+export interface Notice {
+  from: string;
+  queues: string[];
+  roster: string[];
+}
+
+/** `<instance>\n` then one `q <route>` or `r <route>` per line. */
+export function parseNotice(text: string): Notice | undefined {
+  const [from, ...lines] = text.split('\n');
+  if (from === undefined || from === '') return undefined;
+  const notice: Notice = { from, queues: [], roster: [] };
+  for (const line of lines) {
+    if (line.startsWith('q ')) notice.queues.push(line.slice(2));
+    else if (line.startsWith('r ')) notice.roster.push(line.slice(2));
+  }
+  return notice;
+}
+
+/** The channel of one schema: relays on other schemas of the database do not wake each other. */
+function channelOf(schema: string): string {
+  return `interlink_relay_${createHmac('sha256', 'interlink-relay-channel').update(schema).digest('hex').slice(0, 16)}`;
+}
+
+export interface PostgresStoreOptions {
+  url: string;
+  limits: QueueLimits;
+  now: () => number;
+  onCommit?: (seconds: number) => void;
+}
+
+export class PostgresStore implements QueueStore {
+  readonly kind = 'postgres';
+  /** Names this process in notices and in the `origin` of its connections' messages. */
+  readonly instance = encodeBase64url(randomBytes(9));
+  private events: StoreEvents | undefined;
+  private readonly rosterListeners: ((route: string) => void)[] = [];
+  private readonly reconnectListeners: (() => void)[] = [];
+  private counts: QueueStats = { routes: 0, messages: 0, bytes: 0 };
+  private readonly timers: NodeJS.Timeout[] = [];
+  private pendingNotice: { queues: Set<string>; roster: Set<string> } | undefined;
+  /** Per route, the sends waiting for the batch under way to commit. */
+  private readonly batches = new Map<string, RouteBatch>();
+  private unlisten: (() => Promise<void>) | undefined;
+  private released = false;
+
+  private constructor(
+    readonly sql: Sql,
+    readonly url: string,
+    readonly limits: QueueLimits,
+    private readonly now: () => number,
+    private readonly onCommit: ((seconds: number) => void) | undefined,
+    private readonly channel: string,
+    private readonly sourceKey: Buffer,
+  ) {}
+
+  /** Connects, makes the tables if the database has none, and starts listening. */
+  static async open(options: PostgresStoreOptions): Promise<PostgresStore> {
+    const sql = connect(options.url);
+    try {
+      const { schema, sourceKey } = await guarded(() => prepare(sql, options.now()));
+      const store = new PostgresStore(sql, options.url, options.limits, options.now, options.onCommit, channelOf(schema), sourceKey);
+      await store.start();
+      return store;
+    } catch (err) {
+      await sql.end({ timeout: 1 }).catch(() => undefined);
+      const cause = databaseError(err);
+      throw new InterlinkError('storage', `cannot open the relay's store at ${redactedUrl(options.url)}: ${cause.message}`, undefined, { cause: err });
+    }
+  }
+
+  private async start(): Promise<void> {
+    const listening = await this.sql.listen(
+      this.channel,
+      (payload) => this.onNotice(payload),
+      // Called on every (re)connect of the listening connection: notices may have been missed.
+      () => {
+        this.events?.resync();
+        for (const listener of this.reconnectListeners) listener();
+      },
+    );
+    this.unlisten = () => listening.unlisten();
+    await this.refreshStats();
+    this.every(RESYNC_EVERY_MS, () => this.events?.resync());
+    this.every(STATS_EVERY_MS, () => void this.refreshStats().catch((err: unknown) => log.debug('relay_db_stats_failed', { error: databaseError(err).message })));
+  }
+
+  private every(ms: number, run: () => void): void {
+    const timer = setInterval(run, ms);
+    timer.unref();
+    this.timers.push(timer);
+  }
+
+  subscribe(events: StoreEvents): void {
+    this.events = events;
+  }
+
+  /** `changed` hears of roster entries other relays changed; `reconnected`, that notices may have been missed. */
+  onRosterChange(changed: (route: string) => void, reconnected: () => void): void {
+    this.rosterListeners.push(changed);
+    this.reconnectListeners.push(reconnected);
+  }
+
+  private onNotice(payload: string): void {
+    const notice = parseNotice(payload);
+    if (notice === undefined || notice.from === this.instance) return;
+    for (const route of notice.queues) this.events?.arrived(route);
+    for (const route of notice.roster) for (const listener of this.rosterListeners) listener(route);
+  }
+
+  /** Tells the other relays, once per tick, which routes and roster entries changed. */
+  announceChange(kind: 'queues' | 'roster', route: string): void {
+    if (this.released) return;
+    if (this.pendingNotice === undefined) {
+      this.pendingNotice = { queues: new Set(), roster: new Set() };
+      setImmediate(() => this.flushNotices());
+    }
+    this.pendingNotice[kind].add(route);
+  }
+
+  private flushNotices(): void {
+    const pending = this.pendingNotice;
+    this.pendingNotice = undefined;
+    if (pending === undefined || this.released) return;
+    const lines = [...[...pending.queues].map((r) => `q ${r}`), ...[...pending.roster].map((r) => `r ${r}`)];
+    let batch = this.instance;
+    const send = (text: string) => void this.sql.notify(this.channel, text).catch((err: unknown) => log.debug('relay_db_notify_failed', { error: databaseError(err).message }));
+    for (const line of lines) {
+      if (batch.length + line.length + 1 > NOTICE_BYTES) {
+        send(batch);
+        batch = this.instance;
+      }
+      batch += `\n${line}`;
+    }
+    if (batch !== this.instance) send(batch);
+  }
+
+  stats(): QueueStats {
+    return this.counts;
+  }
+
+  private async refreshStats(): Promise<void> {
+    const [row] = await this.sql`
+      SELECT (SELECT count(*) FROM relay_routes) AS routes,
+             coalesce(sum(messages), 0) AS messages, coalesce(sum(bytes), 0) AS bytes
+      FROM relay_totals`;
+    this.counts = statsRow.parse(row);
+  }
+
+  /** The `src` a message from `address` is counted by: a keyed hash, the same in every relay of the database. */
+  private srcOf(address: string | undefined): string | null {
+    const group = sourceGroup(address);
+    return group === undefined ? null : createHmac('sha256', this.sourceKey).update(group).digest('base64url').slice(0, 22);
+  }
+
+  private originOf(origin: Origin): string {
+    return `${this.instance}:${origin.connection}`;
+  }
+
+  /** A share the relay-wide bounds already cover needs no count of its own. */
+  private share(share: Share | undefined): Share | undefined {
+    return share === undefined || (share.messages >= this.limits.messages && share.bytes >= this.limits.bytes) ? undefined : share;
+  }
+
+  private timed<T>(work: () => Promise<T>): Promise<T> {
+    const started = performance.now();
+    const done = guarded(work);
+    const onCommit = this.onCommit;
+    if (onCommit !== undefined) void done.then(() => onCommit((performance.now() - started) / 1000), () => undefined);
+    return done;
+  }
+
+  /**
+   * Sends to one route are stored in the order they reached this relay: while a route's
+   * batch is committing, the sends that arrive wait, and go together in its next batch
+   * (one transaction, ids in arrival order).
+   */
+  enqueue(route: string, payload: string, origin: Origin): Promise<EnqueueResult> {
+    return new Promise((resolve, reject) => {
+      let batch = this.batches.get(route);
+      if (batch === undefined) {
+        batch = { waiting: [], committing: false };
+        this.batches.set(route, batch);
+      }
+      batch.waiting.push({ payload, origin, resolve, reject });
+      if (!batch.committing) void this.commitBatches(route, batch);
+    });
+  }
+
+  private async commitBatches(route: string, batch: RouteBatch): Promise<void> {
+    batch.committing = true;
+    while (batch.waiting.length > 0) {
+      const sends = takeBatch(batch.waiting);
+      try {
+        const results = await this.commitBatch(route, sends);
+        sends.forEach((send, i) => send.resolve(results[i]!));
+      } catch (err) {
+        for (const send of sends) send.reject(err);
+      }
+    }
+    batch.committing = false;
+    this.batches.delete(route);
+  }
+
+  private async commitBatch(route: string, sends: readonly WaitingSend[]): Promise<EnqueueResult[]> {
+    const address = this.share(this.limits.perAddress);
+    const connection = this.share(this.limits.perConnection);
+    const rows = await this.timed(
+      () => this.sql`
+        SELECT outcome, id FROM relay_enqueue(
+          ${route}, ${this.now()},
+          ${sends.map((s) => s.payload)}::text[],
+          ${sends.map((s) => this.srcOf(s.origin.address))}::text[],
+          ${sends.map((s) => this.originOf(s.origin))}::text[],
+          ${this.limits.routeMessages}, ${this.limits.messages}, ${this.limits.bytes},
+          ${address?.messages ?? null}, ${address?.bytes ?? null},
+          ${connection?.messages ?? null}, ${connection?.bytes ?? null})`,
+    );
+    if (rows.length !== sends.length) throw new InterlinkError('storage', `the relay database answered ${rows.length} of ${sends.length} sends`);
+    const results = rows.map((row): EnqueueResult => {
+      const parsed = enqueueRow.parse(row);
+      if (parsed.outcome !== 'enqueued') return { outcome: 'queue_full', limit: parsed.outcome };
+      if (parsed.id === null) throw new InterlinkError('storage', 'the relay database enqueued a message without an id');
+      return { outcome: 'enqueued', id: parsed.id };
+    });
+    const stored = sends.filter((_, i) => results[i]!.outcome === 'enqueued');
+    if (stored.length > 0) {
+      const bytes = stored.reduce((sum, s) => sum + Buffer.byteLength(s.payload, 'utf8'), 0);
+      this.counts = { ...this.counts, messages: this.counts.messages + stored.length, bytes: this.counts.bytes + bytes };
+      this.announceChange('queues', route);
+    }
+    return results;
+  }
+
+  async read(route: string, after: number, limit: number): Promise<QueuedMessage[]> {
+    const rows = await guarded(() => this.sql`SELECT id, at, payload, bytes FROM relay_messages WHERE route = ${route} AND id > ${after} ORDER BY id LIMIT ${limit}`);
+    return rows.map((row) => messageRow.parse(row));
+  }
+
+  async acknowledge(route: string, ids: readonly number[]): Promise<number> {
+    if (ids.length === 0) return 0;
+    const rows = await this.timed(() => this.sql`SELECT relay_ack(${route}, ${ids.map(String)}::bigint[]) AS removed`);
+    const removed = z.object({ removed: z.number().int().min(0) }).parse(rows[0]).removed;
+    if (removed > 0) this.counts = { ...this.counts, messages: Math.max(0, this.counts.messages - removed) };
+    return removed;
+  }
+
+  /** Each route's old messages go in a transaction of their own, like an acknowledgement. */
+  async expire(maxAgeMs: number): Promise<number> {
+    const before = this.now() - maxAgeMs;
+    const rows = await guarded(() => this.sql`SELECT route, array_agg(id ORDER BY id) AS ids FROM relay_messages WHERE at < ${before} GROUP BY route`);
+    let removed = 0;
+    for (const row of rows) {
+      const old = expiredRow.parse(row);
+      removed += await this.acknowledge(old.route, old.ids);
+    }
+    return removed;
+  }
+
+  async held(origin: Origin): Promise<{ address: Share; connection: Share }> {
+    const src = this.srcOf(origin.address);
+    const none = { messages: 0, bytes: 0 };
+    const count = async (column: 'src' | 'origin', value: string): Promise<Share> => {
+      const rows = await guarded(() => this.sql`SELECT count(*) AS messages, coalesce(sum(bytes), 0) AS bytes FROM relay_messages WHERE ${this.sql(column)} = ${value}`);
+      return countRow.parse(rows[0]);
+    };
+    return { address: src === null ? none : await count('src', src), connection: await count('origin', this.originOf(origin)) };
+  }
+
+  /** The relay key every relay of this database presents, made by the first one. */
+  async sharedRelayKey(): Promise<RelayKey> {
+    const made = freshRelayKey();
+    const value = JSON.stringify({ seed: encodeBase64url(made.signingKey.seed), key: made.key });
+    const text = await guarded(() => metaValue(this.sql, 'relay_key', value));
+    const parsed = relayKeyValue.safeParse(JSON.parse(text));
+    const damaged = () => new InterlinkError('bad_key', "the relay key kept in the relay's database (relay_meta.relay_key) is damaged; clients expect that key, so it is not replaced: restore it, or delete the row to make a new key");
+    if (!parsed.success) throw damaged();
+    try {
+      const signingKey = signingKeyFromSeed(decodeBase64url(parsed.data.seed, SEED_BYTES, 'seed'));
+      if (encodeBase64url(signingKey.publicKey) !== parsed.data.key) throw damaged();
+      return { signingKey, key: parsed.data.key };
+    } catch {
+      throw damaged();
+    }
+  }
+
+  async release(): Promise<void> {
+    if (this.released) return;
+    this.flushNotices();
+    this.released = true;
+    for (const timer of this.timers) clearInterval(timer);
+    await this.unlisten?.().catch(() => undefined);
+    await this.sql.end({ timeout: 5 });
+  }
+}
+
+/** The value under `name` in relay_meta, storing `value` first if there is none (the first writer wins). */
+async function metaValue(sql: Sql, name: string, value: string): Promise<string> {
+  await sql`INSERT INTO relay_meta (name, value) VALUES (${name}, ${value}) ON CONFLICT (name) DO NOTHING`;
+  const [row] = await sql`SELECT value FROM relay_meta WHERE name = ${name}`;
+  return z.object({ value: z.string() }).parse(row).value;
+}
+
+/** Makes the tables (once per database, under an advisory lock) and reads what every relay shares. */
+async function prepare(sql: Sql, now: number): Promise<{ schema: string; sourceKey: Buffer }> {
+  const [where] = await sql`SELECT current_schema() AS schema`;
+  const schema = z.object({ schema: z.string() }).nullable().parse(where ?? null)?.schema;
+  if (schema === undefined || schema === null) throw new InterlinkError('storage', 'the connection has no schema to keep the relay tables in (check search_path)');
+  await sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(hashtext('interlink-relay-schema'))`;
+    const [exists] = await tx`SELECT to_regclass('relay_meta') IS NOT NULL AS present`;
+    if (z.object({ present: z.boolean() }).parse(exists).present) {
+      const [row] = await tx`SELECT value FROM relay_meta WHERE name = 'schema_version'`;
+      const version = row === undefined ? undefined : Number(z.object({ value: z.string() }).parse(row).value);
+      if (version !== undefined && version > SCHEMA_VERSION) {
+        throw new InterlinkError('storage', `the database holds relay tables of layout ${version}, newer than this relay's ${SCHEMA_VERSION}: upgrade interlink-mcp`);
+      }
+    }
+    await tx.unsafe(CREATE_SCHEMA);
+    await tx`INSERT INTO relay_meta (name, value) VALUES ('schema_version', ${String(SCHEMA_VERSION)}) ON CONFLICT (name) DO NOTHING`;
+    // Ids continue from the clock (in microseconds) when it is ahead, as the embedded store's
+    // do: a database recreated empty behind the same relays never reissues an id a client may
+    // still hold. Only ever forward, and far ahead of ids other relays take meanwhile.
+    const micros = Math.floor(now) * 1000;
+    await tx`SELECT setval('relay_ids', ${micros}) WHERE (SELECT last_value FROM relay_ids) < ${micros}`;
+  });
+  const key = Buffer.from(await metaValue(sql, 'source_key', encodeBase64url(randomBytes(SOURCE_KEY_BYTES))), 'base64url');
+  if (key.length !== SOURCE_KEY_BYTES) throw new InterlinkError('storage', "relay_meta.source_key in the relay's database is not 32 bytes of base64url");
+  return { schema, sourceKey: key };
+}

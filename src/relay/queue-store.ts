@@ -1,0 +1,73 @@
+/**
+ * The storage seam of the relay (DESIGN.md "The relay": "Where the queues live"): what the
+ * frame handlers (`dispatch.ts`) need from wherever the queues and the roster are kept.
+ * Two kinds implement it:
+ * - `RelayStorage` (`storage.ts`): the queues of one relay process, in memory or in a
+ *   journal under `--db`, with its roster in memory (`roster.ts`);
+ * - `PostgresStore` (`postgres/store.ts`): queues and roster in a PostgreSQL database
+ *   that several relay processes share, so any of them serves any route.
+ *
+ * Every store keeps the same promises: an enqueue resolves `enqueued` only once the message
+ * is durably stored (in memory: applied); a route's messages are read in id order, and a
+ * reader that read up to an id never misses a later-committed message below it; an
+ * acknowledgement deletes and may be repeated; a bound refuses (`queue_full`) and never
+ * drops; expiry removes by age.
+ */
+import type { AnnounceOutcome, GoodbyeOutcome, RosterEntry } from './roster.js';
+import type { EnqueueResult, QueueLimits, QueuedMessage } from './queues.js';
+import type { Share } from './shares.js';
+
+/** Who sent a message, as the connection knows it. */
+export interface Origin {
+  /** the remote address of the connection, if the socket still had one */
+  address: string | undefined;
+  connection: number;
+}
+
+export interface QueueStats {
+  routes: number;
+  messages: number;
+  bytes: number;
+}
+
+/** What the relay learns from a shared store about work done by other relay processes. */
+export interface StoreEvents {
+  /** Messages were committed to `route` (possibly by another relay process). */
+  arrived(route: string): void;
+  /** Arrivals may have been missed (the store reconnected): look at every route again. */
+  resync(): void;
+}
+
+export interface QueueStore {
+  readonly kind: 'memory' | 'journal' | 'postgres';
+  readonly limits: QueueLimits;
+  /** Stores the message; `enqueued` only after it is durably committed, with the id it is delivered and acknowledged by. */
+  enqueue(route: string, payload: string, origin: Origin): Promise<EnqueueResult>;
+  /**
+   * Up to `limit` committed messages of `route` with id above `after`, in id order. A
+   * store that holds its queues in this process answers at once (an array).
+   */
+  read(route: string, after: number, limit: number): QueuedMessage[] | Promise<QueuedMessage[]>;
+  /** Deletes these of the route's messages; ids not queued are ignored. Resolves with how many went. */
+  acknowledge(route: string, ids: readonly number[]): Promise<number>;
+  /** Drops every message accepted more than `maxAgeMs` ago; resolves with how many went. */
+  expire(maxAgeMs: number): Promise<number>;
+  /** What a sender holds queued, by its address and by its connection (for the refusal's sentence). */
+  held(origin: Origin): { address: Share; connection: Share } | Promise<{ address: Share; connection: Share }>;
+  /** What is queued now (a shared store: as of its last count, a few seconds old at most). */
+  stats(): QueueStats;
+  /** Tells `events` about arrivals from other relay processes (a store no other process writes never calls it). */
+  subscribe(events: StoreEvents): void;
+  /** After the last commit settled. */
+  release(): Promise<void>;
+}
+
+/** The presence roster as the relay serves it: kept in memory (`roster.ts`) or shared (`postgres/roster.ts`). */
+export interface RosterStore {
+  announce(data: unknown): AnnounceOutcome | Promise<AnnounceOutcome>;
+  goodbye(data: unknown): GoodbyeOutcome | Promise<GoodbyeOutcome>;
+  /** Every live entry, most recently heard first. */
+  list(): RosterEntry[];
+  /** Changes whenever the entries do. */
+  readonly version: number;
+}
