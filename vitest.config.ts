@@ -3,6 +3,22 @@ import { defineConfig } from 'vitest/config';
 /** The real-CLI host tests run with `npm run test:host` (test/host/vitest.config.ts). */
 const HOST_TESTS = ['test/host/claude.test.ts', 'test/host/codex.test.ts', 'test/host/marketplace.test.ts'];
 
+/** The files of test/relay that start relays, in process or as processes. */
+const RELAY_SUITE = [
+  'test/relay/relay.test.ts',
+  'test/relay/relay-process.test.ts',
+  'test/relay/relay-key.test.ts',
+  'test/relay/fair-share.test.ts',
+  'test/relay/connection-bounds.test.ts',
+  'test/relay/memory-bounds.test.ts',
+  'test/relay/slow-readers.test.ts',
+  'test/relay/hostile-frames.test.ts',
+  'test/relay/frame-fuzz.test.ts',
+  'test/relay/metrics.test.ts',
+  'test/relay/metrics-process.test.ts',
+  'test/relay/relay-postgres.test.ts',
+];
+
 export default defineConfig({
   test: {
     testTimeout: 60_000,
@@ -14,17 +30,17 @@ export default defineConfig({
         test: {
           name: 'main',
           include: ['test/**/*.test.ts'],
-          exclude: [...HOST_TESTS, '**/node_modules/**'],
+          exclude: [...HOST_TESTS, 'test/relay/relay-postgres.test.ts', '**/node_modules/**'],
           provide: { relayPgUrl: '' },
         },
       },
       {
-        // The relay suite again, every relay on PostgreSQL (test/helpers/relay-store.ts).
+        // The relay suite's files that start relays, again with every relay on PostgreSQL
+        // (test/helpers/relay-store.ts); its unit tests of pure parts run once, above.
         extends: true,
         test: {
           name: 'relay-postgres',
-          include: ['test/relay/**/*.test.ts'],
-          exclude: ['test/relay/postgres-cluster.test.ts', '**/node_modules/**'],
+          include: RELAY_SUITE,
           env: { INTERLINK_TEST_RELAY_STORE: 'postgres' },
           globalSetup: ['test/helpers/postgres-global-setup.ts'],
         },

@@ -19,7 +19,10 @@ function urlHost(host: string): string {
   return host.includes(':') ? `[${host}]` : host;
 }
 
-function answer(req: IncomingMessage, res: ServerResponse, render: () => string | undefined): void {
+/** The exposition, or undefined while there is none yet; a shared store reads its counts first. */
+export type RenderMetrics = () => string | undefined | Promise<string | undefined>;
+
+async function answer(req: IncomingMessage, res: ServerResponse, render: RenderMetrics): Promise<void> {
   const path = (req.url ?? '').split('?')[0];
   const plain = { 'content-type': 'text/plain; charset=utf-8' };
   if (path !== '/metrics') {
@@ -29,7 +32,7 @@ function answer(req: IncomingMessage, res: ServerResponse, render: () => string 
   } else {
     let body: string | undefined;
     try {
-      body = render();
+      body = await render();
     } catch (err) {
       log.error('relay_metrics_failed', { error: messageOf(err) });
       res.writeHead(500, plain).end('the metrics could not be read\n');
@@ -48,8 +51,8 @@ function answer(req: IncomingMessage, res: ServerResponse, render: () => string 
  * Listens on `host:port` (0: a free port); a taken address is one `busy` error naming the
  * flag. `render` gives the exposition, or undefined while there is none yet.
  */
-export async function serveMetrics(host: string, port: number, render: () => string | undefined): Promise<MetricsEndpoint> {
-  const server = createServer((req, res) => answer(req, res, render));
+export async function serveMetrics(host: string, port: number, render: RenderMetrics): Promise<MetricsEndpoint> {
+  const server = createServer((req, res) => void answer(req, res, render));
   // Scrapers keep connections open between scrapes; a bounded header wait frees dead ones.
   server.headersTimeout = 10_000;
   server.requestTimeout = 10_000;

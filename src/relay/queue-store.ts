@@ -56,6 +56,8 @@ export interface QueueStore {
   held(origin: Origin): { address: Share; connection: Share } | Promise<{ address: Share; connection: Share }>;
   /** What is queued now (a shared store: as of its last count, a few seconds old at most). */
   stats(): QueueStats;
+  /** Counts again what `stats` says (a store in this process always knows). */
+  refresh(): Promise<void>;
   /** Tells `events` about arrivals from other relay processes (a store no other process writes never calls it). */
   subscribe(events: StoreEvents): void;
   /** After the last commit settled. */

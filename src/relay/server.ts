@@ -280,9 +280,15 @@ export class RelayServer {
     return { ...this.connections.stats(), ...this.store.storage.stats() };
   }
 
-  /** The Prometheus text exposition of the relay's counters and state (`--metrics`). */
+  /** The Prometheus text exposition of the relay's counters and state. */
   renderMetrics(): string {
     return this.metrics.render(this.stats());
+  }
+
+  /** What `--metrics` serves: the exposition, once a shared store has counted its queues again. */
+  async scrapeMetrics(): Promise<string> {
+    await this.store.storage.refresh().catch((err: unknown) => log.warn('relay_metrics_stale', { error: messageOf(err) }));
+    return this.renderMetrics();
   }
 
   /** Stops accepting, closes every connection, waits for commits in progress to finish. */

@@ -163,6 +163,8 @@ export class RelayStorage implements QueueStore {
     return this.queues.stats;
   }
 
+  async refresh(): Promise<void> {}
+
   /** A new id, above every id issued or stored so far. */
   private issueId(): number {
     const id = Math.max(this.nextId, this.queues.nextId);

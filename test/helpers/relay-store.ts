@@ -54,3 +54,19 @@ export async function storeOptions(options: RelayOptions): Promise<RelayOptions>
 export async function startTestRelay(options: Partial<RelayOptions> = {}): Promise<RelayServer> {
   return RelayServer.start(await storeOptions({ host: '127.0.0.1', port: 0, ...options }));
 }
+
+/** The flags that keep a relay process's queues where the project's relays keep them: `--db DIR`, or `--store URL` of DIR's schema. */
+export async function storeFlags(db: string): Promise<string[]> {
+  return sharedStore ? ['--store', await pgStoreUrl(db)] : ['--db', db];
+}
+
+/** How many messages the schema of `db` holds queued (the relay-postgres project only). */
+export async function queuedInSchema(db: string): Promise<number> {
+  const sql = postgres(await pgStoreUrl(db), { max: 1, onnotice: () => undefined });
+  try {
+    const [row] = await sql`SELECT count(*)::int AS queued FROM relay_messages`;
+    return Number(row?.queued);
+  } finally {
+    await sql.end({ timeout: 5 });
+  }
+}

@@ -2,6 +2,7 @@
 import { createServer } from 'node:net';
 import { spawnNode, type Child } from './process.js';
 import { MAIN } from './mcp.js';
+import { pgStoreUrl, sharedStore } from './relay-store.js';
 
 export interface RelayProcess {
   child: Child;
@@ -49,11 +50,13 @@ export async function freePort(): Promise<number> {
 export async function startRelay(
   options: { port?: number; db?: string; keyFile?: string; args?: readonly string[]; flags?: readonly string[]; env?: NodeJS.ProcessEnv; startTimeoutMs?: number } = {},
 ): Promise<RelayProcess> {
+  // In the relay-postgres project every relay keeps its queues in PostgreSQL, `db` naming the schema.
+  const store = sharedStore ? ['--store', await pgStoreUrl(options.db)] : options.db !== undefined ? ['--db', options.db] : [];
   const args = [
     'relay',
     '--addr',
     `127.0.0.1:${options.port ?? 0}`,
-    ...(options.db !== undefined ? ['--db', options.db] : []),
+    ...store,
     ...(options.keyFile !== undefined ? ['--key', options.keyFile] : []),
     ...(options.args ?? []),
     ...(options.flags ?? []),

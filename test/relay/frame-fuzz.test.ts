@@ -18,6 +18,7 @@ import { tempDir } from '../helpers/fixtures.js';
 import { reapAll } from '../helpers/process.js';
 import { newReader, TestClient, type Reader } from '../helpers/relay-test-client.js';
 import { startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
+import { sharedStore } from '../helpers/relay-store.js';
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 3_000);
 const SEED = Number(process.env.FUZZ_SEED ?? 20261201);
@@ -156,10 +157,14 @@ class HostileConnection {
   }
 }
 
-const modes = [
-  { store: 'in memory', runs: RUNS },
-  { store: '--db', runs: Math.max(1, Math.floor(RUNS / (process.env.FUZZ_RUNS === undefined ? 6 : 10))) },
-] as const;
+const durableRuns = Math.max(1, Math.floor(RUNS / (process.env.FUZZ_RUNS === undefined ? 6 : 10)));
+/** In the relay-postgres project one relay on PostgreSQL (a `db` names its schema). */
+const modes = sharedStore
+  ? ([{ store: '--store postgres', runs: durableRuns }] as const)
+  : ([
+      { store: 'in memory', runs: RUNS },
+      { store: '--db', runs: durableRuns },
+    ] as const);
 
 for (const { store, runs } of modes) {
   describe(`fuzzing a relay process (${store})`, () => {
@@ -169,7 +174,7 @@ for (const { store, runs } of modes) {
     let reader: Reader;
 
     beforeAll(async () => {
-      db = store === '--db' ? await tempDir() : undefined;
+      db = store !== 'in memory' ? await tempDir() : undefined;
       relay = await startRelay(db !== undefined ? { db: join(db.path, 'relay') } : {});
       reader = newReader();
       honest = await TestClient.connect(relay.url, { autoAck: true });

@@ -16,6 +16,7 @@ import { tempDir } from '../helpers/fixtures.js';
 import { reapAll } from '../helpers/process.js';
 import { newReader, TestClient, type Reader } from '../helpers/relay-test-client.js';
 import { startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
+import { sharedStore } from '../helpers/relay-store.js';
 
 const nested = (depth: number): string => '['.repeat(depth) + ']'.repeat(depth);
 
@@ -46,7 +47,8 @@ describe('the scan', () => {
   });
 });
 
-for (const store of ['in memory', '--db'] as const) {
+/** In the relay-postgres project one relay on PostgreSQL (a `db` names its schema). */
+for (const store of sharedStore ? (['--store postgres'] as const) : (['in memory', '--db'] as const)) {
   describe(`a relay process (${store}) under hostile frames`, () => {
     let relay: RelayProcess;
     let db: { path: string; remove: () => Promise<void> } | undefined;
@@ -55,7 +57,7 @@ for (const store of ['in memory', '--db'] as const) {
     let sent = 0;
 
     beforeAll(async () => {
-      db = store === '--db' ? await tempDir() : undefined;
+      db = store !== 'in memory' ? await tempDir() : undefined;
       relay = await startRelay(db !== undefined ? { db: join(db.path, 'relay') } : {});
       reader = newReader();
       honest = await TestClient.connect(relay.url);

@@ -20,7 +20,8 @@ import { HIGH_WATER_BYTES, READ_PAUSE_BYTES } from '../../src/relay/connection.j
 import { relayFrame } from '../../src/relay/frames.js';
 import { DEFAULT_ROSTER_LIMITS, Roster } from '../../src/relay/roster.js';
 import { RosterReplies } from '../../src/relay/roster-replies.js';
-import { RelayServer } from '../../src/relay/server.js';
+import type { RelayServer } from '../../src/relay/server.js';
+import { startTestRelay } from '../helpers/relay-store.js';
 import { expectOneLine, runCli, userEnv } from '../helpers/cli.js';
 import { FakeSocket, fakeConnection } from '../helpers/fake-relay-socket.js';
 import { tempDir } from '../helpers/fixtures.js';
@@ -211,7 +212,7 @@ describe('connection caps', () => {
   });
 
   it('refuse a connection past the total with HTTP 503 at the upgrade, and admit again once one closes', async () => {
-    relay = await RelayServer.start({ host: '127.0.0.1', port: 0, maxConnections: 1 });
+    relay = await startTestRelay({ maxConnections: 1 });
     const first = new WebSocket(relay.url);
     await once(first, 'message');
     const second = new WebSocket(relay.url);

@@ -9,7 +9,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { REFUSAL_CODES } from '../../src/errors.js';
 import { Counter, escapeHelp, escapeLabelValue, formatValue, Histogram, MetricsRegistry, renderExposition, type MetricFamily } from '../../src/relay/metrics.js';
 import { COMMIT_BUCKETS, RelayMetrics, type RelayGauges } from '../../src/relay/relay-metrics.js';
-import { RelayServer } from '../../src/relay/server.js';
+import type { RelayServer } from '../../src/relay/server.js';
+import { startTestRelay } from '../helpers/relay-store.js';
 import { newReader, TestClient, until } from '../helpers/relay-test-client.js';
 
 interface ParsedSample {
@@ -282,7 +283,7 @@ describe('a relay counts', () => {
 
   it('messages that expire, with an injected clock', async () => {
     let now = 1_900_000_000_000;
-    const relay = await RelayServer.start({ host: '127.0.0.1', port: 0, now: () => now, maxAgeMs: 8 * DAY, expireEveryMs: 20 });
+    const relay = await startTestRelay({ now: () => now, maxAgeMs: 8 * DAY, expireEveryMs: 20 });
     open.push(relay);
     const sender = await TestClient.connect(relay.url);
     open.push(sender);

@@ -9,6 +9,7 @@ import { RelayServer } from '../../src/relay/server.js';
 import { tempDir } from '../helpers/fixtures.js';
 import { reapAll, spawnNode, type Child } from '../helpers/process.js';
 import { newReader, TestClient, type Reader } from '../helpers/relay-test-client.js';
+import { queuedInSchema, sharedStore, storeFlags } from '../helpers/relay-store.js';
 
 const MAIN = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
 const LISTENING = /^interlink relay listening on (ws:\/\/127\.0\.0\.1:(\d+)) \((.*)\)$/;
@@ -31,6 +32,14 @@ async function relayProcess(args: string[]): Promise<{ child: Child; url: string
   return { child, url: match[1]!, mode: match[3]! };
 }
 
+async function untilAsync(what: string, check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 async function connect(url: string, options: { autoAck?: boolean } = {}): Promise<TestClient> {
   const client = await TestClient.connect(url, options);
   clients.push(client);
@@ -47,29 +56,32 @@ async function read(url: string, reader: Reader, count: number): Promise<TestCli
 describe('relay process', () => {
   it('delivers every accepted message exactly once, in order, after kill -9; acknowledged ones never again', async () => {
     const db = join(dir.path, 'db');
+    const store = await storeFlags(db);
     const reader = newReader();
-    let relay = await relayProcess(['--addr', '127.0.0.1:0', '--db', db]);
-    expect(relay.mode).toBe(`durable: ${db}`);
+    let relay = await relayProcess(['--addr', '127.0.0.1:0', ...store]);
+    expect(relay.mode).toEqual(sharedStore ? expect.stringMatching(/^durable: postgres:\/\/.*, shared$/) : `durable: ${db}`);
     const sender = await connect(relay.url);
     const replies = await Promise.all(Array.from({ length: 200 }, (_, i) => sender.send(reader.route, { n: i })));
     expect(replies.every((r) => r.type === 'accepted')).toBe(true);
     const ids = replies.map((r) => (r.type === 'accepted' ? r.id : -1));
     await relay.child.kill('SIGKILL');
 
-    relay = await relayProcess(['--addr', '127.0.0.1:0', '--db', db]);
+    relay = await relayProcess(['--addr', '127.0.0.1:0', ...store]);
     const client = await read(relay.url, reader, 200);
     expect(client.deliveries().map((d) => d.payload)).toEqual(Array.from({ length: 200 }, (_, i) => ({ n: i })));
     expect(client.deliveries().map((d) => d.id)).toEqual(ids);
     // Acknowledge all, then send a marker on the same connection: once it is accepted the
-    // acknowledgement is committed. It arrives last, so nothing came twice before it.
+    // acknowledgement is committed on the journal (on PostgreSQL, once the schema holds only
+    // the marker). It arrives last, so nothing came twice before it.
     client.ack(reader.route, ids);
     const marker = await client.send(reader.route, { marker: true });
     expect(marker.type).toBe('accepted');
     await client.waitForDeliveries(201);
     expect(new Set(client.deliveries().map((d) => d.id)).size).toBe(201);
+    if (sharedStore) await untilAsync('the acknowledgement committed', async () => (await queuedInSchema(db)) === 1);
     await relay.child.kill('SIGKILL');
 
-    relay = await relayProcess(['--addr', '127.0.0.1:0', '--db', db]);
+    relay = await relayProcess(['--addr', '127.0.0.1:0', ...store]);
     const after = await read(relay.url, reader, 1);
     expect(after.deliveries().map((d) => d.payload)).toEqual([{ marker: true }]);
     await relay.child.kill('SIGTERM');
@@ -78,7 +90,8 @@ describe('relay process', () => {
   it('keeps every accepted message when killed with -9 in the middle of a burst', async () => {
     const db = join(dir.path, 'db');
     const reader = newReader();
-    let relay = await relayProcess(['--addr', '127.0.0.1:0', '--db', db]);
+    const store = await storeFlags(db);
+    let relay = await relayProcess(['--addr', '127.0.0.1:0', ...store]);
     const sender = await connect(relay.url);
     const accepted: number[] = [];
     for (let i = 0; i < 1000; i++) {
@@ -91,7 +104,7 @@ describe('relay process', () => {
     await relay.child.kill('SIGKILL');
     const acceptedBeforeKill = [...accepted];
 
-    relay = await relayProcess(['--addr', '127.0.0.1:0', '--db', db]);
+    relay = await relayProcess(['--addr', '127.0.0.1:0', ...store]);
     const client = await connect(relay.url, { autoAck: true });
     await client.auth(reader);
     const marker = await client.send(reader.route, { marker: true });
@@ -107,14 +120,15 @@ describe('relay process', () => {
   it('closes gracefully on SIGTERM and SIGINT, exit 0, keeping what it accepted', async () => {
     const db = join(dir.path, 'db');
     const reader = newReader();
-    let relay = await relayProcess(['--addr', '127.0.0.1:0', '--db', db]);
+    const store = await storeFlags(db);
+    let relay = await relayProcess(['--addr', '127.0.0.1:0', ...store]);
     const sender = await connect(relay.url);
     for (let i = 0; i < 3; i++) expect((await sender.send(reader.route, { n: i })).type).toBe('accepted');
     relay.child.process.kill('SIGTERM');
     expect(await relay.child.exited).toEqual({ code: 0, signal: null });
     expect((await sender.closed).code).toBe(1001);
 
-    relay = await relayProcess(['--addr', '127.0.0.1:0', '--db', db]);
+    relay = await relayProcess(['--addr', '127.0.0.1:0', ...store]);
     const client = await read(relay.url, reader, 3);
     expect(client.deliveries().map((d) => d.payload)).toEqual([{ n: 0 }, { n: 1 }, { n: 2 }]);
     relay.child.process.kill('SIGINT');
@@ -142,7 +156,8 @@ describe('relay process', () => {
     }
   });
 
-  it('exits 1 when another relay holds the same --db', async () => {
+  // A shared store takes any number of relays.
+  it.skipIf(sharedStore)('exits 1 when another relay holds the same --db', async () => {
     const db = join(dir.path, 'db');
     const first = await relayProcess(['--addr', '127.0.0.1:0', '--db', db]);
     const second = spawnNode(MAIN, ['relay', '--addr', '127.0.0.1:0', '--db', db]);

@@ -252,7 +252,7 @@ export async function relay(argv: readonly string[], config: Config): Promise<vo
   const tls = serverTls(args.values['tls-cert'], args.values['tls-key']);
   // The metrics address is bound before the relay starts, so that a taken one fails in one line.
   let server: RelayServer | undefined;
-  const metrics = metricsAddr !== undefined ? await serveMetrics(metricsAddr.host, metricsAddr.port, () => server?.renderMetrics()) : undefined;
+  const metrics = metricsAddr !== undefined ? await serveMetrics(metricsAddr.host, metricsAddr.port, () => server?.scrapeMetrics()) : undefined;
   try {
     server = await RelayServer.start({
       host,

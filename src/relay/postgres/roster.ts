@@ -30,12 +30,15 @@ interface Heard {
   announcement: Announcement;
   heardAt: number;
   bytes: number;
+  /** Orders words heard in the same millisecond: the order this relay received them (or read them). */
+  seq: number;
 }
 
 export class PostgresRoster implements RosterStore {
   private readonly entries = new Map<string, Heard>();
   private changes = 0;
   private writes = 0;
+  private heardSeq = 0;
   private readonly timer: NodeJS.Timeout;
 
   private constructor(
@@ -69,6 +72,7 @@ export class PostgresRoster implements RosterStore {
     const body = JSON.stringify(announcement);
     const bytes = Buffer.byteLength(body, 'utf8');
     const now = this.now();
+    const seq = ++this.heardSeq;
     const stale = now - this.limits.retainMs;
     const rows = await guarded(
       () => this.sql`
@@ -79,7 +83,7 @@ export class PostgresRoster implements RosterStore {
         RETURNING 1`,
     );
     if (rows.length === 0) return 'older';
-    this.set(route, { announcement, heardAt: now, bytes });
+    this.set(route, { announcement, heardAt: now, bytes, seq });
     this.wrote(route);
     return 'stored';
   }
@@ -111,7 +115,7 @@ export class PostgresRoster implements RosterStore {
   /** Every live entry, most recently heard first, within the entry and byte bounds. */
   list(): RosterEntry[] {
     const now = this.now();
-    const live = [...this.entries.values()].filter((e) => now - e.heardAt < this.limits.retainMs).sort((a, b) => b.heardAt - a.heardAt);
+    const live = [...this.entries.values()].filter((e) => now - e.heardAt < this.limits.retainMs).sort((a, b) => b.heardAt - a.heardAt || b.seq - a.seq);
     const served: RosterEntry[] = [];
     let bytes = 0;
     for (const entry of live) {
@@ -140,7 +144,7 @@ export class PostgresRoster implements RosterStore {
       log.warn('relay_roster_row_damaged', { route: row.route });
       return undefined;
     }
-    return { announcement: announcement.value, heardAt: row.heard_at, bytes: row.bytes };
+    return { announcement: announcement.value, heardAt: row.heard_at, bytes: row.bytes, seq: ++this.heardSeq };
   }
 
   private async reloadRoute(route: string): Promise<void> {
@@ -161,7 +165,7 @@ export class PostgresRoster implements RosterStore {
       () => this.sql`SELECT route, kind, body, bytes, heard_at FROM relay_roster WHERE kind = 'announce' AND heard_at > ${since} ORDER BY heard_at DESC LIMIT ${this.limits.maxEntries}`,
     );
     this.entries.clear();
-    for (const row of rows) {
+    for (const row of [...rows].reverse()) {
       const parsed = rosterRow.parse(row);
       const heard = this.heardOf(parsed);
       if (heard !== undefined) this.entries.set(parsed.route, heard);

@@ -5,20 +5,24 @@
  * `relay_meta.schema_version` says which layout a database holds.
  *
  * Why the two functions look as they do:
- * - **Order per route.** `relay_enqueue` first locks the route's row in `relay_routes`
- *   (an upsert locks it until commit), and only then takes ids from the sequence. Two
- *   transactions on one route therefore take their ids in the order they commit: a reader
- *   that read up to id N never finds a later commit with an id below N on that route.
- *   A sequence alone would not do: ids 10 and 11 taken by two transactions can commit 11
- *   first, and a reader that moved past 11 would skip 10. One call stores a batch, the
- *   sends to the route that reached this relay process while its previous batch was
- *   committing, in the order they arrived (store.ts).
- * - **Bounds in the same transaction.** The route's count is exact (its row is locked).
- *   The relay-wide totals are 64 counter rows (a route counts in row `hash & 63`), summed
+ * - **Order per route.** `relay_enqueue` first locks the rows of its routes in
+ *   `relay_routes` (an upsert locks them until commit), and only then takes ids from the
+ *   sequence. Two transactions on one route therefore take their ids in the order they
+ *   commit: a reader that read up to id N never finds a later commit with an id below N on
+ *   that route. A sequence alone would not do: ids 10 and 11 taken by two transactions can
+ *   commit 11 first, and a reader that moved past 11 would skip 10. One call stores a
+ *   batch: the sends of one connection that reached this relay process while its previous
+ *   batch was committing, in the order they arrived (store.ts).
+ * - **Bounds in the same transaction.** A route's count is exact (its row is locked), and
+ *   so is a connection's (one batch at a time per connection) and, when the per-address
+ *   share is on, an address's (an advisory lock on it for the transaction). The
+ *   relay-wide totals are 64 counter rows (a route counts in row `hash & 63`), summed
  *   without a lock, so sends to different routes do not queue behind one hot row; two
- *   sends committing at once may each see the other's room, so the totals can pass their
- *   bound by at most the sends in flight (the relays' pool sizes together). The fair
- *   shares count the sender's queued messages by index, with the same slack.
+ *   batches committing at once may each see the other's room, so the totals can pass
+ *   their bound by at most the sends in flight (the relays' pool sizes times a batch).
+ * - **No deadlock.** Every transaction takes its locks in one order: the sender's
+ *   address, its routes sorted, then counter rows sorted (`relay_ack`: one route, one
+ *   counter row).
  * - **Nothing dropped.** A send past a bound is refused and stores nothing; only
  *   `relay_ack` (an acknowledgement, or expiry) deletes.
  */
@@ -68,7 +72,7 @@ CREATE TABLE IF NOT EXISTS relay_roster (
 CREATE INDEX IF NOT EXISTS relay_roster_heard ON relay_roster (heard_at);
 
 CREATE OR REPLACE FUNCTION relay_enqueue(
-  p_route text, p_at bigint, p_payloads text[], p_srcs text[], p_origins text[],
+  p_at bigint, p_routes text[], p_payloads text[], p_src text, p_origin text,
   p_route_max integer, p_messages_max bigint, p_bytes_max bigint,
   p_address_messages bigint, p_address_bytes bigint,
   p_connection_messages bigint, p_connection_bytes bigint
@@ -78,66 +82,65 @@ DECLARE
   i integer;
   size integer;
   queued integer;
-  added integer := 0;
-  added_bytes bigint := 0;
   total_messages bigint;
   total_bytes bigint;
-  held_messages bigint;
-  held_bytes bigint;
+  address_messages bigint := 0;
+  address_bytes bigint := 0;
+  connection_messages bigint := 0;
+  connection_bytes bigint := 0;
+  shards integer[] := '{}';
+  sizes bigint[] := '{}';
   refusal text;
   new_id bigint;
 BEGIN
-  INSERT INTO relay_routes AS r (route, messages, bytes) VALUES (p_route, 0, 0)
-    ON CONFLICT (route) DO UPDATE SET messages = r.messages
-    RETURNING r.messages INTO queued;
+  -- Locks in one order everywhere: the sender's address, its routes sorted, then counter rows sorted.
+  IF p_address_messages IS NOT NULL AND p_src IS NOT NULL THEN
+    PERFORM pg_advisory_xact_lock(hashtext('interlink-relay-src'), hashtext(p_src));
+    SELECT count(*), coalesce(sum(m.bytes), 0) INTO address_messages, address_bytes FROM relay_messages m WHERE m.src = p_src;
+  END IF;
+  INSERT INTO relay_routes AS r (route, messages, bytes)
+    SELECT DISTINCT u.route, 0, 0 FROM unnest(p_routes) AS u(route) ORDER BY 1
+    ON CONFLICT (route) DO UPDATE SET messages = r.messages;
+  IF p_connection_messages IS NOT NULL THEN
+    SELECT count(*), coalesce(sum(m.bytes), 0) INTO connection_messages, connection_bytes FROM relay_messages m WHERE m.origin = p_origin;
+  END IF;
   SELECT coalesce(sum(t.messages), 0), coalesce(sum(t.bytes), 0) INTO total_messages, total_bytes FROM relay_totals t;
   FOR i IN 1 .. coalesce(array_length(p_payloads, 1), 0) LOOP
     size := octet_length(p_payloads[i]);
-    refusal := NULL;
-    IF queued >= p_route_max THEN
-      refusal := 'routeMessages';
-    ELSIF total_messages >= p_messages_max THEN
-      refusal := 'messages';
-    ELSIF total_bytes + size > p_bytes_max THEN
-      refusal := 'bytes';
-    END IF;
-    IF refusal IS NULL AND p_connection_messages IS NOT NULL AND p_origins[i] IS NOT NULL THEN
-      SELECT count(*), coalesce(sum(m.bytes), 0) INTO held_messages, held_bytes FROM relay_messages m WHERE m.origin = p_origins[i];
-      IF held_messages >= p_connection_messages OR held_bytes + size > p_connection_bytes THEN
-        refusal := 'perConnection';
-      END IF;
-    END IF;
-    IF refusal IS NULL AND p_address_messages IS NOT NULL AND p_srcs[i] IS NOT NULL THEN
-      SELECT count(*), coalesce(sum(m.bytes), 0) INTO held_messages, held_bytes FROM relay_messages m WHERE m.src = p_srcs[i];
-      IF held_messages >= p_address_messages OR held_bytes + size > p_address_bytes THEN
-        refusal := 'perAddress';
-      END IF;
-    END IF;
+    SELECT r.messages INTO queued FROM relay_routes r WHERE r.route = p_routes[i];
+    refusal := CASE
+      WHEN queued >= p_route_max THEN 'routeMessages'
+      WHEN total_messages >= p_messages_max THEN 'messages'
+      WHEN total_bytes + size > p_bytes_max THEN 'bytes'
+      WHEN p_connection_messages IS NOT NULL AND (connection_messages >= p_connection_messages OR connection_bytes + size > p_connection_bytes) THEN 'perConnection'
+      WHEN p_address_messages IS NOT NULL AND p_src IS NOT NULL AND (address_messages >= p_address_messages OR address_bytes + size > p_address_bytes) THEN 'perAddress'
+    END;
     IF refusal IS NOT NULL THEN
       outcome := refusal;
       id := NULL;
     ELSE
       new_id := nextval('relay_ids');
       INSERT INTO relay_messages (route, id, at, payload, bytes, src, origin)
-        VALUES (p_route, new_id, p_at, p_payloads[i], size, p_srcs[i], p_origins[i]);
-      queued := queued + 1;
+        VALUES (p_routes[i], new_id, p_at, p_payloads[i], size, p_src, p_origin);
+      UPDATE relay_routes r SET messages = r.messages + 1, bytes = r.bytes + size WHERE r.route = p_routes[i];
       total_messages := total_messages + 1;
       total_bytes := total_bytes + size;
-      added := added + 1;
-      added_bytes := added_bytes + size;
+      connection_messages := connection_messages + 1;
+      connection_bytes := connection_bytes + size;
+      address_messages := address_messages + 1;
+      address_bytes := address_bytes + size;
+      shards := shards || (hashtext(p_routes[i]) & ${TOTAL_SHARDS - 1});
+      sizes := sizes || size::bigint;
       outcome := 'enqueued';
       id := new_id;
     END IF;
     RETURN NEXT;
   END LOOP;
-  IF added = 0 THEN
-    -- The row this call made for a route with nothing queued goes again.
-    DELETE FROM relay_routes r WHERE r.route = p_route AND r.messages = 0;
-    RETURN;
-  END IF;
-  UPDATE relay_routes r SET messages = r.messages + added, bytes = r.bytes + added_bytes WHERE r.route = p_route;
-  INSERT INTO relay_totals AS t (shard, messages, bytes) VALUES (hashtext(p_route) & ${TOTAL_SHARDS - 1}, added, added_bytes)
-    ON CONFLICT (shard) DO UPDATE SET messages = t.messages + added, bytes = t.bytes + added_bytes;
+  -- Rows this call made for routes left with nothing queued go again.
+  DELETE FROM relay_routes r WHERE r.route = ANY (p_routes) AND r.messages = 0;
+  INSERT INTO relay_totals AS t (shard, messages, bytes)
+    SELECT u.shard, count(*), sum(u.size) FROM unnest(shards, sizes) AS u(shard, size) GROUP BY u.shard ORDER BY u.shard
+    ON CONFLICT (shard) DO UPDATE SET messages = t.messages + excluded.messages, bytes = t.bytes + excluded.bytes;
 END
 $fn$;
 

@@ -43,13 +43,14 @@ const expiredRow = z.object({ route: z.string(), ids: z.array(int8) });
 const relayKeyValue = z.object({ seed: z.string(), key: z.string() });
 
 interface WaitingSend {
+  route: string;
   payload: string;
-  origin: Origin;
   resolve(result: EnqueueResult): void;
   reject(err: unknown): void;
 }
 
-interface RouteBatch {
+interface SendBatch {
+  origin: Origin;
   waiting: WaitingSend[];
   committing: boolean;
 }
@@ -111,8 +112,8 @@ export class PostgresStore implements QueueStore {
   private counts: QueueStats = { routes: 0, messages: 0, bytes: 0 };
   private readonly timers: NodeJS.Timeout[] = [];
   private pendingNotice: { queues: Set<string>; roster: Set<string> } | undefined;
-  /** Per route, the sends waiting for the batch under way to commit. */
-  private readonly batches = new Map<string, RouteBatch>();
+  /** Per connection, the sends waiting for its batch under way to commit. */
+  private readonly batches = new Map<string, SendBatch>();
   private unlisten: (() => Promise<void>) | undefined;
   private released = false;
 
@@ -152,9 +153,9 @@ export class PostgresStore implements QueueStore {
       },
     );
     this.unlisten = () => listening.unlisten();
-    await this.refreshStats();
+    await this.refresh();
     this.every(RESYNC_EVERY_MS, () => this.events?.resync());
-    this.every(STATS_EVERY_MS, () => void this.refreshStats().catch((err: unknown) => log.debug('relay_db_stats_failed', { error: databaseError(err).message })));
+    this.every(STATS_EVERY_MS, () => void this.refresh().catch((err: unknown) => log.debug('relay_db_stats_failed', { error: databaseError(err).message })));
   }
 
   private every(ms: number, run: () => void): void {
@@ -211,7 +212,7 @@ export class PostgresStore implements QueueStore {
     return this.counts;
   }
 
-  private async refreshStats(): Promise<void> {
+  async refresh(): Promise<void> {
     const [row] = await this.sql`
       SELECT (SELECT count(*) FROM relay_routes) AS routes,
              coalesce(sum(messages), 0) AS messages, coalesce(sum(bytes), 0) AS bytes
@@ -243,47 +244,47 @@ export class PostgresStore implements QueueStore {
   }
 
   /**
-   * Sends to one route are stored in the order they reached this relay: while a route's
-   * batch is committing, the sends that arrive wait, and go together in its next batch
-   * (one transaction, ids in arrival order).
+   * A connection's sends are stored in the order they reached this relay: while its batch
+   * is committing, its next sends wait, and go together in the next batch (one
+   * transaction, ids in arrival order per route). One batch at a time per connection also
+   * keeps its share's count exact.
    */
   enqueue(route: string, payload: string, origin: Origin): Promise<EnqueueResult> {
     return new Promise((resolve, reject) => {
-      let batch = this.batches.get(route);
+      const key = this.originOf(origin);
+      let batch = this.batches.get(key);
       if (batch === undefined) {
-        batch = { waiting: [], committing: false };
-        this.batches.set(route, batch);
+        batch = { origin, waiting: [], committing: false };
+        this.batches.set(key, batch);
       }
-      batch.waiting.push({ payload, origin, resolve, reject });
-      if (!batch.committing) void this.commitBatches(route, batch);
+      batch.waiting.push({ route, payload, resolve, reject });
+      if (!batch.committing) void this.commitBatches(key, batch);
     });
   }
 
-  private async commitBatches(route: string, batch: RouteBatch): Promise<void> {
+  private async commitBatches(key: string, batch: SendBatch): Promise<void> {
     batch.committing = true;
     while (batch.waiting.length > 0) {
       const sends = takeBatch(batch.waiting);
       try {
-        const results = await this.commitBatch(route, sends);
+        const results = await this.commitBatch(batch.origin, sends);
         sends.forEach((send, i) => send.resolve(results[i]!));
       } catch (err) {
         for (const send of sends) send.reject(err);
       }
     }
     batch.committing = false;
-    this.batches.delete(route);
+    this.batches.delete(key);
   }
 
-  private async commitBatch(route: string, sends: readonly WaitingSend[]): Promise<EnqueueResult[]> {
+  private async commitBatch(origin: Origin, sends: readonly WaitingSend[]): Promise<EnqueueResult[]> {
     const address = this.share(this.limits.perAddress);
     const connection = this.share(this.limits.perConnection);
     const rows = await this.timed(
       () => this.sql`
         SELECT outcome, id FROM relay_enqueue(
-          ${route}, ${this.now()},
-          ${sends.map((s) => s.payload)}::text[],
-          ${sends.map((s) => this.srcOf(s.origin.address))}::text[],
-          ${sends.map((s) => this.originOf(s.origin))}::text[],
+          ${this.now()}, ${sends.map((s) => s.route)}::text[], ${sends.map((s) => s.payload)}::text[],
+          ${this.srcOf(origin.address)}, ${this.originOf(origin)},
           ${this.limits.routeMessages}, ${this.limits.messages}, ${this.limits.bytes},
           ${address?.messages ?? null}, ${address?.bytes ?? null},
           ${connection?.messages ?? null}, ${connection?.bytes ?? null})`,
@@ -299,7 +300,7 @@ export class PostgresStore implements QueueStore {
     if (stored.length > 0) {
       const bytes = stored.reduce((sum, s) => sum + Buffer.byteLength(s.payload, 'utf8'), 0);
       this.counts = { ...this.counts, messages: this.counts.messages + stored.length, bytes: this.counts.bytes + bytes };
-      this.announceChange('queues', route);
+      for (const send of stored) this.announceChange('queues', send.route);
     }
     return results;
   }

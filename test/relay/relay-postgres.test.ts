@@ -1,0 +1,180 @@
+/**
+ * What only a shared store does (DESIGN.md "The relay": "Where the queues live"): several
+ * relay processes on one PostgreSQL database, any of them serving any route. Runs in the
+ * `relay-postgres` project (vitest.config.ts), on its cluster; the database-down case
+ * starts a cluster of its own.
+ */
+import postgres from 'postgres';
+import { afterEach, describe, expect, it } from 'vitest';
+import { signAnnouncement } from '../../src/presence/announcement.js';
+import { MAX_PAYLOAD_BYTES } from '../../src/relay/frames.js';
+import { MAX_UNCOMMITTED_BYTES } from '../../src/relay/dispatch.js';
+import type { RelayServer } from '../../src/relay/server.js';
+import { SCHEMA_VERSION } from '../../src/relay/postgres/schema.js';
+import { closeAllPgClusters, startPgCluster } from '../helpers/postgres.js';
+import { closedAfterEach } from '../helpers/relay-harness.js';
+import { pgStoreUrl, startTestRelay } from '../helpers/relay-store.js';
+import { newReader, TestClient, until, type Accepted } from '../helpers/relay-test-client.js';
+
+const { relays, clients } = closedAfterEach();
+afterEach(closeAllPgClusters);
+
+/** Well below the 15 s resync: a delivery within it came from a notice. */
+const NOTICE_DEADLINE_MS = 5_000;
+
+async function relayOn(store: string, options: Parameters<typeof startTestRelay>[0] = {}): Promise<RelayServer> {
+  const relay = await startTestRelay({ store, ...options });
+  relays.push(relay);
+  return relay;
+}
+
+async function connect(relay: RelayServer, options: { autoAck?: boolean } = {}): Promise<TestClient> {
+  const client = await TestClient.connect(relay.url, options);
+  clients.push(client);
+  return client;
+}
+
+/** Waits until the store holds `count` messages, read from the database itself. */
+async function untilQueued(store: string, count: number): Promise<void> {
+  const sql = postgres(store, { max: 1, onnotice: () => undefined });
+  try {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const [row] = await sql`SELECT count(*)::int AS queued FROM relay_messages`;
+      if (row?.queued === count) return;
+      if (Date.now() > deadline) throw new Error(`the store holds ${String(row?.queued)} messages, not ${count}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  } finally {
+    await sql.end({ timeout: 5 });
+  }
+}
+
+function idOf(reply: { type: string }): number {
+  if (reply.type !== 'accepted') throw new Error(`refused: ${JSON.stringify(reply)}`);
+  return (reply as Accepted).id;
+}
+
+describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sharing one PostgreSQL store', () => {
+  it('present one key, and deliver through one relay what was sent through the other, woken by a notice', async () => {
+    const store = await pgStoreUrl();
+    const [a, b] = [await relayOn(store), await relayOn(store)];
+    expect(b.key).toBe(a.key);
+    const reader = newReader();
+    const onB = await connect(b);
+    await onB.auth(reader);
+    const ids = await Promise.all([1, 2, 3].map(async (n) => idOf(await (await connect(a)).send(reader.route, { n }))));
+    const got = await onB.waitForDeliveries(3, reader.route, NOTICE_DEADLINE_MS);
+    expect(got.map((d) => d.id).sort((x, y) => x - y)).toEqual([...ids].sort((x, y) => x - y));
+
+    // Acknowledged on B: a reader on A finds nothing left but what is sent next.
+    onB.ack(reader.route, ids);
+    await untilQueued(store, 0);
+    const onA = await connect(a);
+    await onA.auth(reader);
+    const marker = idOf(await onA.send(reader.route, { marker: true }));
+    expect((await onA.waitForDeliveries(1, reader.route)).map((d) => d.id)).toEqual([marker]);
+  });
+
+  it('keep each route in id order with no gap when many senders on both relays send at once', async () => {
+    const store = await pgStoreUrl();
+    const [a, b] = [await relayOn(store), await relayOn(store)];
+    const reader = newReader();
+    const onA = await connect(a, { autoAck: true });
+    await onA.auth(reader);
+    const senders = await Promise.all(Array.from({ length: 8 }, (_, i) => connect(i % 2 === 0 ? a : b)));
+    const accepted = (await Promise.all(senders.flatMap((s, i) => Array.from({ length: 25 }, (_, n) => s.send(reader.route, { s: i, n }))))).map(idOf);
+    const got = await onA.waitForDeliveries(accepted.length, reader.route, 20_000);
+    const delivered = got.map((d) => d.id);
+    expect(delivered).toEqual([...delivered].sort((x, y) => x - y));
+    expect([...delivered].sort((x, y) => x - y)).toEqual([...accepted].sort((x, y) => x - y));
+    // Each sender's messages in the order it sent them.
+    for (let i = 0; i < senders.length; i++) {
+      const mine = got.map((d) => d.payload as { s: number; n: number }).filter((p) => p.s === i);
+      expect(mine.map((p) => p.n)).toEqual(Array.from({ length: 25 }, (_, n) => n));
+    }
+  });
+
+  it('show one roster: an announcement heard by one relay is served by the other', async () => {
+    const store = await pgStoreUrl();
+    const [a, b] = [await relayOn(store), await relayOn(store)];
+    const reader = newReader('s1');
+    const announcement = signAnnouncement(reader.key, { name: 'alice', session: 's1', cwd: '/w', git_root: '/w', summary: 'shared', ts: Date.now() });
+    (await connect(a)).frame({ type: 'announce', announcement });
+    const asker = await connect(b);
+    const deadline = Date.now() + NOTICE_DEADLINE_MS;
+    for (let n = 0; ; n++) {
+      const from = asker.frames.length;
+      asker.frame({ type: 'roster', ref: `r${n}` });
+      const reply = await asker.waitFor('a roster reply', (f) => f.type === 'roster' && f.ref === `r${n}`, from);
+      const entries = reply.type === 'roster' ? reply.entries : [];
+      if (entries.length > 0) {
+        expect(entries.map((e) => e.announcement)).toEqual([announcement]);
+        break;
+      }
+      if (Date.now() > deadline) throw new Error('the other relay did not serve the announcement within 5 s');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  });
+
+  it(`refuses rate_limited past ${MAX_UNCOMMITTED_BYTES / 2 ** 20} MiB waiting for a commit while another transaction holds the route, and answers every send once it lets go`, async () => {
+    const store = await pgStoreUrl();
+    const relay = await relayOn(store, { maxPerConnection: 100_000 });
+    const client = await connect(relay);
+    const reader = newReader();
+    const payload = { text: 'x'.repeat(MAX_PAYLOAD_BYTES - 100) };
+    const fitting = Math.floor(MAX_UNCOMMITTED_BYTES / Buffer.byteLength(JSON.stringify(payload)));
+    const sql = postgres(store, { max: 1, onnotice: () => undefined });
+    try {
+      let pending: Promise<{ type: string }>[] = [];
+      await sql.begin(async (tx) => {
+        await tx`INSERT INTO relay_routes (route, messages, bytes) VALUES (${reader.route}, 0, 0) ON CONFLICT (route) DO UPDATE SET messages = relay_routes.messages`;
+        pending = Array.from({ length: fitting }, (_, i) => client.send(reader.route, payload, `p${i}`, 30_000));
+        const over = await client.send(reader.route, payload, 'over');
+        expect(over).toMatchObject({ type: 'refused', code: 'rate_limited' });
+        expect(over.type === 'refused' && over.message).toContain('still storing');
+      });
+      expect((await Promise.all(pending)).every((r) => r.type === 'accepted')).toBe(true);
+    } finally {
+      await sql.end({ timeout: 5 });
+    }
+  });
+
+  it('refuses to start on tables of a newer layout, saying so', async () => {
+    const store = await pgStoreUrl();
+    await (await relayOn(store)).close();
+    const sql = postgres(store, { max: 1, onnotice: () => undefined });
+    await sql`UPDATE relay_meta SET value = ${String(SCHEMA_VERSION + 1)} WHERE name = 'schema_version'`;
+    await sql.end({ timeout: 5 });
+    await expect(startTestRelay({ store })).rejects.toThrow(new RegExp(`layout ${SCHEMA_VERSION + 1}, newer than this relay's ${SCHEMA_VERSION}: upgrade interlink-mcp`));
+  });
+
+  it('refuses sends with a clear reason while its database is down, and recovers on its own once it is back', async () => {
+    const cluster = await startPgCluster();
+    await cluster.createDatabase('relay');
+    const relay = await relayOn(cluster.url('relay'));
+    const reader = newReader();
+    const sender = await connect(relay);
+    const before = idOf(await sender.send(reader.route, { n: 0 }));
+
+    await cluster.primary.kill9();
+    const refused = await sender.send(reader.route, { n: 1 }, 'down', 30_000);
+    expect(refused).toMatchObject({ type: 'refused', code: 'storage' });
+    expect(refused.type === 'refused' && refused.message).toMatch(/the relay's database is unreachable/);
+
+    await cluster.primary.start();
+    // As a sender's outbox does: send again until accepted, within a deadline.
+    let accepted: number | undefined;
+    const deadline = Date.now() + 30_000;
+    for (let attempt = 0; accepted === undefined; attempt++) {
+      if (Date.now() > deadline) throw new Error(`the relay did not accept a send within 30 s of the database's return (${attempt} tries)`);
+      const reply = await sender.send(reader.route, { n: 2 }, `again${attempt}`, 30_000);
+      if (reply.type === 'accepted') accepted = reply.id;
+      else await new Promise((r) => setTimeout(r, 100));
+    }
+    const client = await connect(relay);
+    await client.auth(reader);
+    const ids = (await client.waitForDeliveries(2, reader.route, 20_000)).map((d) => d.id);
+    expect(ids).toEqual([before, accepted]);
+  });
+});
