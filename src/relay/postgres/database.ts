@@ -60,12 +60,38 @@ export function databaseError(err: unknown): InterlinkError {
   return new InterlinkError('storage', why, undefined, { cause: err });
 }
 
-/** Runs `work` and turns any database failure into a `storage` error. */
-export async function guarded<T>(work: () => Promise<T>): Promise<T> {
+/**
+ * How long one database call may take. While no primary is writable, postgres.js keeps a
+ * query waiting and tries the hosts again and again; the relay answers the sender instead.
+ */
+export const QUERY_DEADLINE_MS = 10_000;
+
+/** A query of postgres.js: a promise that can be withdrawn before it is sent. */
+interface Cancellable<T> extends PromiseLike<T> {
+  cancel(): unknown;
+}
+
+/**
+ * Runs `work` and turns any database failure into a `storage` error; past the deadline the
+ * query is withdrawn and refused. A query already sent may still commit: a send refused
+ * that way can be stored twice once its sender offers it again, and receivers discard the
+ * copy by (`from`, `msg_id`), as for any redelivery.
+ */
+export async function guarded<T>(work: () => Cancellable<T> | Promise<T>, deadlineMs = QUERY_DEADLINE_MS): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const pending = work();
   try {
-    return await work();
+    return await new Promise<T>((resolve, reject) => {
+      timer = setTimeout(() => {
+        if ('cancel' in pending) void Promise.resolve(pending.cancel()).catch(() => undefined);
+        reject(new InterlinkError('storage', `the relay's database did not answer within ${deadlineMs / 1000} s: no writable primary is reachable`));
+      }, deadlineMs);
+      Promise.resolve(pending).then(resolve, reject);
+    });
   } catch (err) {
     throw databaseError(err);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

@@ -197,7 +197,7 @@ export class PostgresStore implements QueueStore {
     if (pending === undefined || this.released) return;
     const lines = [...[...pending.queues].map((r) => `q ${r}`), ...[...pending.roster].map((r) => `r ${r}`)];
     let batch = this.instance;
-    const send = (text: string) => void this.sql.notify(this.channel, text).catch((err: unknown) => log.debug('relay_db_notify_failed', { error: databaseError(err).message }));
+    const send = (text: string) => void guarded(() => this.sql.notify(this.channel, text)).catch((err: unknown) => log.debug('relay_db_notify_failed', { error: databaseError(err).message }));
     for (const line of lines) {
       if (batch.length + line.length + 1 > NOTICE_BYTES) {
         send(batch);
@@ -213,10 +213,12 @@ export class PostgresStore implements QueueStore {
   }
 
   async refresh(): Promise<void> {
-    const [row] = await this.sql`
-      SELECT (SELECT count(*) FROM relay_routes) AS routes,
-             coalesce(sum(messages), 0) AS messages, coalesce(sum(bytes), 0) AS bytes
-      FROM relay_totals`;
+    const [row] = await guarded(
+      () => this.sql`
+        SELECT (SELECT count(*) FROM relay_routes) AS routes,
+               coalesce(sum(messages), 0) AS messages, coalesce(sum(bytes), 0) AS bytes
+        FROM relay_totals`,
+    );
     this.counts = statsRow.parse(row);
   }
 
