@@ -37,7 +37,8 @@ function damaged(path: string, why: string): InterlinkError {
   return new InterlinkError('bad_key', `the relay key at ${path} ${why}; clients that know this relay expect its key, so it is not replaced: restore the file, or delete it to make a new key (clients must then accept the new one)`);
 }
 
-async function readRelayKey(path: string): Promise<RelayKey | undefined> {
+/** The key in `path`, or undefined when there is no file; a damaged file is an error, never a new key. */
+export async function readRelayKey(path: string): Promise<RelayKey | undefined> {
   let text: string;
   try {
     text = await readPrivateFile(path);

@@ -17,7 +17,7 @@ import { withFileLock } from '../store/lock.js';
 import { writeFileAtomic } from '../store/atomic.js';
 import { makePrivateDir, NO_FOLLOW } from '../store/private.js';
 import type { Origin, QueueStats, QueueStore } from './queue-store.js';
-import { RelayQueueState, relayQueueFormat, type EnqueueResult, type QueuedMessage, type QueueLimits, type QueueOp, type QueueResult } from './queues.js';
+import { RelayQueueState, relayQueueFormat, type EnqueueResult, type QueueData, type QueuedMessage, type QueueLimits, type QueueOp, type QueueResult } from './queues.js';
 import { sourceGroup, type Share } from './shares.js';
 
 /** How long a new relay waits for another relay that holds the same --db. */
@@ -33,6 +33,14 @@ async function readNoFollow(path: string): Promise<Buffer> {
   }
 }
 
+/** `<db>/sources.key` as it is, whatever its length; undefined when there is none. */
+async function readSourceKey(dir: string): Promise<Buffer | undefined> {
+  return readNoFollow(join(dir, 'sources.key')).catch((err: unknown) => {
+    if (errnoCode(err) === 'ENOENT') return undefined;
+    throw err;
+  });
+}
+
 /**
  * `<db>/sources.key`, made on first use: the HMAC key of `src`. The files keep no
  * sender's address in the clear, while the same address still maps to the same `src`
@@ -41,10 +49,7 @@ async function readNoFollow(path: string): Promise<Buffer> {
  */
 async function loadSourceKey(dir: string): Promise<Buffer> {
   const path = join(dir, 'sources.key');
-  const existing = await readNoFollow(path).catch((err: unknown) => {
-    if (errnoCode(err) === 'ENOENT') return undefined;
-    throw err;
-  });
+  const existing = await readSourceKey(dir);
   if (existing?.length === SOURCE_KEY_BYTES) return existing;
   // A damaged key only restarts every address's count: the messages stay queued.
   if (existing !== undefined) log.warn('relay_source_key_replaced', { path, bytes: existing.length });
@@ -62,8 +67,11 @@ interface QueueBackend {
 /** Store directories held by relays of this process (the file lock queues callers within a process instead of refusing them). */
 const heldDbs = new Set<string>();
 
-/** Holds `<db>/relay.lock` until released: two relays on one store would issue the same ids. */
-async function holdDbLock(dir: string): Promise<() => Promise<void>> {
+/**
+ * Holds `<db>/relay.lock` until released: two relays on one store would issue the same
+ * ids. `relay migrate` holds it too, so no relay starts on a store being moved.
+ */
+export async function holdDbLock(dir: string): Promise<() => Promise<void>> {
   const busy = (why: string, cause?: unknown) => new InterlinkError('busy', `${dir} is in use by another relay (${why})`, undefined, { cause });
   if (heldDbs.has(dir)) throw busy('in this process');
   heldDbs.add(dir);
@@ -90,6 +98,29 @@ async function holdDbLock(dir: string): Promise<() => Promise<void>> {
     await lock;
     heldDbs.delete(dir);
   };
+}
+
+/** What a `--db` store holds, for `relay migrate`. */
+export interface DbContents {
+  data: QueueData;
+  /** The HMAC key of `src`; undefined when missing or damaged (a relay would make a new one). */
+  sourceKey: Buffer | undefined;
+}
+
+/**
+ * The queues under `dir` as a relay starting there would load them (the snapshot, then
+ * the journal's tail), read without writing anything, and its source key. The caller
+ * holds the store's lock (`holdDbLock`), so nothing changes the files meanwhile.
+ */
+export async function readDbContents(dir: string): Promise<DbContents> {
+  const store = await JournalStore.open(join(dir, 'queues.json'), relayQueueFormat(), { readOnly: true });
+  try {
+    const data = await store.read((state) => state.toData());
+    const key = await readSourceKey(dir);
+    return { data, sourceKey: key?.length === SOURCE_KEY_BYTES ? key : undefined };
+  } finally {
+    await store.close();
+  }
 }
 
 /** The queues of one relay process: in memory, or journaled under `--db` (the embedded store). */

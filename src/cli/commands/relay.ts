@@ -22,6 +22,7 @@ import { isLoopback } from '../../relay/shares.js';
 import { isPostgresUrl, redactedUrl } from '../../relay/postgres/database.js';
 import { readServerTls, type ServerTls } from '../../relay/tls.js';
 import { expectPositionals, parse, print } from '../args.js';
+import { relayMigrate } from './relay-migrate.js';
 
 export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DIR | --store URL] [--max-age DURATION] [--key FILE]
                           [--max-per-address N] [--max-per-connection N]
@@ -30,6 +31,7 @@ export const relayHelp = `usage: interlink-mcp relay [--addr HOST:PORT] [--db DI
                           [--metrics HOST:PORT] [--summary-every DURATION]
        interlink-mcp relay stop [--db DIR] [--json]
        interlink-mcp relay forget URL [--json]
+       interlink-mcp relay migrate --db DIR --store URL [--key FILE] [--json]
 
 Runs the relay that carries signed messages between sessions: it keeps each session's
 messages until that session's reader, proving its key, acknowledges them.
@@ -95,7 +97,15 @@ DIR; the next serve starts it again. Nothing running is not an error.
 relay forget URL: accepts a relay's new key. Sessions record the key each relay URL
 presents the first time (in <state>/relays.json) and refuse to read at that URL if it
 later presents another; this forgets what was recorded for URL, so the key it presents
-next is recorded instead. Running sessions pick it up when they next reconnect.`;
+next is recorded instead. Running sessions pick it up when they next reconnect.
+
+relay migrate: moves the queues of a stopped --db relay into the PostgreSQL database of
+--store, in one transaction: every queued message with its id and exact bytes, the key
+its sender counts are kept by, and the relay key (DIR/relay-key.json, or --key FILE), so
+clients keep trusting the relay and read on with the same ids. It refuses while a relay
+runs on DIR, and when the database holds other queued messages or another relay key.
+Run again, it finds them already there and changes nothing (--json: "already": true).
+DIR is left as it was: remove it once relays started with --store serve the queues.`;
 
 /** `HOST:PORT`, with an IPv6 host in brackets; `flag` names the option in errors. */
 export function parseAddr(text: string, flag = '--addr'): { host: string; port: number } {
@@ -216,6 +226,7 @@ async function forget(argv: readonly string[], config: Config): Promise<void> {
 export async function relay(argv: readonly string[], config: Config): Promise<void> {
   if (argv[0] === 'stop') return stop(argv.slice(1), config);
   if (argv[0] === 'forget') return forget(argv.slice(1), config);
+  if (argv[0] === 'migrate') return relayMigrate(argv.slice(1));
   const args = parse(argv, {
     addr: { type: 'string' },
     db: { type: 'string' },
