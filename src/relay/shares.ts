@@ -49,6 +49,9 @@ export function shareLimits(total: Share, host: string, configured: { perAddress
   return { perAddress, perConnection: shareOf(total, configured.perConnection ?? DEFAULT_PER_CONNECTION) };
 }
 
+/** Bytes of the HMAC key that turns a sender's address into the `src` it is counted by, in every store. */
+export const SOURCE_KEY_BYTES = 32;
+
 /** Eight hex digits per group: `2001:db8::1` → `2001:0db8:0000:0000:0000:0000:0000:0001`. */
 function expandIpv6(address: string): string[] {
   const [head = '', tail] = address.split('::');

@@ -18,11 +18,10 @@ import { writeFileAtomic } from '../store/atomic.js';
 import { makePrivateDir, NO_FOLLOW } from '../store/private.js';
 import type { Origin, QueueStats, QueueStore } from './queue-store.js';
 import { RelayQueueState, relayQueueFormat, type EnqueueResult, type QueueData, type QueuedMessage, type QueueLimits, type QueueOp, type QueueResult } from './queues.js';
-import { sourceGroup, type Share } from './shares.js';
+import { SOURCE_KEY_BYTES, sourceGroup, type Share } from './shares.js';
 
 /** How long a new relay waits for another relay that holds the same --db. */
 const DB_LOCK_TIMEOUT_MS = 2_000;
-const SOURCE_KEY_BYTES = 32;
 
 async function readNoFollow(path: string): Promise<Buffer> {
   const handle = await open(path, constants.O_RDONLY | NO_FOLLOW);

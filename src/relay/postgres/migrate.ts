@@ -19,7 +19,7 @@ import { parseJsonWith } from '../../json.js';
 import type { QueueData } from '../queues.js';
 import type { RelayKey } from '../relay-key.js';
 import { connect, guarded, int8, redactedUrl } from './database.js';
-import { CREATE_SCHEMA, SCHEMA_VERSION, TOTAL_SHARDS } from './schema.js';
+import { createRelayTables, relayKeyMeta, TOTAL_SHARDS } from './schema.js';
 
 type Transaction = postgres.TransactionSql;
 
@@ -28,9 +28,6 @@ const MIGRATION_DEADLINE_MS = 10 * 60_000;
 /** Messages, and payload characters, one statement carries. */
 const CHUNK_MESSAGES = 1_000;
 const CHUNK_CHARS = 8 * 1024 * 1024;
-
-/** `relay_meta.relay_key`: what store.ts's `sharedRelayKey` reads. */
-export const relayKeyMeta = z.object({ seed: z.string(), key: z.string() });
 
 /** What `relay migrate` read from the `--db` store, under its lock. */
 export interface MigrationSource {
@@ -58,28 +55,6 @@ interface Row {
   src: string | null;
 }
 
-/**
- * Makes the relay's tables where the connection's search_path puts them, if missing, in
- * the caller's transaction and under the advisory lock relays take to make them; refuses
- * a layout newer than this program's. Returns the schema.
- */
-export async function createRelayTables(tx: Transaction): Promise<string> {
-  const [where] = await tx`SELECT current_schema() AS schema`;
-  const schema = z.object({ schema: z.string().nullable() }).parse(where).schema;
-  if (schema === null) throw new InterlinkError('storage', 'the connection has no schema to keep the relay tables in (check search_path)');
-  await tx`SELECT pg_advisory_xact_lock(hashtext('interlink-relay-schema'))`;
-  const [exists] = await tx`SELECT to_regclass('relay_meta') IS NOT NULL AS present`;
-  if (z.object({ present: z.boolean() }).parse(exists).present) {
-    const [row] = await tx`SELECT value FROM relay_meta WHERE name = 'schema_version'`;
-    const version = row === undefined ? undefined : Number(z.object({ value: z.string() }).parse(row).value);
-    if (version !== undefined && version > SCHEMA_VERSION) {
-      throw new InterlinkError('storage', `the database holds relay tables of layout ${version}, newer than this relay's ${SCHEMA_VERSION}: upgrade interlink-mcp`);
-    }
-  }
-  await tx.unsafe(CREATE_SCHEMA);
-  await tx`INSERT INTO relay_meta (name, value) VALUES ('schema_version', ${String(SCHEMA_VERSION)}) ON CONFLICT (name) DO NOTHING`;
-  return schema;
-}
 
 /**
  * Moves `from` into the database at `url` and says what it holds of it now. Nothing is

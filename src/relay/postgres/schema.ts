@@ -26,8 +26,14 @@
  * - **Nothing dropped.** A send past a bound is refused and stores nothing; only
  *   `relay_ack` (an acknowledgement, or expiry) deletes.
  */
+import type postgres from 'postgres';
+import { z } from 'zod';
+import { InterlinkError } from '../../errors.js';
 
 export const SCHEMA_VERSION = 1;
+
+/** `relay_meta.relay_key`: the key every relay of the database presents, as JSON. */
+export const relayKeyMeta = z.object({ seed: z.string(), key: z.string() });
 
 /** Routes hash into this many counter rows of `relay_totals`. */
 export const TOTAL_SHARDS = 64;
@@ -173,3 +179,26 @@ BEGIN
 END
 $fn$;
 `;
+
+/**
+ * Makes the relay's tables where the connection's search_path puts them, if missing, in
+ * the caller's transaction and under the advisory lock relays take to make them; refuses
+ * a layout newer than this program's. Returns the schema.
+ */
+export async function createRelayTables(tx: postgres.TransactionSql): Promise<string> {
+  const [where] = await tx`SELECT current_schema() AS schema`;
+  const schema = z.object({ schema: z.string().nullable() }).parse(where).schema;
+  if (schema === null) throw new InterlinkError('storage', 'the connection has no schema to keep the relay tables in (check search_path)');
+  await tx`SELECT pg_advisory_xact_lock(hashtext('interlink-relay-schema'))`;
+  const [exists] = await tx`SELECT to_regclass('relay_meta') IS NOT NULL AS present`;
+  if (z.object({ present: z.boolean() }).parse(exists).present) {
+    const [row] = await tx`SELECT value FROM relay_meta WHERE name = 'schema_version'`;
+    const version = row === undefined ? undefined : Number(z.object({ value: z.string() }).parse(row).value);
+    if (version !== undefined && version > SCHEMA_VERSION) {
+      throw new InterlinkError('storage', `the database holds relay tables of layout ${version}, newer than this relay's ${SCHEMA_VERSION}: upgrade interlink-mcp`);
+    }
+  }
+  await tx.unsafe(CREATE_SCHEMA);
+  await tx`INSERT INTO relay_meta (name, value) VALUES ('schema_version', ${String(SCHEMA_VERSION)}) ON CONFLICT (name) DO NOTHING`;
+  return schema;
+}

@@ -22,9 +22,9 @@ import { log } from '../../log.js';
 import type { Origin, QueueStats, QueueStore, StoreEvents } from '../queue-store.js';
 import type { EnqueueResult, QueuedMessage, QueueLimits } from '../queues.js';
 import { freshRelayKey, type RelayKey } from '../relay-key.js';
-import { sourceGroup, type Share } from '../shares.js';
+import { SOURCE_KEY_BYTES, sourceGroup, type Share } from '../shares.js';
 import { connect, databaseError, guarded, int8, redactedUrl, type Sql } from './database.js';
-import { CREATE_SCHEMA, SCHEMA_VERSION } from './schema.js';
+import { createRelayTables, relayKeyMeta } from './schema.js';
 
 /** How often every reader looks for what a missed notice would have announced. */
 export const RESYNC_EVERY_MS = 15_000;
@@ -33,14 +33,12 @@ const STATS_EVERY_MS = 2_000;
 /** NOTIFY payloads stop at 8,000 bytes; a batch of routes is cut below that. */
 const NOTICE_BYTES = 7_000;
 
-const SOURCE_KEY_BYTES = 32;
 
 const messageRow = z.object({ id: int8, at: int8, payload: z.string(), bytes: z.number().int().min(0) });
 const enqueueRow = z.object({ outcome: z.enum(['enqueued', 'routeMessages', 'messages', 'bytes', 'perAddress', 'perConnection']), id: int8.nullable() });
 const countRow = z.object({ messages: int8, bytes: int8 });
 const statsRow = z.object({ routes: int8, messages: int8, bytes: int8 });
 const expiredRow = z.object({ route: z.string(), ids: z.array(int8) });
-const relayKeyValue = z.object({ seed: z.string(), key: z.string() });
 
 interface WaitingSend {
   route: string;
@@ -347,7 +345,7 @@ export class PostgresStore implements QueueStore {
     const made = freshRelayKey();
     const value = JSON.stringify({ seed: encodeBase64url(made.signingKey.seed), key: made.key });
     const text = await guarded(() => metaValue(this.sql, 'relay_key', value));
-    const parsed = relayKeyValue.safeParse(JSON.parse(text));
+    const parsed = relayKeyMeta.safeParse(JSON.parse(text));
     const damaged = () => new InterlinkError('bad_key', "the relay key kept in the relay's database (relay_meta.relay_key) is damaged; clients expect that key, so it is not replaced: restore it, or delete the row to make a new key");
     if (!parsed.success) throw damaged();
     try {
@@ -378,26 +376,14 @@ async function metaValue(sql: Sql, name: string, value: string): Promise<string>
 
 /** Makes the tables (once per database, under an advisory lock) and reads what every relay shares. */
 async function prepare(sql: Sql, now: number): Promise<{ schema: string; sourceKey: Buffer }> {
-  const [where] = await sql`SELECT current_schema() AS schema`;
-  const schema = z.object({ schema: z.string() }).nullable().parse(where ?? null)?.schema;
-  if (schema === undefined || schema === null) throw new InterlinkError('storage', 'the connection has no schema to keep the relay tables in (check search_path)');
-  await sql.begin(async (tx) => {
-    await tx`SELECT pg_advisory_xact_lock(hashtext('interlink-relay-schema'))`;
-    const [exists] = await tx`SELECT to_regclass('relay_meta') IS NOT NULL AS present`;
-    if (z.object({ present: z.boolean() }).parse(exists).present) {
-      const [row] = await tx`SELECT value FROM relay_meta WHERE name = 'schema_version'`;
-      const version = row === undefined ? undefined : Number(z.object({ value: z.string() }).parse(row).value);
-      if (version !== undefined && version > SCHEMA_VERSION) {
-        throw new InterlinkError('storage', `the database holds relay tables of layout ${version}, newer than this relay's ${SCHEMA_VERSION}: upgrade interlink-mcp`);
-      }
-    }
-    await tx.unsafe(CREATE_SCHEMA);
-    await tx`INSERT INTO relay_meta (name, value) VALUES ('schema_version', ${String(SCHEMA_VERSION)}) ON CONFLICT (name) DO NOTHING`;
+  const schema = await sql.begin(async (tx) => {
+    const made = await createRelayTables(tx);
     // Ids continue from the clock (in microseconds) when it is ahead, as the embedded store's
     // do: a database recreated empty behind the same relays never reissues an id a client may
     // still hold. Only ever forward, and far ahead of ids other relays take meanwhile.
     const micros = Math.floor(now) * 1000;
     await tx`SELECT setval('relay_ids', ${micros}) WHERE (SELECT last_value FROM relay_ids) < ${micros}`;
+    return made;
   });
   const key = Buffer.from(await metaValue(sql, 'source_key', encodeBase64url(randomBytes(SOURCE_KEY_BYTES))), 'base64url');
   if (key.length !== SOURCE_KEY_BYTES) throw new InterlinkError('storage', "relay_meta.source_key in the relay's database is not 32 bytes of base64url");
