@@ -21,6 +21,7 @@ import { endToEnd } from './end-to-end.js';
 import { relayMemory } from './relay-memory.js';
 import { relayThroughput } from './relay-throughput.js';
 import { relayFlood } from './relay-flood.js';
+import { relayStores } from './relay-stores.js';
 import { userPath } from './user-path.js';
 import { sealingCost } from './sealing.js';
 import { wakeLatency } from './wake.js';
@@ -35,7 +36,7 @@ const COMMAND = 'npm run bench';
 /** dist/scripts/bench/run.js → the project root. */
 const PROJECT_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const DOCUMENT = join(PROJECT_ROOT, 'docs', 'PERFORMANCE.md');
-const BENCHMARKS: readonly Benchmark[] = [signatures, mailboxCommit, groupCommit, endToEnd(PROJECT_ROOT), relayMemory(PROJECT_ROOT), relayThroughput(PROJECT_ROOT), relayFlood(PROJECT_ROOT), wakeLatency(PROJECT_ROOT), userPath(PROJECT_ROOT), sealingCost(PROJECT_ROOT)];
+const BENCHMARKS: readonly Benchmark[] = [signatures, mailboxCommit, groupCommit, endToEnd(PROJECT_ROOT), relayMemory(PROJECT_ROOT), relayThroughput(PROJECT_ROOT), relayFlood(PROJECT_ROOT), wakeLatency(PROJECT_ROOT), userPath(PROJECT_ROOT), sealingCost(PROJECT_ROOT), relayStores(PROJECT_ROOT)];
 
 function packageVersion(name: string): string {
   try {

@@ -35,7 +35,7 @@ export function sealingCost(projectRoot: string): Benchmark {
       const root = await mkdtemp(join(context.scratch, 'sealing-'));
       await twoIdentities(root);
       const relay = await startRelayProcess(projectRoot, await mkdtemp(join(context.scratch, 'sealing-relay-')));
-      const sealed: Machine = { nodeOptions: await shippedNodeOptions(projectRoot), root, relayUrl: relay.url, relayPid: relay.pid, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js') };
+      const sealed: Machine = { nodeOptions: await shippedNodeOptions(projectRoot), root, relayUrl: relay.url, relayPids: [relay.pid], main: join(projectRoot, 'dist', 'src', 'cli', 'main.js') };
       const unsealed: Machine = { ...sealed, env: { INTERLINK_BENCH_UNSEALED: '1' } };
       const results: Pair[] = [];
       try {

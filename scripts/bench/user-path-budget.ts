@@ -50,7 +50,7 @@ export async function measureBudget(projectRoot: string, context: BenchContext, 
   let result: PathResult;
   try {
     result = await runSessions(
-      { nodeOptions: await shippedNodeOptions(projectRoot), root, relayUrl: relay.url, relayPid: relay.pid, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js'), nodeArgs: (role, i) => profileArgs(profiles, `${role}-${i}.cpuprofile`) },
+      { nodeOptions: await shippedNodeOptions(projectRoot), root, relayUrl: relay.url, relayPids: [relay.pid], main: join(projectRoot, 'dist', 'src', 'cli', 'main.js'), nodeArgs: (role, i) => profileArgs(profiles, `${role}-${i}.cpuprofile`) },
       sessions,
       'budget',
     );

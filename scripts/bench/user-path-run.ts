@@ -37,13 +37,17 @@ export interface Machine {
   /** NODE_OPTIONS for every serve, as the shipped host configs give it (shippedNodeOptions). */
   nodeOptions: string;
   root: string;
+  /** Every serve's INTERLINK_URL: one relay, or several comma-separated as users list them. */
   relayUrl: string;
-  relayPid: number;
+  /** The relay processes behind relayUrl, whose CPU and system calls are counted as the relay's. */
+  relayPids: readonly number[];
   main: string;
   /** Node flags for every serve, e.g. to profile it. */
   nodeArgs?: (role: ServeRole, index: number) => string[];
   /** More environment for every serve (the sealing benchmark's unsealed baseline). */
   env?: Record<string, string>;
+  /** CPU seconds some other process kind has used so far (the relays' database); counted as `cpu.database`. */
+  databaseCpu?: () => number;
 }
 
 export interface PathResult {
@@ -54,7 +58,7 @@ export interface PathResult {
   stored: Summary;
   serveRss: number[];
   /** CPU microseconds per message in the measured phase, by who pays them. */
-  cpu: { sender: number; receiver: number; relay: number; client: number };
+  cpu: { sender: number; receiver: number; relay: number; client: number; database?: number };
   /** The measured phase on the monotonic clock (µs), and the CPU each process used in it. */
   window: { fromUs: number; toUs: number };
   cpuByProcess: { role: ServeRole | 'relay'; index: number; cpuUs: number }[];
@@ -128,18 +132,19 @@ async function waitStored(receiver: Peer, last: Sent): Promise<void> {
 }
 
 /** Counts system calls per process kind over the measured phase, where perf can. */
-function startCounting(senders: Peer[], receivers: Peer[], relayPid: number) {
+function startCounting(senders: Peer[], receivers: Peer[], relayPids: readonly number[]) {
   const why = perfUnavailable();
   if (why !== undefined) return { stop: async () => why };
   const counting = {
     sender: countSyscalls(senders.map((p) => p.pid()!)),
     receiver: countSyscalls(receivers.map((p) => p.pid()!)),
-    relay: countSyscalls([relayPid]),
+    relay: countSyscalls([...relayPids]),
   };
   return { stop: async () => ({ sender: await counting.sender.stop(), receiver: await counting.receiver.stop(), relay: await counting.relay.stop() }) };
 }
 
-export async function runSessions(machine: Machine, sessions: SessionCount, prefix = `s${sessions}`): Promise<PathResult> {
+/** `messages`: how many the senders send in the measured phase, together (default MESSAGES). */
+export async function runSessions(machine: Machine, sessions: SessionCount, prefix = `s${sessions}`, messages = MESSAGES[sessions]): Promise<PathResult> {
   const pairs = sessions / 2;
   const receivers: Peer[] = [];
   const senders: Peer[] = [];
@@ -163,16 +168,18 @@ export async function runSessions(machine: Machine, sessions: SessionCount, pref
       }
     };
     await Promise.all(senders.map((_, i) => pump(i, WARMUP_PER_PAIR, false)));
-    const perPair = Math.ceil(MESSAGES[sessions] / pairs);
-    const pids = [...senders.map((p, index) => ({ role: 'sender' as const, index, pid: p.pid()! })), ...receivers.map((p, index) => ({ role: 'receiver' as const, index, pid: p.pid()! })), { role: 'relay' as const, index: 0, pid: machine.relayPid }];
-    const counting = startCounting(senders, receivers, machine.relayPid);
+    const perPair = Math.ceil(messages / pairs);
+    const pids = [...senders.map((p, index) => ({ role: 'sender' as const, index, pid: p.pid()! })), ...receivers.map((p, index) => ({ role: 'receiver' as const, index, pid: p.pid()! })), ...machine.relayPids.map((pid, index) => ({ role: 'relay' as const, index, pid }))];
+    const counting = startCounting(senders, receivers, machine.relayPids);
     const cpuBefore = pids.map((p) => cpuSeconds(p.pid));
+    const databaseBefore = machine.databaseCpu?.() ?? 0;
     const clientBefore = process.cpuUsage();
     const fromUs = monotonicUs();
     await Promise.all(senders.map((_, i) => pump(i, perPair, true)));
     await Promise.all(receivers.map((r, i) => waitStored(r, sent[i]!.at(-1)!)));
     const toUs = monotonicUs();
     const client = process.cpuUsage(clientBefore);
+    const databaseUs = machine.databaseCpu === undefined ? undefined : (machine.databaseCpu() - databaseBefore) * 1e6;
     const cpuByProcess = pids.map((p, i) => ({ role: p.role, index: p.index, cpuUs: (cpuSeconds(p.pid) - cpuBefore[i]!) * 1e6 }));
     const syscallTotals = await counting.stop();
     const latencies: number[] = [];
@@ -190,7 +197,7 @@ export async function runSessions(machine: Machine, sessions: SessionCount, pref
     const serveRss = [...senders, ...receivers].map((p) => rssBytes(p.pid()!));
     const n = latencies.length;
     const spentBy = (role: ServeRole | 'relay') => cpuByProcess.filter((p) => p.role === role).reduce((sum, p) => sum + p.cpuUs, 0) / n;
-    const cpu = { sender: spentBy('sender'), receiver: spentBy('receiver'), relay: spentBy('relay'), client: (client.user + client.system) / n };
+    const cpu = { sender: spentBy('sender'), receiver: spentBy('receiver'), relay: spentBy('relay'), client: (client.user + client.system) / n, ...(databaseUs !== undefined && { database: databaseUs / n }) };
     const perMessage = (c: SyscallCounts): SyscallCounts => ({ syncs: c.syncs / n, lockTakes: c.lockTakes / n, syscalls: c.syscalls / n, switches: c.switches / n });
     const syscalls = typeof syscallTotals === 'string' ? syscallTotals : { sender: perMessage(syscallTotals.sender), receiver: perMessage(syscallTotals.receiver), relay: perMessage(syscallTotals.relay) };
     return { sessions, messages: n, perSecond: (n * 1000) / Math.max(1, last - first), call: summarize(calls), stored: summarize(latencies), serveRss, cpu, window: { fromUs, toUs }, cpuByProcess, syscalls };

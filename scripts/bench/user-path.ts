@@ -37,7 +37,7 @@ export function userPath(projectRoot: string): Benchmark {
       const root = await mkdtemp(join(context.scratch, 'user-path-'));
       await twoIdentities(root);
       const relay = await startRelayProcess(projectRoot, await mkdtemp(join(context.scratch, 'user-path-relay-')), { ...(context.profileDir !== undefined && { profileDir: context.profileDir }) });
-      const machine: Machine = { nodeOptions: await shippedNodeOptions(projectRoot), root, relayUrl: relay.url, relayPid: relay.pid, main: join(projectRoot, 'dist', 'src', 'cli', 'main.js'), ...(context.profileDir !== undefined && { nodeArgs: () => profileArgs(context.profileDir) }) };
+      const machine: Machine = { nodeOptions: await shippedNodeOptions(projectRoot), root, relayUrl: relay.url, relayPids: [relay.pid], main: join(projectRoot, 'dist', 'src', 'cli', 'main.js'), ...(context.profileDir !== undefined && { nodeArgs: () => profileArgs(context.profileDir) }) };
       const separate: PathResult[] = [];
       const inProcess: RunResult[] = [];
       let idle: { shares: number[]; rss: number[] };
