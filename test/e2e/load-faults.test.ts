@@ -21,18 +21,15 @@
  * `npm test` runs LOAD_SESSIONS=8 with LOAD_MESSAGES=40 per sender; `npm run load` runs
  * 64 sessions with 1,000 each. LOAD_SEED picks the fault times (printed in the test name).
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createIdentity } from '../../src/identity/identity.js';
-import { addPeer } from '../../src/peers/peers.js';
 import { mapLimit } from '../helpers/cli.js';
 import { kill9, startPeer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
 import { seededRandom } from '../helpers/seeded.js';
 import { freePort, startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
-import { sleep, Traffic } from '../helpers/traffic.js';
+import { pairedRoot, sleep, Traffic } from '../helpers/traffic.js';
 
 const SESSIONS = Number(process.env.LOAD_SESSIONS ?? 8);
 const MESSAGES = Number(process.env.LOAD_MESSAGES ?? 40);
@@ -49,11 +46,7 @@ const START_TIMEOUT_MS = 180_000;
 let root: string;
 
 beforeAll(async () => {
-  root = await mkdtemp(join(tmpdir(), 'interlink-load-'));
-  const alice = await createIdentity(join(root, 'alice', 'config', 'id.key'));
-  const bob = await createIdentity(join(root, 'bob', 'config', 'id.key'));
-  await addPeer(join(root, 'alice', 'config', 'peers.json'), 'bob', bob.key);
-  await addPeer(join(root, 'bob', 'config', 'peers.json'), 'alice', alice.key);
+  root = await pairedRoot('interlink-load-');
 });
 afterAll(async () => {
   await reapAll();

@@ -15,19 +15,16 @@
  * `npm test` runs FAILOVER_SESSIONS=32 (16 senders, 16 receivers) with FAILOVER_MESSAGES=8
  * per sender; `npm run failover` runs 40 each.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createIdentity } from '../../src/identity/identity.js';
-import { addPeer } from '../../src/peers/peers.js';
 import { mapLimit } from '../helpers/cli.js';
 import { startPeer } from '../helpers/mcp.js';
 import { closeAllPgClusters, postgresBinDir, startPgCluster } from '../helpers/postgres.js';
 import { reapAll } from '../helpers/process.js';
 import { newReader, TestClient } from '../helpers/relay-test-client.js';
 import { freePort, startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
-import { sleep, Traffic } from '../helpers/traffic.js';
+import { pairedRoot, sleep, Traffic } from '../helpers/traffic.js';
 
 const SESSIONS = Number(process.env.FAILOVER_SESSIONS ?? 32);
 const MESSAGES = Number(process.env.FAILOVER_MESSAGES ?? 8);
@@ -43,11 +40,7 @@ const missing = postgresBinDir() === undefined && process.env.CI !== 'true';
 let root: string;
 
 beforeAll(async () => {
-  root = await mkdtemp(join(tmpdir(), 'interlink-failover-'));
-  const alice = await createIdentity(join(root, 'alice', 'config', 'id.key'));
-  const bob = await createIdentity(join(root, 'bob', 'config', 'id.key'));
-  await addPeer(join(root, 'alice', 'config', 'peers.json'), 'bob', bob.key);
-  await addPeer(join(root, 'bob', 'config', 'peers.json'), 'alice', alice.key);
+  root = await pairedRoot('interlink-failover-');
 });
 afterAll(async () => {
   await reapAll();

@@ -10,12 +10,27 @@
  *   later one of its sender (`late`: relays may reorder, the mailbox orders what is
  *   unread), and any page that lists a sender's messages out of order.
  */
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createIdentity } from '../../src/identity/identity.js';
+import { addPeer } from '../../src/peers/peers.js';
 import type { Peer } from './mcp.js';
 
 /** How long a reader waits after an empty page; 32 readers polling every 50 ms took a core of the 2-core machine. */
 export const IDLE_POLL_MS = 250;
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A temp root holding alice and bob (config under `<root>/<name>/config`), each the other's peer, as after pairing. */
+export async function pairedRoot(prefix: string): Promise<string> {
+  const root = await mkdtemp(join(tmpdir(), prefix));
+  const alice = await createIdentity(join(root, 'alice', 'config', 'id.key'));
+  const bob = await createIdentity(join(root, 'bob', 'config', 'id.key'));
+  await addPeer(join(root, 'alice', 'config', 'peers.json'), 'bob', bob.key);
+  await addPeer(join(root, 'bob', 'config', 'peers.json'), 'alice', alice.key);
+  return root;
+}
 
 export interface TrafficReader {
   session: string;
