@@ -28,12 +28,23 @@ export function redactedUrl(url: string): string {
   return url.replace(/^(postgres(?:ql)?:\/\/[^:@/]*):[^@/]*@/, '$1:***@');
 }
 
+/** `?max=N` in the connection string, or the default. */
+function poolSizeOf(url: string): number {
+  const named = /[?&]max=([^&#]*)/.exec(url)?.[1];
+  if (named === undefined) return DEFAULT_POOL_SIZE;
+  if (!/^[1-9][0-9]{0,3}$/.test(named)) throw new InterlinkError('usage', `--store: max=${JSON.stringify(named)} is not a pool size (a whole number from 1 to 9999)`);
+  return Number(named);
+}
+
 export function connect(url: string): Sql {
   if (!isPostgresUrl(url)) throw new InterlinkError('usage', `--store ${JSON.stringify(redactedUrl(url))} is not a postgres:// connection string`);
+  // postgres.js prefers an option given here to the same one in the URL (and would take the
+  // URL's `max` as text): the pool size is read here, the connect timeout left to the URL.
+  const max = poolSizeOf(url);
   try {
     return postgres(url, {
-      max: DEFAULT_POOL_SIZE,
-      connect_timeout: CONNECT_TIMEOUT_S,
+      max,
+      ...(!/[?&]connect_timeout=/.test(url) && { connect_timeout: CONNECT_TIMEOUT_S }),
       onnotice: (notice) => log.debug('relay_db_notice', { message: String(notice.message) }),
       connection: { application_name: 'interlink-relay' },
     });
