@@ -4,7 +4,11 @@ import { postgresBinDir } from './test/helpers/postgres.js';
 /** The real-CLI host tests run with `npm run test:host` (test/host/vitest.config.ts). */
 const HOST_TESTS = ['test/host/claude.test.ts', 'test/host/codex.test.ts', 'test/host/marketplace.test.ts'];
 
-/** The files of test/relay that start relays, in process or as processes. */
+/**
+ * The files of test/relay that start relays, in process or as processes, but
+ * slow-readers.test.ts: what it bounds (send buffers, roster replies, heartbeats) is the
+ * connection's, the same on every store, and it waits out two 15 s heartbeats.
+ */
 const RELAY_SUITE = [
   'test/relay/relay.test.ts',
   'test/relay/relay-process.test.ts',
@@ -12,7 +16,6 @@ const RELAY_SUITE = [
   'test/relay/fair-share.test.ts',
   'test/relay/connection-bounds.test.ts',
   'test/relay/memory-bounds.test.ts',
-  'test/relay/slow-readers.test.ts',
   'test/relay/hostile-frames.test.ts',
   'test/relay/frame-fuzz.test.ts',
   'test/relay/metrics.test.ts',
