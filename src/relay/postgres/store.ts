@@ -141,14 +141,16 @@ export class PostgresStore implements QueueStore {
   }
 
   private async start(): Promise<void> {
-    const listening = await this.sql.listen(
-      this.channel,
-      (payload) => this.onNotice(payload),
-      // Called on every (re)connect of the listening connection: notices may have been missed.
-      () => {
-        this.events?.resync();
-        for (const listener of this.reconnectListeners) listener();
-      },
+    const listening = await guarded(() =>
+      this.sql.listen(
+        this.channel,
+        (payload) => this.onNotice(payload),
+        // Called on every (re)connect of the listening connection: notices may have been missed.
+        () => {
+          this.events?.resync();
+          for (const listener of this.reconnectListeners) listener();
+        },
+      ),
     );
     this.unlisten = () => listening.unlisten();
     await this.refresh();
