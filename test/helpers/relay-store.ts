@@ -21,9 +21,6 @@ declare module 'vitest' {
 /** True in the project whose relays keep their queues in PostgreSQL. */
 export const sharedStore = process.env.INTERLINK_TEST_RELAY_STORE === 'postgres';
 
-/** Why a test runs on the embedded store only, for `it.skipIf(sharedStore)`. */
-export const LOCAL_STORE_ONLY = sharedStore;
-
 function baseUrl(): string {
   const url = inject('relayPgUrl');
   if (url === undefined || url === '') throw new Error('INTERLINK_TEST_RELAY_STORE=postgres, but no cluster was provided (run the relay-postgres project of vitest.config.ts)');

@@ -27,7 +27,7 @@ import { connect, databaseError, guarded, int8, redactedUrl, type Sql } from './
 import { createRelayTables, relayKeyMeta } from './schema.js';
 
 /** How often every reader looks for what a missed notice would have announced. */
-export const RESYNC_EVERY_MS = 15_000;
+const RESYNC_EVERY_MS = 15_000;
 /** How often the counts behind `stats()` are read from the database. */
 const STATS_EVERY_MS = 2_000;
 /** NOTIFY payloads stop at 8,000 bytes; a batch of routes is cut below that. */
@@ -70,14 +70,14 @@ function takeBatch(waiting: WaitingSend[]): WaitingSend[] {
 }
 
 /** What one notice says: which routes got messages, and which roster entries changed. */
-export interface Notice {
+interface Notice {
   from: string;
   queues: string[];
   roster: string[];
 }
 
 /** `<instance>\n` then one `q <route>` or `r <route>` per line. */
-export function parseNotice(text: string): Notice | undefined {
+function parseNotice(text: string): Notice | undefined {
   const [from, ...lines] = text.split('\n');
   if (from === undefined || from === '') return undefined;
   const notice: Notice = { from, queues: [], roster: [] };
@@ -117,7 +117,6 @@ export class PostgresStore implements QueueStore {
 
   private constructor(
     readonly sql: Sql,
-    readonly url: string,
     readonly limits: QueueLimits,
     private readonly now: () => number,
     private readonly onCommit: ((seconds: number) => void) | undefined,
@@ -130,7 +129,7 @@ export class PostgresStore implements QueueStore {
     const sql = connect(options.url);
     try {
       const { schema, sourceKey } = await guarded(() => prepare(sql, options.now()));
-      const store = new PostgresStore(sql, options.url, options.limits, options.now, options.onCommit, channelOf(schema), sourceKey);
+      const store = new PostgresStore(sql, options.limits, options.now, options.onCommit, channelOf(schema), sourceKey);
       await store.start();
       return store;
     } catch (err) {
