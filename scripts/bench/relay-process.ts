@@ -6,6 +6,8 @@ import { cpuSeconds, rssBytes } from './proc.js';
 
 export interface RelayProcess {
   url: string;
+  /** The relay's key, as it prints it at start. */
+  key: string;
   pid: number;
   /** Resident memory of the relay process, in bytes (Linux /proc). */
   rss(): number;
@@ -50,19 +52,21 @@ export async function startRelayProcess(projectRoot: string, dbDir: string | und
     ...(options.flags ?? []),
   ];
   const child: ChildProcess = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, INTERLINK_LOG: 'error' } });
-  const { url, metricsUrl } = await new Promise<{ url: string; metricsUrl: string | undefined }>((resolve, reject) => {
+  const { url, key, metricsUrl } = await new Promise<{ url: string; key: string; metricsUrl: string | undefined }>((resolve, reject) => {
     let out = '';
     child.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString();
       const relay = /ws:\/\/127\.0\.0\.1:\d+/.exec(out);
+      const key = /^interlink relay key ([A-Za-z0-9_-]{43}) /m.exec(out);
       const metrics = /http:\/\/127\.0\.0\.1:\d+\/metrics/.exec(out);
-      if (relay && (options.metrics !== true || metrics)) resolve({ url: relay[0], metricsUrl: metrics?.[0] });
+      if (relay && key && (options.metrics !== true || metrics)) resolve({ url: relay[0], key: key[1]!, metricsUrl: metrics?.[0] });
     });
     child.once('exit', (code) => reject(new Error(`relay exited with ${code} before listening`)));
   });
   const pid = child.pid!;
   return {
     url,
+    key,
     pid,
     rss: () => rssBytes(pid),
     cpu: () => cpuSeconds(pid),

@@ -3,8 +3,9 @@
  * user-path-run.ts (separate `serve` processes over MCP stdio, half sending to the other
  * half, one message in flight per sender) through one relay on the journal store
  * (`relay --db`), one relay on a single PostgreSQL node, and two relays on a PostgreSQL
- * primary with a synchronous standby, both in every session's INTERLINK_URL. All three
- * stay up for the whole benchmark and take turns, so each meets the same machine.
+ * primary with a synchronous standby, both in every session's INTERLINK_URL with their one
+ * key pinned on each. All three stay up for the whole benchmark and take turns, so each
+ * meets the same machine.
  */
 import { mkdtemp } from 'node:fs/promises';
 import { cpus } from 'node:os';
@@ -87,7 +88,8 @@ export function relayStores(projectRoot: string): Benchmark {
         const machine: Machine = {
           nodeOptions,
           root,
-          relayUrl: relays.map((r) => r.url).join(','),
+          // Relays of one database share its key: pinned on each URL, they are one relay to a session (relay-groups.ts).
+          relayUrl: relays.map((r) => (relays.length > 1 ? `${r.url}#key=${r.key}` : r.url)).join(','),
           relayPids: relays.map((r) => r.pid),
           main,
           ...(profileDir !== undefined && { nodeArgs: () => profileArgs(profileDir) }),
@@ -217,7 +219,7 @@ function section(setups: readonly Setup[], rss: { kind: Kind; bytes: number[]; d
       `The user's-path run (separate \`serve\` processes driven over MCP stdio by the SDK client, half sending to the other half, 512 characters of text per message, one message in flight per sender, ${WARMUP_PER_PAIR} warm-up messages per pair) at ${SESSIONS.join(' and ')} sessions, ${formatCount(MESSAGES_PER_RUN)} messages per run, through three setups started side by side:`,
       'one relay process on the journal store (`relay --db`);',
       'one relay process on PostgreSQL (`relay --store postgres://…`), a single node;',
-      'two relay processes on PostgreSQL, a primary with a streaming standby named in `synchronous_standby_names`, every session listing both relays in INTERLINK_URL (comma-separated) and the store URL naming both nodes with `?target_session_attrs=primary`.',
+      'two relay processes on PostgreSQL, a primary with a streaming standby named in `synchronous_standby_names`, every session listing both relays in INTERLINK_URL (comma-separated) with their one key pinned on each (`#key=`), so that a session uses them as one relay: it sends and reads through one and moves to the other when that one drops; the store URL naming both nodes with `?target_session_attrs=primary`.',
       "PostgreSQL is a throwaway cluster (test/helpers/postgres.ts) with `fsync` and `synchronous_commit` on, so a commit returns once its WAL is flushed on the primary and, with the standby, flushed on the standby too; it runs on this machine, sharing its cores and disk with the relays, the serves and the benchmark process.",
       `The setups take turns: ${ROUNDS === 1 ? 'one run each per session count' : `${ROUNDS} rounds per session count, each round starting with the next setup`}; figures are medians over the runs, and each ratio to the journal store is the median of the rounds' own ratios (with two rounds, their mean), which need not equal the ratio of the medians beside it. Messages/s, send → receiver_stored and the \`send_message\` call as in the user's-path section.`,
       'CPU: from /proc/<pid>/stat over the measured phase; the PostgreSQL figure counts each postmaster, its children still running and those it has reaped (the standby\'s too).',

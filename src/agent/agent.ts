@@ -25,6 +25,7 @@ import type { PeerTable } from '../peers/peers.js';
 import { RelayClient } from '../relay/client.js';
 import type { ClientTls } from '../relay/tls.js';
 import { KnownRelays } from '../relay/known-relays.js';
+import { RelayGroups, soleAddresses } from '../relay/relay-groups.js';
 import { ReplayIndex } from '../replay/claims.js';
 import { isNewIndex, seedFromMailboxes } from '../replay/seed.js';
 import { Inbound } from './inbound.js';
@@ -113,7 +114,21 @@ export class Agent {
     if (seedIndex) await seedFromMailboxes(replay, dirname(mailboxPath(stateDir, identity.key, session)));
     const route = formatRoute({ key: identity.key, session });
     const trust = new KnownRelays(knownRelaysPath(stateDir), options.relayUrls);
-    const relays = options.relayUrls.map((url) => new RelayClient({ url, key: identity.signingKey, routes: [route], trust, ...(options.logOutages !== undefined && { logOutages: options.logOutages }), ...(options.tls !== undefined && { tls: options.tls }) }));
+    // A relay listed at several addresses (one key pinned on each) is read through one of them (relay-groups.ts).
+    const sole = soleAddresses(options.relayUrls);
+    const relays = options.relayUrls.map(
+      (url, i) =>
+        new RelayClient({
+          url,
+          key: identity.signingKey,
+          routes: [route],
+          trust,
+          readOnConnect: sole[i]!,
+          ...(options.logOutages !== undefined && { logOutages: options.logOutages }),
+          ...(options.tls !== undefined && { tls: options.tls }),
+        }),
+    );
+    const groups = new RelayGroups(relays, route);
     const peerWatch = new PeerWatch(options.peersPath, identity.key);
     // Who may read this session's announced details: its peers and its own identity's sessions.
     const readers = async () => [identity.key, ...(await peerWatch.trust()).table.peers.map((p) => p.key)];
@@ -152,11 +167,12 @@ export class Agent {
         refused: async (wire, code) => receipts?.refused(wire, code),
       },
     });
-    const outbound = new Outbound(outbox, relays, options.unsealed === true ? wireOf : (envelope) => offerable(identity.signingKey, envelope));
+    const outbound = new Outbound(outbox, groups.groups, options.unsealed === true ? wireOf : (envelope) => offerable(identity.signingKey, envelope));
     receipts = new ReceiptSender({ identity, relays, trust: () => peerWatch.trust(), sticky, enabled: options.unsealed !== true });
     agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, peerWatch, sticky, new SendClock(await outbox.lastTimestamp()), replay, receipts);
     // Read peers.json once now, so a damaged one is reported (and moved aside) at start, not at the first message.
     await peerWatch.trust().catch((err: unknown) => log.warn('peers_unreadable', { error: messageOf(err) }));
+    groups.start();
     for (const relay of relays) {
       inbound.attach(relay);
       relay.start();

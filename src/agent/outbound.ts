@@ -1,6 +1,9 @@
 /**
- * Drains the outbox: every pending message is offered to every connected relay until
- * one accepts it, then it is `bus_accepted`. Runs on every new message, on every relay
+ * Drains the outbox: every pending message is offered to every relay until one accepts
+ * it, then it is `bus_accepted`. A relay reached at several addresses (URLs that pin one
+ * key, relay/relay-groups.ts) is one relay here: the message is offered to one connected
+ * address of it, the one the session reads through when it can, and once one of them
+ * accepted it, it is not offered to the others. Runs on every new message, on every relay
  * (re)connection, once a second while messages are pending, and every 30 s otherwise. A
  * message that every configured relay refuses for a reason that cannot change (too
  * large, a malformed route) leaves the loop as `delivery_failed` with the relays' reason,
@@ -13,6 +16,7 @@ import type { RelayClient, SendOutcome } from '../relay/client.js';
 import { SingleFlight } from '../single-flight.js';
 import { messageOf, type RefusalCode } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';
+import { sendingMember } from '../relay/relay-groups.js';
 
 /** While a message waits for a relay to accept it, it is offered again this often. */
 const RETRY_MS = 1_000;
@@ -21,14 +25,14 @@ const IDLE_PASS_MS = 30_000;
 /** Refusals that the same bytes will meet again at that relay, however often they are offered. */
 const PERMANENT_REFUSALS: ReadonlySet<string> = new Set<RefusalCode>(['too_large', 'bad_frame']);
 
-/** Whether every relay has refused the message for good (pure). */
+/** Whether every relay has refused the message for good (pure); a relay is named by RelayClient.relay. */
 export function refusedEverywhere(refusedBy: ReadonlySet<string>, relays: readonly string[]): boolean {
   return relays.length > 0 && relays.every((url) => refusedBy.has(url));
 }
 
 export class Outbound {
   private readonly inFlight = new Set<string>();
-  /** msg_id → relays that refused it for good, with the last reason; memory only (a restart offers it again). */
+  /** msg_id → relays (RelayClient.relay) that refused it for good, with the last reason; memory only (a restart offers it again). */
   private readonly refused = new Map<string, { relays: Set<string>; reason: string }>();
   /**
    * A pass RETRY_MS after an offer that was not taken. A send offers its message itself,
@@ -42,15 +46,19 @@ export class Outbound {
     (err) => log.warn('outbound_pass_failed', { error: messageOf(err) }),
   );
 
-  /** `wire`: what a relay is offered for a stored envelope (envelope.ts `offerable`). */
+  /**
+   * `groups`: the session's relays, each the addresses of one relay in the session's
+   * order (RelayGroups.groups; a relay at one address is a group of one). `wire`: what a
+   * relay is offered for a stored envelope (envelope.ts `offerable`).
+   */
   constructor(
     private readonly outbox: Outbox,
-    private readonly relays: readonly RelayClient[],
+    private readonly groups: readonly (readonly RelayClient[])[],
     private readonly wire: (envelope: Envelope) => WireEnvelope = wireOf,
   ) {}
 
   start(): void {
-    for (const relay of this.relays) relay.on('connected', () => void this.kick());
+    for (const relay of this.groups.flat()) relay.on('connected', () => void this.kick());
     this.loop.start(IDLE_PASS_MS);
   }
 
@@ -67,7 +75,7 @@ export class Outbound {
 
   /** Offers one message at once, without waiting for the next pass. */
   offer(record: OutboxRecord): void {
-    for (const relay of this.relays) void this.sendVia(relay, record);
+    for (const group of this.groups) void this.sendVia(group, record);
   }
 
   /** Offers every pending message soon; resolves when the pass that does it has offered them. */
@@ -81,9 +89,12 @@ export class Outbound {
     return pending.length > 0 ? RETRY_MS : undefined;
   }
 
-  private async sendVia(relay: RelayClient, record: OutboxRecord): Promise<void> {
-    const key = `${relay.url} ${record.envelope.msg_id}`;
-    if (!relay.connected || this.inFlight.has(key) || record.accepted_by.includes(relay.url)) return;
+  /** Offers the message to one connected address of the relay `group`, unless one of them has it or is being offered it. */
+  private async sendVia(group: readonly RelayClient[], record: OutboxRecord): Promise<void> {
+    const relay = sendingMember(group);
+    if (relay === undefined) return;
+    const key = `${relay.relay} ${record.envelope.msg_id}`;
+    if (this.inFlight.has(key) || group.some((member) => record.accepted_by.includes(member.url))) return;
     this.inFlight.add(key);
     try {
       const outcome = await relay.send(record.route, this.wire(record.envelope), { late: (answer) => void this.answeredLate(relay.url, record, answer) });
@@ -92,7 +103,7 @@ export class Outbound {
         this.refused.delete(record.envelope.msg_id);
         await this.outbox.markAccepted(record.envelope.msg_id, relay.url);
       }
-      else if (PERMANENT_REFUSALS.has(outcome.code)) await this.refusedForGood(relay.url, record, `${outcome.code}: ${outcome.message}`);
+      else if (PERMANENT_REFUSALS.has(outcome.code)) await this.refusedForGood(relay, record, `${outcome.code}: ${outcome.message}`);
       else {
         if (outcome.code !== 'disconnected') log.warn('relay_refused_send', { relay: relay.url, msg_id: record.envelope.msg_id, code: outcome.code, message: outcome.message });
         this.retrySoon();
@@ -129,14 +140,14 @@ export class Outbound {
     this.retryTimer.unref();
   }
 
-  private async refusedForGood(url: string, record: OutboxRecord, reason: string): Promise<void> {
+  private async refusedForGood(relay: RelayClient, record: OutboxRecord, reason: string): Promise<void> {
     const msgId = record.envelope.msg_id;
     const seen = this.refused.get(msgId) ?? { relays: new Set<string>(), reason };
-    if (!seen.relays.has(url)) log.warn('relay_refused_send', { relay: url, msg_id: msgId, reason, permanent: true });
-    seen.relays.add(url);
+    if (!seen.relays.has(relay.relay)) log.warn('relay_refused_send', { relay: relay.url, msg_id: msgId, reason, permanent: true });
+    seen.relays.add(relay.relay);
     seen.reason = reason;
     this.refused.set(msgId, seen);
-    if (!refusedEverywhere(seen.relays, this.relays.map((r) => r.url))) return;
+    if (!refusedEverywhere(seen.relays, this.groups.map((group) => group[0]!.relay))) return;
     this.refused.delete(msgId);
     const { ended } = await this.outbox.end(msgId, 'delivery_failed', `every relay refused it: ${reason}`);
     if (ended) log.warn('send_failed', { msg_id: msgId, reason });

@@ -12,6 +12,7 @@ import { newNonce, signAuth, verifyWelcome } from './auth.js';
 import { relayEndpoint, type RelayEndpoint } from '../config/relay-url.js';
 import { PINS_ONLY, type RelayKeyVerdict, type RelayTrust } from './known-relays.js';
 import { connectError } from './reach.js';
+import { relayOf } from './relay-groups.js';
 import { trustOptions, type ClientTls } from './tls.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RosterEntry } from './frames.js';
 import { messageOf, type RefusalCode, type SendFailureCode } from '../errors.js';
@@ -29,8 +30,14 @@ export interface RelayClientOptions {
   /** The relay URL, perhaps pinning its key (`#key=`, config/relay-url.ts). */
   url: string;
   key: SigningKey;
-  /** Routes this client reads (authenticated after every (re)connect). */
+  /** Routes this client reads (authenticated after every (re)connect, or once `read()` is called). */
   routes: readonly string[];
+  /**
+   * Authenticate the routes as soon as the relay is trusted, on every connection (the
+   * default). False for a relay reached at several addresses: only the address elected
+   * to read does (relay-groups.ts), by calling `read()`.
+   */
+  readOnConnect?: boolean;
   requestTimeoutMs?: number;
   /**
    * A relay pings every 15 s; a connection silent this long is presumed dead (a relay
@@ -96,10 +103,33 @@ export class RelayClient extends EventEmitter {
   private handshake: Handshake | undefined;
   /** Why the relay's key is refused, until a handshake is trusted again. */
   private keyRefusal: string | undefined;
+  /** Whether this connection reads (authenticates) the routes; reset on every disconnect. */
+  private reading: boolean;
 
   constructor(private readonly options: RelayClientOptions) {
     super();
     this.endpoint = relayEndpoint(options.url);
+    this.reading = options.readOnConnect ?? true;
+  }
+
+  /**
+   * Which relay this URL reaches: the key it pins, else the URL itself. URLs that pin one
+   * key are one relay at several addresses (known-relays.ts, relay-groups.ts).
+   */
+  get relay(): string {
+    return relayOf(this.endpoint);
+  }
+
+  /** Whether this connection reads the routes (authenticates them once the relay is trusted). */
+  get reads(): boolean {
+    return this.reading;
+  }
+
+  /** Starts reading the routes on this connection, now if it is open and trusted; until it drops. */
+  read(): void {
+    if (this.reading) return;
+    this.reading = true;
+    if (this.connected) this.authenticate(this.handshake!.challenge!);
   }
 
   /** The relay's URL without a pin: its name in logs, deliveries and relays.json. */
@@ -153,8 +183,9 @@ export class RelayClient extends EventEmitter {
     });
   }
 
+  /** Connected, and every route authenticated if this connection reads them. */
   private isReady(): boolean {
-    return this.connected && this.options.routes.every((r) => this.authenticated.has(r));
+    return this.connected && (!this.reading || this.options.routes.every((r) => this.authenticated.has(r)));
   }
 
   /**
@@ -280,6 +311,7 @@ export class RelayClient extends EventEmitter {
       if (this.socket === socket) {
         this.socket = undefined;
         this.handshake = undefined;
+        this.reading = this.options.readOnConnect ?? true;
       }
       this.emit('disconnected');
       this.scheduleReconnect();
@@ -409,10 +441,14 @@ export class RelayClient extends EventEmitter {
     if (this.keyRefusal !== undefined) log.warn('relay_key_trusted', { relay: this.url, key: challenge.key, message: `relay ${this.url} is trusted again` });
     this.keyRefusal = undefined;
     handshake.trusted = true;
+    if (this.reading) this.authenticate(challenge);
+    this.emit('connected');
+  }
+
+  private authenticate(challenge: { key: string; nonce: string }): void {
     for (const route of this.options.routes) {
       this.write({ v: PROTOCOL_VERSION, type: 'auth', route, relay: challenge.key, sig: signAuth(this.options.key, challenge.key, challenge.nonce, route) });
     }
-    this.emit('connected');
   }
 
   /** Logged once per reason; the connection closes and is tried again with backoff. */

@@ -7,8 +7,11 @@
  *
  * A relay that forwards another's challenge can present that relay's key as its own; it
  * cannot sign for it, but a live forwarder can pass the other's signature on. So a key is
- * refused on one URL when another listed URL pins or has recorded it: one of the two
- * forwards to the other, and the one already known keeps it.
+ * refused on an unpinned URL when another listed URL pins or has recorded it: one of the
+ * two forwards to the other, and the one already known keeps it. A URL that pins the key
+ * it presents is trusted whatever the other URLs hold: when a person pins one key on
+ * several URLs, those URLs are one relay with several addresses (relays sharing one
+ * database, docs/SCALING.md), and the session uses them as one (relay-groups.ts).
  */
 import { z } from 'zod';
 import { relayEndpoint, type RelayEndpoint } from '../config/relay-url.js';
@@ -39,11 +42,15 @@ export function decideRelayKey(endpoint: RelayEndpoint, key: string, others: rea
   if (pin !== undefined && key !== pin) {
     return { trusted: false, message: `relay ${url} presents the key ${key}, not the key ${pin} pinned in INTERLINK_URL: it is another relay, or one passing on another's challenge; nothing is read there` };
   }
-  const claimant = others.find((o) => o.url !== url && (o.pin === key || (pin === undefined && o.pin === undefined && records[o.url]?.key === key)));
-  if (claimant !== undefined) {
-    return { trusted: false, message: `relay ${url} presents the key of ${claimant.url} (${key}): one of the two passes the other's challenge on, so nothing is read at ${url}; pin each relay's key in INTERLINK_URL (#key=) to say which is which` };
-  }
+  // A person named this key for this URL: trusted, even where another URL pins it too.
   if (pin !== undefined) return { trusted: true, firstUse: false };
+  const claimant = others.find((o) => o.url !== url && (o.pin === key || (o.pin === undefined && records[o.url]?.key === key)));
+  if (claimant !== undefined) {
+    return {
+      trusted: false,
+      message: `relay ${url} presents the key of ${claimant.url} (${key}): one of the two may pass the other's challenge on, so nothing is read at ${url}; if they are one relay (several relays on one database), pin that key on both URLs in INTERLINK_URL (#key=${key}), else pin each relay's own key to say which is which`,
+    };
+  }
   const known = records[url];
   if (known !== undefined && known.key !== key) {
     return {

@@ -25,7 +25,7 @@ afterEach(async () => {
 });
 
 function outboundVia(...relays: FakeRelayClient[]): Outbound {
-  outbound = new Outbound(outbox, relays.map((r) => r.client));
+  outbound = new Outbound(outbox, relays.map((r) => [r.client]));
   return outbound;
 }
 
@@ -122,6 +122,44 @@ describe('outbound loop', () => {
     expect((await record(m.envelope.msg_id)).accepted_by).toEqual(['ws://a']);
     await loop.kick();
     expect(sentIds(a)).toEqual([m.envelope.msg_id]);
+  });
+
+  it('offers a message to one address of a relay listed at several (one key pinned on each), the one that reads, and to the next once that one drops', async () => {
+    const key = 'shared-relay-key';
+    const [a, b] = [new FakeRelayClient('ws://a', { relay: key }), new FakeRelayClient('ws://b', { relay: key })];
+    a.reads = false;
+    const other = new FakeRelayClient('ws://other');
+    outbound = new Outbound(outbox, [[a.client, b.client], [other.client]]);
+    const first = await queued('first');
+    await outbound.kick();
+    await answered(outbound, first.envelope.msg_id);
+    expect([sentIds(a), sentIds(b), sentIds(other)]).toEqual([[], [first.envelope.msg_id], [first.envelope.msg_id]]);
+    expect([...(await record(first.envelope.msg_id)).accepted_by].sort()).toEqual(['ws://b', 'ws://other']);
+    // Accepted by one address of the relay: the other address is never offered it.
+    b.disconnect();
+    await outbound.kick();
+    expect(sentIds(a)).toEqual([]);
+
+    // The address that read is gone: the next message goes to the other.
+    const second = await queued('second');
+    await outbound.kick();
+    await answered(outbound, second.envelope.msg_id);
+    expect([sentIds(a), sentIds(b)]).toEqual([[second.envelope.msg_id], [first.envelope.msg_id]]);
+    expect((await record(second.envelope.msg_id)).accepted_by.sort()).toEqual(['ws://a', 'ws://other']);
+  });
+
+  it('ends a message as delivery_failed once each relay refused it for good, counting a relay at several addresses once', async () => {
+    const [a, b] = [new FakeRelayClient('ws://a', { relay: 'k' }), new FakeRelayClient('ws://b', { relay: 'k' })];
+    a.answer('too_large');
+    outbound = new Outbound(outbox, [[a.client, b.client]]);
+    const m = await queued();
+    await outbound.kick();
+    const ended = await eventually(async () => {
+      const r = await record(m.envelope.msg_id);
+      return outboundState(r) === 'delivery_failed' ? r : undefined;
+    }, 10_000, 'the message to end');
+    expect(ended.states.at(-1)?.reason).toMatch(/^every relay refused it: too_large: /);
+    expect(sentIds(b)).toEqual([]);
   });
 
   it('sends nothing after stop, neither on a kick nor on a reconnect', async () => {

@@ -1,16 +1,19 @@
 /**
  * Relays on replicated PostgreSQL under faults (issue 17; DESIGN.md "The relay": "Where the
  * queues live"): a primary with a synchronous standby, two relay processes on it, and
- * sessions in separate `serve` processes with both relays in INTERLINK_URL, half of them
- * sending to the other half. Then, while messages flow: kill -9 one relay process; later
- * kill -9 the primary, check that the relay left refuses sends with a sentence that names
- * the database, promote the standby, and start the killed relay again.
+ * sessions in separate `serve` processes with both relays in INTERLINK_URL, their one key
+ * pinned on each (one relay at two addresses, relay/relay-groups.ts), half of them sending
+ * to the other half. Then, while messages flow: kill -9 one relay process and check that
+ * every message answered so far is read through the other; later kill -9 the primary,
+ * check that the relay left refuses sends with a sentence that names the database, promote
+ * the standby, and start the killed relay again.
  *
  * Checked at the end: every message `send_message` answered is read by its receiver, none
  * under two msg_ids, every page lists each sender's messages in the order sent, and the
  * relays accepted sends again on their own once the standby was promoted. Messages read
- * after a later one of their sender had been read are counted and reported (a message
- * offered to both relays can commit through either; the mailbox orders what is unread).
+ * after a later one of their sender had been read are counted and reported (an offer that
+ * timed out at one relay may still commit there after the next went through the other;
+ * the mailbox orders what is unread).
  *
  * `npm test` runs FAILOVER_SESSIONS=32 (16 senders, 16 receivers) with FAILOVER_MESSAGES=8
  * per sender; `npm run failover` runs 40 each.
@@ -74,7 +77,9 @@ describe.skipIf(missing)('relays on replicated PostgreSQL', () => {
       const port = await freePort();
       relays.push({ port, process: await startOn(port) });
     }
-    const urls = relays.map((r) => `ws://127.0.0.1:${r.port}`).join(',');
+    const key = relays[0]!.process!.key;
+    expect(relays[1]!.process!.key).toBe(key);
+    const urls = relays.map((r) => `ws://127.0.0.1:${r.port}#key=${key}`).join(',');
     const serve = (name: 'alice' | 'bob', session: string) => startPeer({ root, name, session, relays: urls, env: { INTERLINK_LOG: 'warn' } });
     const traffic = new Traffic(PAIRS, MESSAGES, 'bob');
     const indices = Array.from({ length: PAIRS }, (_, i) => i);
@@ -83,13 +88,15 @@ describe.skipIf(missing)('relays on replicated PostgreSQL', () => {
       traffic.readers[i]!.peer = await serve('bob', traffic.readers[i]!.session);
     });
 
-    const seen = { refusalWhileDown: '', acceptedAgainAfterMs: NaN, primaryDownMs: NaN };
+    const seen = { refusalWhileDown: '', acceptedAgainAfterMs: NaN, primaryDownMs: NaN, readThroughOtherRelayMs: NaN };
     const faults = async (): Promise<void> => {
       await traffic.progress(0.25);
       const [first, second] = relays as [Relay, Relay];
       first.process!.child.process.kill('SIGKILL');
       await first.process!.child.exited;
       first.process = undefined;
+      // Every session reads and sends through the relay left, without the killed one coming back.
+      seen.readThroughOtherRelayMs = await traffic.untilRead(60_000);
 
       await traffic.progress(0.5);
       await cluster.primary.kill9();

@@ -13,6 +13,10 @@ export type Refusal = Extract<SendOutcome, { accepted: false }>['code'];
 
 export class FakeRelayClient extends EventEmitter {
   connected: boolean;
+  /** Whether this address reads the routes (RelayClient.reads). */
+  reads = true;
+  /** Which relay the address reaches (RelayClient.relay): the pinned key of a shared relay, else the URL. */
+  readonly relay: string;
   readonly sent: { route: string; envelope: Envelope }[] = [];
   readonly acks: { route: string; id: number }[] = [];
   private readonly script: (Refusal | 'accept' | 'accept_late')[] = [];
@@ -20,10 +24,15 @@ export class FakeRelayClient extends EventEmitter {
 
   constructor(
     readonly url = 'ws://fake',
-    options: { connected?: boolean } = {},
+    options: { connected?: boolean; relay?: string } = {},
   ) {
     super();
     this.connected = options.connected ?? true;
+    this.relay = options.relay ?? url;
+  }
+
+  read(): void {
+    this.reads = true;
   }
 
   /** What the loops see: this object, typed as the real client. */

@@ -86,6 +86,21 @@ export class Traffic {
     while (this.sending && this.answeredCount < share * this.pairs * this.messages) await sleep(20);
   }
 
+  /**
+   * Waits until every message answered so far has been read, within `deadlineMs`; resolves
+   * with how long that took. A session cut off from every relay it can use fails it.
+   */
+  async untilRead(deadlineMs: number): Promise<number> {
+    const start = Date.now();
+    const due = this.answered.map((list, i) => list.map((m) => ({ i, msgId: m.msgId, text: m.text }))).flat();
+    for (;;) {
+      const unread = due.filter((m) => !this.readers[m.i]!.firstSeen.has(m.msgId));
+      if (unread.length === 0) return Date.now() - start;
+      if (Date.now() - start > deadlineMs) throw new Error(`${unread.length} of ${due.length} messages answered earlier were not read within ${deadlineMs} ms, e.g. ${unread.slice(0, 3).map((m) => m.text).join(', ')}`);
+      await sleep(50);
+    }
+  }
+
   /** One sender: one message in flight, retried under its idempotency key until answered. */
   private async send(i: number, sender: Peer): Promise<void> {
     for (let n = 0; n < this.messages; n++) {

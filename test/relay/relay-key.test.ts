@@ -162,4 +162,17 @@ describe('trust on first use', () => {
     expect(decideRelayKey(pinned, honest, [pinned, b], { 'ws://b:2': { key: honest, first_seen: 0 } })).toEqual({ trusted: true, firstUse: false });
     expect(decideRelayKey(b, freshRelayKey().key, [a, b], recorded)).toEqual({ trusted: true, firstUse: true });
   });
+
+  it('trusts one key on several URLs that a person pinned it on (one relay at several addresses), and refuses it on an unpinned one beside them', () => {
+    const shared = freshRelayKey().key;
+    const a = { url: 'ws://a:1', pin: shared };
+    const b = { url: 'ws://b:2', pin: shared };
+    const c = { url: 'ws://c:3', pin: undefined };
+    expect(decideRelayKey(a, shared, [a, b, c], {})).toEqual({ trusted: true, firstUse: false });
+    expect(decideRelayKey(b, shared, [a, b, c], { 'ws://a:1': { key: shared, first_seen: 0 } })).toEqual({ trusted: true, firstUse: false });
+    const refused = decideRelayKey(c, shared, [a, b, c], {});
+    expect(refused).toMatchObject({ trusted: false, message: expect.stringContaining(`pin that key on both URLs in INTERLINK_URL (#key=${shared})`) });
+    // A pin still holds a URL to its key.
+    expect(decideRelayKey(b, freshRelayKey().key, [a, b, c], {})).toMatchObject({ trusted: false, message: expect.stringContaining('not the key') });
+  });
 });

@@ -11,7 +11,12 @@ import { MAX_PAYLOAD_BYTES } from '../../src/relay/frames.js';
 import { MAX_UNCOMMITTED_BYTES } from '../../src/relay/dispatch.js';
 import type { RelayServer } from '../../src/relay/server.js';
 import { SCHEMA_VERSION } from '../../src/relay/postgres/schema.js';
+import { rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { runCli, userEnv } from '../helpers/cli.js';
+import { eventually, startPeer, type Peer } from '../helpers/mcp.js';
 import { closeAllPgClusters, startPgCluster } from '../helpers/postgres.js';
+import { pairedRoot } from '../helpers/traffic.js';
 import { closedAfterEach } from '../helpers/relay-harness.js';
 import { pgStoreUrl, startTestRelay } from '../helpers/relay-store.js';
 import { newReader, TestClient, until, type Accepted } from '../helpers/relay-test-client.js';
@@ -74,6 +79,57 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     await onA.auth(reader);
     const marker = idOf(await onA.send(reader.route, { marker: true }));
     expect((await onA.waitForDeliveries(1, reader.route)).map((d) => d.id)).toEqual([marker]);
+  });
+
+  it('carry a session that lists both with their one key pinned on each as one relay: each message stored once and delivered once, and on through the other relay when the one in use stops', async () => {
+    const store = await pgStoreUrl();
+    const both = [await relayOn(store), await relayOn(store)] as const;
+    const urls = both.map((r) => `${r.url}#key=${r.key}`).join(',');
+    const root = await pairedRoot('interlink-one-relay-');
+    const peers: Peer[] = [];
+    try {
+      const alice = await startPeer({ root, name: 'alice', session: 'a1', relays: urls });
+      peers.push(alice);
+      const bob = await startPeer({ root, name: 'bob', session: 'b1', relays: urls });
+      peers.push(bob);
+      const counts = async (relay: RelayServer) => {
+        const text = await relay.scrapeMetrics();
+        const value = (name: string) => Number(new RegExp(`^interlink_relay_${name}_total (\\d+)$`, 'm').exec(text)?.[1] ?? NaN);
+        return { accepted: value('accepted'), delivered: value('delivered') };
+      };
+      const read: string[] = [];
+      const readAll = (n: number) =>
+        eventually(async () => {
+          const page = await bob.call<{ messages: { text: string; receipt: unknown }[] }>('receive_messages', { limit: 100 });
+          read.push(...page.messages.map((m) => m.text));
+          if (page.messages.length > 0) await bob.call('acknowledge_messages', { messages: page.messages.map((m) => m.receipt) });
+          return read.length >= n ? true : undefined;
+        }, 30_000, `bob to read ${n} messages`);
+      const send = (text: string) => eventually(() => alice.call('send_message', { to: 'bob', session: 'b1', text }).catch(() => undefined), 30_000, `alice's send of ${text}`);
+
+      for (const n of [1, 2, 3]) await send(`before ${n}`);
+      await readAll(3);
+      // Stored once and delivered once in all (receipts to alice included): no second copy, no second reader.
+      const before = await Promise.all(both.map(counts));
+      const sum = (list: { accepted: number; delivered: number }[], key: 'accepted' | 'delivered') => list.reduce((total, c) => total + c[key], 0);
+      expect(sum(before, 'accepted')).toBeGreaterThanOrEqual(3);
+      expect(sum(before, 'delivered')).toBe(sum(before, 'accepted'));
+      for (const peer of peers) expect(peer.stderr()).not.toContain('relay_key_refused');
+      const status = await runCli(['status'], userEnv({ root: join(root, 'bob'), configDir: bob.config, stateDir: bob.state }, { INTERLINK_URL: urls }));
+      expect(status.code).toBe(0);
+      expect(status.stdout).toContain(`${both[0].url}  answers, key pinned ${both[0].key} (one relay with ${both[1].url})`);
+      expect(status.stdout).not.toContain('WARNING');
+
+      // The relay bob reads through stops; bob and alice carry on through the other.
+      const reading = before.findIndex((c) => c.delivered > 0 && c.delivered === Math.max(...before.map((x) => x.delivered)));
+      await both[reading]!.close();
+      for (const n of [4, 5]) await send(`after ${n}`);
+      await readAll(5);
+      expect(read).toEqual(['before 1', 'before 2', 'before 3', 'after 4', 'after 5']);
+    } finally {
+      await Promise.allSettled(peers.map((p) => p.close()));
+      await rm(root, { recursive: true, force: true });
+    }
   });
 
   it('keep each route in id order with no gap when many senders on both relays send at once', async () => {

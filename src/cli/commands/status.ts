@@ -150,7 +150,10 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     lines.push(`peers        ${damage === undefined ? peers : `unreadable: ${damage.file} is damaged (see below)`}`);
     for (const [i, r] of relays.entries()) {
       const k = relayKeys[i]!;
-      const key = k.pinned !== null ? `, key pinned ${k.pinned}` : k.recorded !== null ? `, key recorded ${k.recorded}` : '';
+      // URLs that pin one key are one relay at several addresses (relay/relay-groups.ts).
+      const same = relayKeys.filter((o) => k.pinned !== null && o.pinned === k.pinned && o.url !== k.url).map((o) => o.url);
+      const shared = same.length > 0 ? ` (one relay with ${same.join(', ')})` : '';
+      const key = k.pinned !== null ? `, key pinned ${k.pinned}${shared}` : k.recorded !== null ? `, key recorded ${k.recorded}` : '';
       lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : `no answer (${r.error})`}${key}`);
       if (k.refused !== null) lines.push(`  WARNING    its key was refused at ${new Date(k.refused.at).toISOString()}: ${k.refused.message}`);
     }

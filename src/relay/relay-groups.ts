@@ -1,0 +1,92 @@
+/**
+ * One relay at several addresses. Relay processes that share one database (docs/SCALING.md)
+ * present one key; a person who lists them together pins that key on each URL
+ * (`ws://r1#key=K,ws://r2#key=K`), and those URLs are then one relay to the session: a
+ * message is offered to one of them, not to each (they would store it twice), and one of
+ * them reads the session's route (each would deliver every message). The others stay
+ * connected, so when the address in use drops, the next one carries on at once.
+ *
+ * Which address a session uses is a pure choice (`preferredOrder`): the addresses of a
+ * group in an order rotated by the session's route, so the sessions of many agents spread
+ * over the relays without a balancer, and one session reads and sends through one relay
+ * while it answers.
+ */
+import { createHash } from 'node:crypto';
+import { relayEndpoint, type RelayEndpoint } from '../config/relay-url.js';
+
+/** What a group needs of a relay connection (RelayClient). */
+export interface GroupMember {
+  /** The relay this URL reaches: its pinned key, else the URL (RelayClient.relay). */
+  readonly relay: string;
+  readonly url: string;
+  readonly connected: boolean;
+  readonly reads: boolean;
+  read(): void;
+  on(event: 'connected' | 'disconnected', listener: () => void): unknown;
+}
+
+/** Which relay a URL reaches: the key it pins, else the URL itself (pure). */
+export function relayOf(endpoint: RelayEndpoint): string {
+  return endpoint.pin ?? endpoint.url;
+}
+
+/** Whether each configured URL is the only address of its relay (pure): such a URL reads on every connection. */
+export function soleAddresses(urls: readonly string[]): boolean[] {
+  const relays = urls.map((url) => relayOf(relayEndpoint(url)));
+  return relays.map((relay) => relays.filter((r) => r === relay).length === 1);
+}
+
+/** The members grouped by the relay they reach, groups in the order of their first member (pure). */
+export function groupByRelay<T extends { relay: string }>(members: readonly T[]): T[][] {
+  const groups = new Map<string, T[]>();
+  for (const member of members) {
+    const group = groups.get(member.relay);
+    if (group === undefined) groups.set(member.relay, [member]);
+    else group.push(member);
+  }
+  return [...groups.values()];
+}
+
+/** The group's members rotated by `seed` (pure): the order in which a session prefers them. */
+export function preferredOrder<T>(members: readonly T[], seed: string): T[] {
+  if (members.length < 2) return [...members];
+  const start = createHash('sha256').update(seed).digest().readUInt32LE(0) % members.length;
+  return [...members.slice(start), ...members.slice(0, start)];
+}
+
+/**
+ * The member that reads, given which are connected and which read now (pure): a connected
+ * member that reads already keeps reading; otherwise the first connected one in order
+ * starts; undefined when none needs to start.
+ */
+export function electReader<T extends { connected: boolean; reads: boolean }>(ordered: readonly T[]): T | undefined {
+  if (ordered.some((m) => m.connected && m.reads)) return undefined;
+  return ordered.find((m) => m.connected);
+}
+
+/** The member a message is offered to now (pure): the connected one that reads, else the first connected one. */
+export function sendingMember<T extends { connected: boolean; reads: boolean }>(ordered: readonly T[]): T | undefined {
+  return ordered.find((m) => m.connected && m.reads) ?? ordered.find((m) => m.connected);
+}
+
+/** A session's relays, grouped; keeps one reader per group as connections come and go. */
+export class RelayGroups<T extends GroupMember> {
+  /** Each group's members in this session's preferred order. */
+  readonly groups: readonly (readonly T[])[];
+
+  constructor(members: readonly T[], seed: string) {
+    this.groups = groupByRelay(members).map((group) => preferredOrder(group, seed));
+  }
+
+  /** Elects a reader in each group of several addresses whenever one connects or drops (a group of one reads by itself). */
+  start(): void {
+    for (const group of this.groups) {
+      if (group.length < 2) continue;
+      const elect = () => electReader(group)?.read();
+      for (const member of group) {
+        member.on('connected', elect);
+        member.on('disconnected', elect);
+      }
+    }
+  }
+}

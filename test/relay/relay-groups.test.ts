@@ -1,0 +1,70 @@
+/** One relay at several addresses (src/relay/relay-groups.ts): the pure choices, exhaustively over small groups. */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { electReader, groupByRelay, preferredOrder, relayOf, sendingMember, soleAddresses } from '../../src/relay/relay-groups.js';
+
+const K = 'nwfr9cKLa7DKMshEju5PcIOTiAN7yw46kwH-pnmbeAo';
+const L = 'oUhl-zo_NXN0v-59F3ciSIxApCYGT0Ch2psC3RjvuGk';
+
+describe('grouping', () => {
+  it('makes URLs that pin one key one relay, and every other URL a relay of its own', () => {
+    expect(relayOf({ url: 'ws://a', pin: K })).toBe(K);
+    expect(relayOf({ url: 'ws://a', pin: undefined })).toBe('ws://a');
+    expect(soleAddresses([`ws://a#key=${K}`, 'ws://b', `ws://c#key=${K}`, `ws://d#key=${L}`, 'ws://e'])).toEqual([false, true, false, true, true]);
+    const members = [
+      { relay: K, url: 'ws://a' },
+      { relay: 'ws://b', url: 'ws://b' },
+      { relay: K, url: 'ws://c' },
+    ];
+    expect(groupByRelay(members).map((g) => g.map((m) => m.url))).toEqual([['ws://a', 'ws://c'], ['ws://b']]);
+  });
+
+  it('orders a group by rotation only, the same for the same session, and spreads sessions over the addresses', () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer(), { minLength: 1, maxLength: 6 }), fc.string(), (members, seed) => {
+        const ordered = preferredOrder(members, seed);
+        expect(preferredOrder(members, seed)).toEqual(ordered);
+        const start = members.length === 0 ? 0 : ordered.length === 0 ? 0 : members.indexOf(ordered[0]!);
+        expect(ordered).toEqual([...members.slice(start), ...members.slice(0, start)]);
+      }),
+    );
+    const firsts = new Map<string, number>();
+    for (let i = 0; i < 400; i++) {
+      const first = preferredOrder(['ws://a', 'ws://b'], `${K}#s${i}`)[0]!;
+      firsts.set(first, (firsts.get(first) ?? 0) + 1);
+    }
+    // Not a timing bound: 400 sessions, each address first for at least a quarter of them.
+    expect(Math.min(firsts.get('ws://a') ?? 0, firsts.get('ws://b') ?? 0)).toBeGreaterThan(100);
+  });
+});
+
+describe('electing the address that reads and the one that sends', () => {
+  const states = fc.array(fc.record({ connected: fc.boolean(), reads: fc.boolean() }), { maxLength: 5 });
+
+  it('keeps a connected reader, else starts the first connected address, else none; and sends through the reader when it can', () => {
+    fc.assert(
+      fc.property(states, (group) => {
+        const reader = group.find((m) => m.connected && m.reads);
+        const elected = electReader(group);
+        if (reader !== undefined) expect(elected).toBeUndefined();
+        else expect(elected).toBe(group.find((m) => m.connected));
+        const sender = sendingMember(group);
+        expect(sender).toBe(reader ?? group.find((m) => m.connected));
+        if (group.every((m) => !m.connected)) expect(sender).toBeUndefined();
+      }),
+    );
+  });
+
+  it('after an election exactly one connected address reads, when any is connected', () => {
+    fc.assert(
+      fc.property(states, (group) => {
+        // Only one address ever reads in a session: start from at most one reader.
+        const start = group.map((m, i) => ({ ...m, reads: m.reads && i === group.findIndex((x) => x.reads) }));
+        const elected = electReader(start);
+        if (elected !== undefined) elected.reads = true;
+        const readers = start.filter((m) => m.connected && m.reads).length;
+        expect(readers).toBe(start.some((m) => m.connected) ? 1 : 0);
+      }),
+    );
+  });
+});
