@@ -267,8 +267,9 @@ export class Inbound {
     clearTimeout(this.retries.get(key));
     const timer = setTimeout(() => {
       this.retries.delete(key);
-      // After a reconnect the relay redelivers on its own; retry only on the same connection.
-      if (relay.connected) this.track(relay, delivery, attempt, turns);
+      // After a reconnect the relay redelivers on its own; retry only while the connection
+      // reads (an address of a relay listed at several may have handed reading on).
+      if (relay.connected && relay.reads) this.track(relay, delivery, attempt, turns);
     }, delay);
     timer.unref();
     this.retries.set(key, timer);

@@ -12,6 +12,9 @@ import { MAX_UNCOMMITTED_BYTES } from '../../src/relay/dispatch.js';
 import type { RelayServer } from '../../src/relay/server.js';
 import { SCHEMA_VERSION } from '../../src/relay/postgres/schema.js';
 import { rm } from 'node:fs/promises';
+import { createConnection, createServer, type Socket } from 'node:net';
+import fc from 'fast-check';
+import { arrayLiteral, connect as connectDatabase } from '../../src/relay/postgres/database.js';
 import { join } from 'node:path';
 import { runCli, userEnv } from '../helpers/cli.js';
 import { eventually, startPeer, type Peer } from '../helpers/mcp.js';
@@ -129,6 +132,72 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     } finally {
       await Promise.allSettled(peers.map((p) => p.close()));
       await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  it('never ask the catalog for types at connect, so a connection cut while it starts cannot end the relay process; and send and read their arrays right', async () => {
+    const store = await pgStoreUrl();
+    const target = new URL(store.replace(/^postgres/, 'http'));
+    // A proxy that cuts both sides of a connection whenever the client asks for pg_type, as a
+    // failover cuts a connection that is starting: postgres.js's own type query does that.
+    let catalogAsks = 0;
+    const sockets = new Set<Socket>();
+    const proxy = createServer((client) => {
+      const upstream = createConnection({ host: target.hostname, port: Number(target.port) });
+      for (const socket of [client, upstream]) {
+        sockets.add(socket);
+        socket.on('error', () => undefined);
+        socket.on('close', () => sockets.delete(socket));
+      }
+      client.on('data', (chunk: Buffer) => {
+        if (chunk.includes('pg_catalog.pg_type')) {
+          catalogAsks++;
+          client.destroy();
+          upstream.destroy();
+          return;
+        }
+        upstream.write(chunk);
+      });
+      upstream.on('data', (chunk: Buffer) => client.write(chunk));
+      client.on('close', () => upstream.destroy());
+      upstream.on('close', () => client.destroy());
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const port = (proxy.address() as { port: number }).port;
+    const proxied = store.replace(`:${target.port}/`, `:${port}/`);
+    try {
+      const relay = await relayOn(proxied);
+      const reader = newReader();
+      const onRelay = await connect(relay, { autoAck: false });
+      await onRelay.auth(reader);
+      const ids = [];
+      for (const n of [1, 2, 3]) ids.push(idOf(await (await connect(relay)).send(reader.route, { n, text: 'a "quoted" \\ {brace}, comma' })));
+      const got = await onRelay.waitForDeliveries(3, reader.route);
+      expect(got.map((d) => d.payload)).toEqual([1, 2, 3].map((n) => ({ n, text: 'a "quoted" \\ {brace}, comma' })));
+      onRelay.ack(reader.route, ids);
+      await untilQueued(store, 0);
+
+      // Any text survives the trip as an array element, NULL included.
+      const sql = connectDatabase(proxied);
+      try {
+        const text = fc.oneof(fc.string({ unit: 'grapheme' }), fc.string({ unit: fc.constantFrom('"', '\\', ',', '{', '}', ' ', "'", 'NULL', 'a') }));
+        await fc.assert(
+          fc.asyncProperty(fc.array(fc.option(text, { nil: null }), { maxLength: 8 }), async (values) => {
+            const [back] = await sql`SELECT coalesce(array_length(${values}::text[], 1), 0) AS n, (SELECT json_agg(v)::text FROM unnest(${values}::text[]) AS u(v)) AS j`;
+            expect(Number(back?.n)).toBe(values.length);
+            expect(values.length === 0 ? null : JSON.parse(String(back?.j))).toEqual(values.length === 0 ? null : values);
+          }),
+          { numRuns: 200, seed: 17 },
+        );
+        const [expiring] = await sql`SELECT array_agg(x::bigint ORDER BY x) AS ids FROM generate_series(1, 3) AS g(x)`;
+        expect(expiring?.ids).toEqual(['1', '2', '3']);
+      } finally {
+        await sql.end({ timeout: 5 });
+      }
+      expect(catalogAsks).toBe(0);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => proxy.close(resolve));
     }
   });
 

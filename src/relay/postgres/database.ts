@@ -18,6 +18,35 @@ export const DEFAULT_POOL_SIZE = 10;
 /** A relay waits this long for a connection before it refuses the send (a failover takes longer: the sender keeps it). */
 const CONNECT_TIMEOUT_S = 5;
 
+/** PostgreSQL's type ids of the arrays the relay sends and reads. */
+const TEXT_ARRAY = 1009;
+const BIGINT_ARRAY = 1016;
+
+/**
+ * An array literal with every element quoted (`{"a","b\"c"}`), `null` as NULL: what a
+ * `text[]` or `bigint[]` parameter is sent as.
+ */
+export function arrayLiteral(values: readonly (string | number | null)[]): string {
+  return `{${values.map((v) => (v === null ? 'NULL' : `"${String(v).replace(/[\\"]/g, (c) => `\\${c}`)}"`)).join(',')}}`;
+}
+
+/** A `bigint[]` as PostgreSQL writes it (`{1,2,3}`, no NULLs), its elements as text like every int8. */
+export function parseBigintArray(text: string): string[] {
+  const inner = text.slice(1, -1);
+  return inner === '' ? [] : inner.split(',');
+}
+
+/**
+ * The array types, given here instead of fetched: postgres.js would otherwise ask the
+ * catalog for them as the first query of every new connection, and that query's failure
+ * (a connection cut while it starts, as in a failover) escapes as an unhandled rejection,
+ * which ends the relay process (porsager/postgres#1192, #1223).
+ */
+const ARRAY_TYPES = {
+  textArray: { to: TEXT_ARRAY, from: [TEXT_ARRAY], serialize: arrayLiteral, parse: (text: string) => text },
+  bigintArray: { to: BIGINT_ARRAY, from: [BIGINT_ARRAY], serialize: arrayLiteral, parse: parseBigintArray },
+};
+
 /** `postgres://` or `postgresql://`, one or several `host:port` pairs. */
 export function isPostgresUrl(text: string): boolean {
   return /^postgres(ql)?:\/\//.test(text);
@@ -44,6 +73,8 @@ export function connect(url: string): Sql {
   try {
     return postgres(url, {
       max,
+      fetch_types: false,
+      types: ARRAY_TYPES,
       ...(!/[?&]connect_timeout=/.test(url) && { connect_timeout: CONNECT_TIMEOUT_S }),
       onnotice: (notice) => log.debug('relay_db_notice', { message: String(notice.message) }),
       connection: { application_name: 'interlink-relay' },
