@@ -112,7 +112,7 @@ describe.skipIf(missing)('relays on replicated PostgreSQL', () => {
       for (;;) {
         const reply = await probe(`ws://127.0.0.1:${second.port}`);
         if (reply.type === 'accepted') break;
-        if (Date.now() > deadline) throw new Error(`the relay did not accept sends within 60 s of the promotion: ${reply.message ?? reply.type}`);
+        if (Date.now() > deadline) throw new Error(`the relay did not accept sends within 60 s of the promotion: ${reply.message ?? reply.type}; its log ends: ${second.process!.child.stderr().slice(-2000)}`);
         await sleep(200);
       }
       seen.acceptedAgainAfterMs = Date.now() - killedAt;

@@ -302,4 +302,39 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     const ids = (await client.waitForDeliveries(2, reader.route, 20_000)).map((d) => d.id);
     expect(ids).toEqual([before, accepted]);
   });
+
+  it('serves again soon after an outage longer than its 10 s deadline, through which senders kept sending', async () => {
+    const cluster = await startPgCluster();
+    await cluster.createDatabase('relay');
+    const relay = await relayOn(cluster.url('relay'));
+    const reader = newReader();
+    const sender = await connect(relay);
+    idOf(await sender.send(reader.route, { n: 0 }));
+
+    await cluster.primary.kill9();
+    // Senders keep offering through the outage, each on its connection, as outboxes do.
+    const outageEnds = Date.now() + 14_000;
+    const refusals = new Set<string>();
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, i) => {
+        const client = await connect(relay);
+        for (let n = 0; Date.now() < outageEnds; n++) {
+          const reply = await client.send(reader.route, { i, n }, `o${n}`, 30_000);
+          expect(reply.type).toBe('refused');
+          if (reply.type === 'refused') refusals.add(`${reply.code}: ${reply.message.replace(/\(\w+\)/, '(…)')}`);
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      }),
+    );
+    expect([...refusals].every((r) => r.startsWith("storage: the relay could not store the message (the relay's database"))).toBe(true);
+
+    await cluster.primary.start();
+    const deadline = Date.now() + 30_000;
+    for (let attempt = 0; ; attempt++) {
+      const reply = await sender.send(reader.route, { back: true }, `back${attempt}`, 30_000);
+      if (reply.type === 'accepted') break;
+      if (Date.now() > deadline) throw new Error(`the relay did not accept a send within 30 s of the database's return: ${reply.type === 'refused' ? reply.message : JSON.stringify(reply)}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  });
 });

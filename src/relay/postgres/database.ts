@@ -108,32 +108,120 @@ export function databaseError(err: unknown): InterlinkError {
  */
 export const QUERY_DEADLINE_MS = 10_000;
 
-/** A query of postgres.js: a promise that can be withdrawn before it is sent. */
-interface Cancellable<T> extends PromiseLike<T> {
-  cancel(): unknown;
-}
-
 /**
  * Runs `work` and turns any database failure into a `storage` error; past the deadline the
- * query is withdrawn and refused. A query already sent may still commit: a send refused
- * that way can be stored twice once its sender offers it again, and receivers discard the
- * copy by (`from`, `msg_id`), as for any redelivery.
+ * caller is answered with a refusal, and the query is left to finish or fail on its own.
+ * It is not withdrawn: postgres.js strands a connection whose first query is withdrawn
+ * while it connects (the connection opens, never runs it, and never serves another), and
+ * during a failover every connection is connecting, so withdrawing left a relay with no
+ * usable connection long after a primary was back. A send refused at the deadline may
+ * therefore still commit: once its sender offers it again it is stored twice, and
+ * receivers discard the copy by (`from`, `msg_id`), as for any redelivery. How much is left
+ * running that way is bounded by `DatabaseCalls`, which stops issuing calls once the
+ * database is found down.
  */
-export async function guarded<T>(work: () => Cancellable<T> | Promise<T>, deadlineMs = QUERY_DEADLINE_MS): Promise<T> {
+export async function guarded<T>(work: () => PromiseLike<T>, deadlineMs = QUERY_DEADLINE_MS): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  const pending = work();
   try {
     return await new Promise<T>((resolve, reject) => {
-      timer = setTimeout(() => {
-        if ('cancel' in pending) void Promise.resolve(pending.cancel()).catch(() => undefined);
-        reject(new InterlinkError('storage', `the relay's database did not answer within ${deadlineMs / 1000} s: no writable primary is reachable`));
-      }, deadlineMs);
-      Promise.resolve(pending).then(resolve, reject);
+      timer = setTimeout(() => reject(new InterlinkError('storage', `the relay's database did not answer within ${deadlineMs / 1000} s: no writable primary is reachable`)), deadlineMs);
+      Promise.resolve(work()).then(resolve, reject);
     });
   } catch (err) {
     throw databaseError(err);
   } finally {
     clearTimeout(timer);
+  }
+}
+
+/** Failures that say the database cannot take calls now (not that one call was wrong). */
+const OUTAGE_CODES = new Set([...CONNECTION_LOST, '25006', '57P01', '57P02', '57P03']);
+
+/** Whether a failure says no writable primary is there (pure). */
+export function isOutage(err: unknown): boolean {
+  const cause = err instanceof InterlinkError && err.cause !== undefined ? err.cause : err;
+  if (err instanceof InterlinkError && cause === err) return /did not answer within/.test(err.message);
+  const code = typeof cause === 'object' && cause !== null && 'code' in cause ? String(cause.code) : undefined;
+  return code !== undefined && OUTAGE_CODES.has(code);
+}
+
+/** While the database is down, it is asked whether it is back this often. */
+const PROBE_EVERY_MS = 1_000;
+
+/**
+ * The relay's calls to its database. Each runs under the deadline (`guarded`). Once one
+ * finds the database down (no answer in time, the connection lost, a standby, a shutdown),
+ * calls are refused at once with that reason instead of being queued in the driver, and a
+ * single probe asks every second whether a writable primary answers; the first answer
+ * ends the outage and `onBack` runs (the store reads its routes again). So an outage of
+ * any length leaves at most the calls that were under way and one probe waiting in the
+ * driver, and senders hear the reason at once rather than after the deadline.
+ */
+export class DatabaseCalls {
+  private outage: InterlinkError | undefined;
+  private downSince = 0;
+  private probing = false;
+  private probeTimer: NodeJS.Timeout | undefined;
+  private closed = false;
+  onBack: (() => void) | undefined;
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly deadlineMs = QUERY_DEADLINE_MS,
+  ) {}
+
+  /** Why the database is taken to be down, while it is. */
+  get down(): InterlinkError | undefined {
+    return this.outage;
+  }
+
+  async call<T>(work: () => PromiseLike<T>): Promise<T> {
+    if (this.outage !== undefined) throw this.outage;
+    try {
+      return await guarded(work, this.deadlineMs);
+    } catch (err) {
+      if (isOutage(err)) this.wentDown(databaseError(err));
+      throw err;
+    }
+  }
+
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.probeTimer);
+  }
+
+  private wentDown(why: InterlinkError): void {
+    if (this.outage !== undefined || this.closed) return;
+    this.outage = why;
+    this.downSince = Date.now();
+    log.warn('relay_db_down', { error: why.message, message: `${why.message}; sends are refused with this reason until the database answers again` });
+    this.probe();
+  }
+
+  /** One query at a time, never abandoned: it finishes when a primary answers, or fails and is asked again. */
+  private probe(): void {
+    if (this.probing || this.closed) return;
+    this.probing = true;
+    Promise.resolve(this.sql`SELECT 1 WHERE NOT pg_is_in_recovery()`).then(
+      (rows) => {
+        this.probing = false;
+        if (rows.length === 0) return this.probeLater();
+        const outage = this.outage;
+        this.outage = undefined;
+        if (outage !== undefined) log.warn('relay_db_back', { down_ms: Date.now() - this.downSince, message: "the relay's database answers again" });
+        this.onBack?.();
+      },
+      () => {
+        this.probing = false;
+        this.probeLater();
+      },
+    );
+  }
+
+  private probeLater(): void {
+    if (this.closed) return;
+    this.probeTimer = setTimeout(() => this.probe(), PROBE_EVERY_MS);
+    this.probeTimer.unref();
   }
 }
 

@@ -17,7 +17,7 @@ import { announcementSchema, verifiedAnnouncement, verifiedGoodbye, type Announc
 import { parseJsonWith } from '../../json.js';
 import type { RosterStore } from '../queue-store.js';
 import type { AnnounceOutcome, GoodbyeOutcome, RosterEntry, RosterLimits } from '../roster.js';
-import { databaseError, guarded, int8, type Sql } from './database.js';
+import { databaseError, int8, type Sql } from './database.js';
 import type { PostgresStore } from './store.js';
 
 const RELOAD_EVERY_MS = 60_000;
@@ -74,7 +74,7 @@ export class PostgresRoster implements RosterStore {
     const now = this.now();
     const seq = ++this.heardSeq;
     const stale = now - this.limits.retainMs;
-    const rows = await guarded(
+    const rows = await this.store.calls.call(
       () => this.sql`
         INSERT INTO relay_roster AS r (route, kind, ts, body, bytes, heard_at)
         VALUES (${route}, 'announce', ${announcement.ts}, ${body}, ${bytes}, ${now})
@@ -94,7 +94,7 @@ export class PostgresRoster implements RosterStore {
     const route = formatRoute(goodbye);
     const now = this.now();
     const stale = now - this.limits.retainMs;
-    const rows = await guarded(
+    const rows = await this.store.calls.call(
       () => this.sql`
         WITH before AS (SELECT kind FROM relay_roster WHERE route = ${route}),
         changed AS (
@@ -149,7 +149,7 @@ export class PostgresRoster implements RosterStore {
 
   private async reloadRoute(route: string): Promise<void> {
     try {
-      const rows = await guarded(() => this.sql`SELECT route, kind, body, bytes, heard_at FROM relay_roster WHERE route = ${route}`);
+      const rows = await this.store.calls.call(() => this.sql`SELECT route, kind, body, bytes, heard_at FROM relay_roster WHERE route = ${route}`);
       const heard = rows.length === 0 ? undefined : this.heardOf(rosterRow.parse(rows[0]));
       if (heard !== undefined) this.set(route, heard);
       else if (this.entries.delete(route)) this.changes++;
@@ -161,7 +161,7 @@ export class PostgresRoster implements RosterStore {
   /** The newest rows that can be served, read whole. */
   async reloadAll(): Promise<void> {
     const since = this.now() - this.limits.retainMs;
-    const rows = await guarded(
+    const rows = await this.store.calls.call(
       () => this.sql`SELECT route, kind, body, bytes, heard_at FROM relay_roster WHERE kind = 'announce' AND heard_at > ${since} ORDER BY heard_at DESC LIMIT ${this.limits.maxEntries}`,
     );
     this.entries.clear();
@@ -176,7 +176,7 @@ export class PostgresRoster implements RosterStore {
   /** Rows past the retention, or beyond twice what can be served, go. */
   private async trim(): Promise<void> {
     try {
-      await guarded(
+      await this.store.calls.call(
         () => this.sql`
           DELETE FROM relay_roster WHERE heard_at <= ${this.now() - this.limits.retainMs}
              OR route IN (SELECT route FROM relay_roster ORDER BY heard_at DESC OFFSET ${2 * this.limits.maxEntries})`,

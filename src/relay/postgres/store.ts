@@ -23,7 +23,7 @@ import type { Origin, QueueStats, QueueStore, StoreEvents } from '../queue-store
 import type { EnqueueResult, QueuedMessage, QueueLimits } from '../queues.js';
 import { freshRelayKey, type RelayKey } from '../relay-key.js';
 import { SOURCE_KEY_BYTES, sourceGroup, type Share } from '../shares.js';
-import { connect, databaseError, guarded, int8, redactedUrl, type Sql } from './database.js';
+import { connect, DatabaseCalls, databaseError, guarded, int8, redactedUrl, type Sql } from './database.js';
 import { createRelayTables, relayKeyMeta } from './schema.js';
 
 /** How often every reader looks for what a missed notice would have announced. */
@@ -114,6 +114,8 @@ export class PostgresStore implements QueueStore {
   private readonly batches = new Map<string, SendBatch>();
   private unlisten: (() => Promise<void>) | undefined;
   private released = false;
+  /** Every call after the start goes through here: refused at once while the database is down. */
+  readonly calls: DatabaseCalls;
 
   private constructor(
     readonly sql: Sql,
@@ -122,7 +124,14 @@ export class PostgresStore implements QueueStore {
     private readonly onCommit: ((seconds: number) => void) | undefined,
     private readonly channel: string,
     private readonly sourceKey: Buffer,
-  ) {}
+  ) {
+    this.calls = new DatabaseCalls(sql);
+    // Reads refused during the outage are made again, and the roster is read again.
+    this.calls.onBack = () => {
+      this.events?.resync();
+      for (const listener of this.reconnectListeners) listener();
+    };
+  }
 
   /** Connects, makes the tables if the database has none, and starts listening. */
   static async open(options: PostgresStoreOptions): Promise<PostgresStore> {
@@ -196,7 +205,7 @@ export class PostgresStore implements QueueStore {
     if (pending === undefined || this.released) return;
     const lines = [...[...pending.queues].map((r) => `q ${r}`), ...[...pending.roster].map((r) => `r ${r}`)];
     let batch = this.instance;
-    const send = (text: string) => void guarded(() => this.sql.notify(this.channel, text)).catch((err: unknown) => log.debug('relay_db_notify_failed', { error: databaseError(err).message }));
+    const send = (text: string) => void this.calls.call(() => this.sql.notify(this.channel, text)).catch((err: unknown) => log.debug('relay_db_notify_failed', { error: databaseError(err).message }));
     for (const line of lines) {
       if (batch.length + line.length + 1 > NOTICE_BYTES) {
         send(batch);
@@ -212,7 +221,7 @@ export class PostgresStore implements QueueStore {
   }
 
   async refresh(): Promise<void> {
-    const [row] = await guarded(
+    const [row] = await this.calls.call(
       () => this.sql`
         SELECT (SELECT count(*) FROM relay_routes) AS routes,
                coalesce(sum(messages), 0) AS messages, coalesce(sum(bytes), 0) AS bytes
@@ -238,7 +247,7 @@ export class PostgresStore implements QueueStore {
 
   private timed<T>(work: () => Promise<T>): Promise<T> {
     const started = performance.now();
-    const done = guarded(work);
+    const done = this.calls.call(work);
     const onCommit = this.onCommit;
     if (onCommit !== undefined) void done.then(() => onCommit((performance.now() - started) / 1000), () => undefined);
     return done;
@@ -307,7 +316,7 @@ export class PostgresStore implements QueueStore {
   }
 
   async read(route: string, after: number, limit: number): Promise<QueuedMessage[]> {
-    const rows = await guarded(() => this.sql`SELECT id, at, payload, bytes FROM relay_messages WHERE route = ${route} AND id > ${after} ORDER BY id LIMIT ${limit}`);
+    const rows = await this.calls.call(() => this.sql`SELECT id, at, payload, bytes FROM relay_messages WHERE route = ${route} AND id > ${after} ORDER BY id LIMIT ${limit}`);
     return rows.map((row) => messageRow.parse(row));
   }
 
@@ -322,7 +331,7 @@ export class PostgresStore implements QueueStore {
   /** Each route's old messages go in a transaction of their own, like an acknowledgement. */
   async expire(maxAgeMs: number): Promise<number> {
     const before = this.now() - maxAgeMs;
-    const rows = await guarded(() => this.sql`SELECT route, array_agg(id ORDER BY id) AS ids FROM relay_messages WHERE at < ${before} GROUP BY route`);
+    const rows = await this.calls.call(() => this.sql`SELECT route, array_agg(id ORDER BY id) AS ids FROM relay_messages WHERE at < ${before} GROUP BY route`);
     let removed = 0;
     for (const row of rows) {
       const old = expiredRow.parse(row);
@@ -335,7 +344,7 @@ export class PostgresStore implements QueueStore {
     const src = this.srcOf(origin.address);
     const none = { messages: 0, bytes: 0 };
     const count = async (column: 'src' | 'origin', value: string): Promise<Share> => {
-      const rows = await guarded(() => this.sql`SELECT count(*) AS messages, coalesce(sum(bytes), 0) AS bytes FROM relay_messages WHERE ${this.sql(column)} = ${value}`);
+      const rows = await this.calls.call(() => this.sql`SELECT count(*) AS messages, coalesce(sum(bytes), 0) AS bytes FROM relay_messages WHERE ${this.sql(column)} = ${value}`);
       return countRow.parse(rows[0]);
     };
     return { address: src === null ? none : await count('src', src), connection: await count('origin', this.originOf(origin)) };
@@ -345,7 +354,7 @@ export class PostgresStore implements QueueStore {
   async sharedRelayKey(): Promise<RelayKey> {
     const made = freshRelayKey();
     const value = JSON.stringify({ seed: encodeBase64url(made.signingKey.seed), key: made.key });
-    const text = await guarded(() => metaValue(this.sql, 'relay_key', value));
+    const text = await this.calls.call(() => metaValue(this.sql, 'relay_key', value));
     const parsed = relayKeyMeta.safeParse(JSON.parse(text));
     const damaged = () => new InterlinkError('bad_key', "the relay key kept in the relay's database (relay_meta.relay_key) is damaged; clients expect that key, so it is not replaced: restore it, or delete the row to make a new key");
     if (!parsed.success) throw damaged();
@@ -362,6 +371,7 @@ export class PostgresStore implements QueueStore {
     if (this.released) return;
     this.flushNotices();
     this.released = true;
+    this.calls.close();
     for (const timer of this.timers) clearInterval(timer);
     await this.unlisten?.().catch(() => undefined);
     await this.sql.end({ timeout: 5 });
