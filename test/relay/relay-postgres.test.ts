@@ -274,7 +274,7 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     await expect(startTestRelay({ store })).rejects.toThrow(new RegExp(`layout ${SCHEMA_VERSION + 1}, newer than this relay's ${SCHEMA_VERSION}: upgrade interlink-mcp`));
   });
 
-  it('refuses sends with a clear reason while its database is down, and recovers on its own once it is back', async () => {
+  it('refuses sends with a clear reason while its database is down, through an outage longer than its 10 s deadline, and serves again on its own soon after the database is back', async () => {
     const cluster = await startPgCluster();
     await cluster.createDatabase('relay');
     const relay = await relayOn(cluster.url('relay'));
@@ -286,33 +286,8 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     const refused = await sender.send(reader.route, { n: 1 }, 'down', 30_000);
     expect(refused).toMatchObject({ type: 'refused', code: 'storage' });
     expect(refused.type === 'refused' && refused.message).toMatch(/the relay's database is unreachable/);
-
-    await cluster.primary.start();
-    // As a sender's outbox does: send again until accepted, within a deadline.
-    let accepted: number | undefined;
-    const deadline = Date.now() + 30_000;
-    for (let attempt = 0; accepted === undefined; attempt++) {
-      if (Date.now() > deadline) throw new Error(`the relay did not accept a send within 30 s of the database's return (${attempt} tries)`);
-      const reply = await sender.send(reader.route, { n: 2 }, `again${attempt}`, 30_000);
-      if (reply.type === 'accepted') accepted = reply.id;
-      else await new Promise((r) => setTimeout(r, 100));
-    }
-    const client = await connect(relay);
-    await client.auth(reader);
-    const ids = (await client.waitForDeliveries(2, reader.route, 20_000)).map((d) => d.id);
-    expect(ids).toEqual([before, accepted]);
-  });
-
-  it('serves again soon after an outage longer than its 10 s deadline, through which senders kept sending', async () => {
-    const cluster = await startPgCluster();
-    await cluster.createDatabase('relay');
-    const relay = await relayOn(cluster.url('relay'));
-    const reader = newReader();
-    const sender = await connect(relay);
-    idOf(await sender.send(reader.route, { n: 0 }));
-
-    await cluster.primary.kill9();
     // Senders keep offering through the outage, each on its connection, as outboxes do.
+    // Calls that outlived the deadline once stranded the driver's connections for minutes.
     const outageEnds = Date.now() + 14_000;
     const refusals = new Set<string>();
     await Promise.all(
@@ -321,20 +296,26 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
         for (let n = 0; Date.now() < outageEnds; n++) {
           const reply = await client.send(reader.route, { i, n }, `o${n}`, 30_000);
           expect(reply.type).toBe('refused');
-          if (reply.type === 'refused') refusals.add(`${reply.code}: ${reply.message.replace(/\(\w+\)/, '(…)')}`);
+          if (reply.type === 'refused') refusals.add(`${reply.code}: ${reply.message}`);
           await new Promise((r) => setTimeout(r, 200));
         }
       }),
     );
-    expect([...refusals].every((r) => r.startsWith("storage: the relay could not store the message (the relay's database"))).toBe(true);
+    expect([...refusals].filter((r) => !r.startsWith("storage: the relay could not store the message (the relay's database"))).toEqual([]);
 
     await cluster.primary.start();
+    // As a sender's outbox does: send again until accepted, within a deadline.
+    let accepted: number | undefined;
     const deadline = Date.now() + 30_000;
-    for (let attempt = 0; ; attempt++) {
-      const reply = await sender.send(reader.route, { back: true }, `back${attempt}`, 30_000);
-      if (reply.type === 'accepted') break;
-      if (Date.now() > deadline) throw new Error(`the relay did not accept a send within 30 s of the database's return: ${reply.type === 'refused' ? reply.message : JSON.stringify(reply)}`);
-      await new Promise((r) => setTimeout(r, 100));
+    for (let attempt = 0; accepted === undefined; attempt++) {
+      const reply = await sender.send(reader.route, { n: 2 }, `again${attempt}`, 30_000);
+      if (reply.type === 'accepted') accepted = reply.id;
+      else if (Date.now() > deadline) throw new Error(`the relay did not accept a send within 30 s of the database's return: ${JSON.stringify(reply)}`);
+      else await new Promise((r) => setTimeout(r, 100));
     }
+    const client = await connect(relay);
+    await client.auth(reader);
+    const ids = (await client.waitForDeliveries(2, reader.route, 20_000)).map((d) => d.id);
+    expect(ids).toEqual([before, accepted]);
   });
 });
