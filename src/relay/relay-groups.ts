@@ -18,7 +18,6 @@ import { relayEndpoint, type RelayEndpoint } from '../config/relay-url.js';
 export interface GroupMember {
   /** The relay this URL reaches: its pinned key, else the URL (RelayClient.relay). */
   readonly relay: string;
-  readonly url: string;
   readonly connected: boolean;
   readonly reads: boolean;
   read(): void;

@@ -21,10 +21,11 @@ describe('grouping', () => {
 
   it('orders a group by rotation only, the same for the same session, and spreads sessions over the addresses', () => {
     fc.assert(
-      fc.property(fc.array(fc.integer(), { minLength: 1, maxLength: 6 }), fc.string(), (members, seed) => {
+      // Distinct members, so where the rotation starts is known from its first member.
+      fc.property(fc.uniqueArray(fc.integer(), { minLength: 1, maxLength: 6 }), fc.string(), (members, seed) => {
         const ordered = preferredOrder(members, seed);
         expect(preferredOrder(members, seed)).toEqual(ordered);
-        const start = members.length === 0 ? 0 : ordered.length === 0 ? 0 : members.indexOf(ordered[0]!);
+        const start = members.indexOf(ordered[0]!);
         expect(ordered).toEqual([...members.slice(start), ...members.slice(0, start)]);
       }),
     );
