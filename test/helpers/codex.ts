@@ -4,10 +4,10 @@
  * `_meta`, and `interlink-mcp` CLI runs with an explicit environment and a deadline.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FakeCodexMode } from './fake-codex.js';
+import { readJsonLinesSync } from './json-lines.js';
 import { MAIN, resultData, type Peer } from './mcp.js';
 
 export interface CodexCall {
@@ -60,13 +60,7 @@ export async function switchableCodex(root: string, mode: FakeCodexMode | 'missi
     bin,
     log,
     set,
-    calls: () =>
-      existsSync(log)
-        ? readFileSync(log, 'utf8')
-            .split('\n')
-            .filter(Boolean)
-            .map((line) => JSON.parse(line) as CodexCall)
-        : [],
+    calls: () => readJsonLinesSync(log) as CodexCall[],
   };
 }
 

@@ -3,9 +3,9 @@
  * that runs it with this Node. Each run is logged, so a test can check the argument
  * vector, the number of attempts and the time between them.
  */
-import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { readJsonLinesSync } from './json-lines.js';
 
 export type FakeCodexMode = 'ok' | 'fail' | 'hang' | 'hang-child' | `fail-${number}`;
 
@@ -34,12 +34,6 @@ export async function fakeCodex(root: string, options: { control?: string } = {}
     bin,
     log,
     env: (mode) => ({ FAKE_CODEX_MODE: mode, FAKE_CODEX_LOG: log, PATH: `${dir}:${process.env.PATH ?? ''}` }),
-    calls: () =>
-      existsSync(log)
-        ? readFileSync(log, 'utf8')
-            .split('\n')
-            .filter(Boolean)
-            .map((line) => JSON.parse(line) as { t: number; argv: string[]; pid: number })
-        : [],
+    calls: () => readJsonLinesSync(log) as { t: number; argv: string[]; pid: number }[],
   };
 }

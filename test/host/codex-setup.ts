@@ -5,12 +5,12 @@
  * local app-server daemon that owns the thread, as it does for Codex's own sessions.
  */
 import { execFile, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { appendFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { promisify } from 'node:util';
 import { z } from 'zod';
+import { readJsonLines } from '../helpers/json-lines.js';
 import { spawnNode } from '../helpers/process.js';
 import { REPO, type FakeApi } from './setup.js';
 
@@ -151,11 +151,7 @@ const requestSchema = z.looseObject({
 export type ResponsesRequest = z.infer<typeof requestSchema>;
 
 export async function readResponsesLog(log: string): Promise<ResponsesRequest[]> {
-  if (!existsSync(log)) return [];
-  return (await readFile(log, 'utf8'))
-    .split('\n')
-    .filter((line) => line !== '')
-    .map((line) => requestSchema.parse(JSON.parse(line)));
+  return (await readJsonLines(log)).map((line) => requestSchema.parse(line));
 }
 
 const turnMetadataSchema = z.looseObject({ thread_id: z.string(), turn_trigger: z.string().optional() });

@@ -5,12 +5,12 @@
  * scripted fake Anthropic API, and the pinned Claude Code from scripts/host/install-clis.sh.
  */
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { mkdir, readFile } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
 import { installFromClone, REPO } from '../helpers/install.js';
+import { readJsonLines } from '../helpers/json-lines.js';
 import { MAIN } from '../helpers/mcp.js';
 import { spawnNode, type Child } from '../helpers/process.js';
 
@@ -114,12 +114,7 @@ const apiRequestSchema = z.object({
 export type ApiRequest = z.infer<typeof apiRequestSchema>;
 
 export async function readApiLog(log: string): Promise<ApiRequest[]> {
-  if (!existsSync(log)) return [];
-  const text = await readFile(log, 'utf8');
-  return text
-    .split('\n')
-    .filter((line) => line !== '')
-    .map((line) => apiRequestSchema.parse(JSON.parse(line)));
+  return (await readJsonLines(log)).map((line) => apiRequestSchema.parse(line));
 }
 
 /** The text of the last user message the model was shown in this request. */
