@@ -56,6 +56,13 @@ export interface Subscription {
   reading: boolean;
   /** something may have arrived while it was: read again when it returns */
   again: boolean;
+  /**
+   * Something may be queued past the cursor that this connection was not sent: set by
+   * every arrival on the route, and by a read cut short (by the window, the connection's
+   * buffer, or its limit); cleared when a read starts. While clear, a pump (an
+   * acknowledgement opening the window) reads nothing: the last read found the route's end.
+   */
+  unread: boolean;
 }
 
 export class TokenBucket {

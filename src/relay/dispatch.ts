@@ -129,6 +129,7 @@ export class Dispatcher {
   /** Its in-flight messages stay queued: the next connection authenticated for the route gets them. */
   onClosed(conn: Connection): void {
     this.rosterReplies.release(conn);
+    this.storage.closed?.({ address: conn.address, connection: conn.id });
     for (const route of conn.subscriptions.keys()) {
       const set = this.subscribers.get(route);
       set?.delete(conn);
@@ -201,12 +202,13 @@ export class Dispatcher {
       if (conn.subscriptions.size >= MAX_ROUTES_PER_CONNECTION) {
         return conn.refuse(undefined, 'auth_failed', `a connection may authenticate at most ${MAX_ROUTES_PER_CONNECTION} routes`);
       }
-      subscription = { route, cursor: -1, inFlight: new Set(), reading: false, again: false };
+      subscription = { route, cursor: -1, inFlight: new Set(), reading: false, again: false, unread: true };
       conn.subscriptions.set(route, subscription);
       let set = this.subscribers.get(route);
       if (set === undefined) this.subscribers.set(route, (set = new Set()));
       set.add(conn);
     }
+    subscription.unread = true;
     conn.send({ v: PROTOCOL_VERSION, type: 'auth_ok', route });
     this.pump(conn, subscription);
   }
@@ -301,15 +303,21 @@ export class Dispatcher {
     this.track(written);
   }
 
-  /** Every connection that reads `route` looks for what it has not been sent yet. */
+  /** Messages arrived on `route`: every connection that reads it looks for what it has not been sent yet. */
   private pumpRoute(route: string): void {
-    for (const subscriber of this.subscribers.get(route) ?? []) this.pump(subscriber, subscriber.subscriptions.get(route)!);
+    for (const subscriber of this.subscribers.get(route) ?? []) {
+      const sub = subscriber.subscriptions.get(route)!;
+      sub.unread = true;
+      this.pump(subscriber, sub);
+    }
   }
 
   /**
    * Delivers the route's next committed messages, within the window, until the connection's
    * buffer is full. A store in this process answers the read at once; from a shared store
    * one read per subscription is under way at a time, and an arrival meanwhile reads again.
+   * A subscription whose last read reached the route's end, with no arrival since, reads
+   * nothing (`unread`): an acknowledgement then costs a shared store no query.
    */
   private pump(conn: Connection, sub: Subscription): void {
     if (sub.reading) {
@@ -317,7 +325,10 @@ export class Dispatcher {
       return;
     }
     const room = this.settings.deliveryWindow - sub.inFlight.size;
-    if (conn.blocked || room <= 0 || !conn.open) return;
+    if (!sub.unread || conn.blocked || room <= 0 || !conn.open) return;
+    // Cleared before the read: an arrival committed after the read's snapshot sets it again.
+    sub.unread = false;
+    this.settings.metrics?.storeRead();
     const read = this.storage.read(sub.route, sub.cursor, room);
     if (Array.isArray(read)) return this.deliver(conn, sub, read, room);
     sub.reading = true;
@@ -331,6 +342,7 @@ export class Dispatcher {
         },
         (err: unknown) => {
           sub.reading = false;
+          sub.unread = true;
           log.warn('relay_read_failed', { route: sub.route, error: messageOf(err) });
           // The store's resync (once it is reachable again) reads every route anew.
         },
@@ -340,7 +352,11 @@ export class Dispatcher {
 
   private deliver(conn: Connection, sub: Subscription, messages: readonly QueuedMessage[], room: number): void {
     for (const message of messages) {
-      if (conn.blocked || !conn.open || sub.inFlight.size >= this.settings.deliveryWindow) return;
+      if (conn.blocked || !conn.open || sub.inFlight.size >= this.settings.deliveryWindow) {
+        // Read and not sent: read again once the buffer drains or the window opens.
+        sub.unread = true;
+        return;
+      }
       // Acknowledged meanwhile by another reader of the route: the store no longer has it.
       if (message.id <= sub.cursor) continue;
       sub.cursor = message.id;
@@ -350,7 +366,10 @@ export class Dispatcher {
       this.settings.metrics?.delivered();
     }
     // A full batch: more may wait behind it.
-    if (messages.length === room) this.pump(conn, sub);
+    if (messages.length === room) {
+      sub.unread = true;
+      this.pump(conn, sub);
+    }
   }
 
   private track(commit: Promise<unknown>): void {

@@ -60,6 +60,8 @@ export interface QueueStore {
   refresh(): Promise<void>;
   /** Tells `events` about arrivals from other relay processes (a store no other process writes never calls it). */
   subscribe(events: StoreEvents): void;
+  /** The connection closed: what the store kept for it alone can go (its queued messages stay). */
+  closed?(origin: Origin): void;
   /** After the last commit settled. */
   release(): Promise<void>;
 }

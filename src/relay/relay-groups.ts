@@ -56,12 +56,19 @@ export function preferredOrder<T>(members: readonly T[], seed: string): T[] {
 /**
  * The member that reads, given which are connected and which read now (pure): a connected
  * member that reads already keeps reading; otherwise the first connected one in order
- * starts; undefined when none needs to start.
+ * starts; undefined when none needs to start. While `awaitFirst` (a session's start, until
+ * its preferred address connected, failed or had `PREFERRED_GRACE_MS`), only the first in
+ * order may start: the address that happened to answer first would otherwise read for
+ * every session, and the sessions would not spread over the relay's addresses.
  */
-export function electReader<T extends { connected: boolean; reads: boolean }>(ordered: readonly T[]): T | undefined {
+export function electReader<T extends { connected: boolean; reads: boolean }>(ordered: readonly T[], awaitFirst = false): T | undefined {
   if (ordered.some((m) => m.connected && m.reads)) return undefined;
+  if (awaitFirst) return ordered[0]?.connected === true ? ordered[0] : undefined;
   return ordered.find((m) => m.connected);
 }
+
+/** How long a session's start waits for its preferred address of a relay before reading through another. */
+export const PREFERRED_GRACE_MS = 2_000;
 
 /** The member a message is offered to now (pure): the connected one that reads, else the first connected one. */
 export function sendingMember<T extends { connected: boolean; reads: boolean }>(ordered: readonly T[]): T | undefined {
@@ -77,11 +84,26 @@ export class RelayGroups<T extends GroupMember> {
     this.groups = groupByRelay(members).map((group) => preferredOrder(group, seed));
   }
 
-  /** Elects a reader in each group of several addresses whenever one connects or drops (a group of one reads by itself). */
-  start(): void {
+  /**
+   * Elects a reader in each group of several addresses whenever one connects or drops (a
+   * group of one reads by itself). At the start the preferred address gets its chance
+   * first: until it connects, fails, or `graceMs` pass, no other address reads. Once a
+   * reader is elected it keeps reading until it drops; a preferred address that comes back
+   * later does not take over (no flapping between addresses).
+   */
+  start(graceMs = PREFERRED_GRACE_MS): void {
     for (const group of this.groups) {
       if (group.length < 2) continue;
-      const elect = () => electReader(group)?.read();
+      let awaitFirst = true;
+      const elect = () => electReader(group, awaitFirst)?.read();
+      const stopWaiting = () => {
+        if (!awaitFirst) return;
+        awaitFirst = false;
+        elect();
+      };
+      // Unref'd: a session that stops meanwhile is not kept alive, and a late election on a closed client reads nothing.
+      setTimeout(stopWaiting, graceMs).unref();
+      group[0]!.on('disconnected', stopWaiting);
       for (const member of group) {
         member.on('connected', elect);
         member.on('disconnected', elect);

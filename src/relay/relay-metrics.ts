@@ -49,6 +49,7 @@ export class RelayMetrics {
   private readonly acknowledgedTotal: Counter;
   private readonly expiredTotal: Counter;
   private readonly refusedTotal: Counter;
+  private readonly storeReadsTotal: Counter;
   private readonly commitSeconds: Histogram;
   private readonly rss: Gauge;
   private readonly uptime: Gauge;
@@ -70,6 +71,7 @@ export class RelayMetrics {
     this.refusedTotal = r.counter(`${PREFIX}refused_total`, 'Frames refused, by refusal code.', ['code']);
     // Every code from the start, so that a rate over a code never begins at a missing series.
     for (const code of REFUSAL_CODES) this.refusedTotal.inc({ code }, 0);
+    this.storeReadsTotal = r.counter(`${PREFIX}store_reads_total`, 'Reads of the queue store for deliveries (on PostgreSQL, one query each).');
     this.commitSeconds = r.histogram(`${PREFIX}commit_seconds`, 'Time from submitting a queue change to its commit (with --db, including the fdatasync).', COMMIT_BUCKETS);
     this.rss = r.gauge(`${PREFIX}resident_memory_bytes`, 'Resident set size of the relay process.');
     this.uptime = r.gauge(`${PREFIX}uptime_seconds`, 'Seconds since the relay process started.');
@@ -93,6 +95,10 @@ export class RelayMetrics {
 
   refused(code: RefusalCode): void {
     this.refusedTotal.inc({ code });
+  }
+
+  storeRead(): void {
+    this.storeReadsTotal.inc();
   }
 
   committed(seconds: number): void {

@@ -228,11 +228,12 @@ describe('the relay metrics', () => {
     metrics.expired(4);
     metrics.refused('queue_full');
     metrics.committed(0.003);
+    metrics.storeRead();
     const idle = parseExposition(new RelayMetrics().render(STATE));
     const parsed = parseExposition(metrics.render(STATE));
     // A fixed set of series, whatever was counted (DESIGN.md "Bounded by construction").
     expect(parsed.samples.map((s) => [s.name, s.labels])).toEqual(idle.samples.map((s) => [s.name, s.labels]));
-    expect(parsed.samples).toHaveLength(31);
+    expect(parsed.samples).toHaveLength(32);
     const value = (name: string, labels: Record<string, string> = {}) => parsed.samples.find((s) => s.name === name && JSON.stringify(s.labels) === JSON.stringify(labels))?.value;
     expect(value('interlink_relay_connections')).toBe(2);
     expect(value('interlink_relay_routes')).toBe(1);
@@ -242,6 +243,7 @@ describe('the relay metrics', () => {
     expect(value('interlink_relay_delivered_total')).toBe(1);
     expect(value('interlink_relay_acknowledged_total')).toBe(2);
     expect(value('interlink_relay_expired_total')).toBe(4);
+    expect(value('interlink_relay_store_reads_total')).toBe(1);
     for (const code of REFUSAL_CODES) expect(value('interlink_relay_refused_total', { code }), code).toBe(code === 'queue_full' ? 1 : 0);
     expect(value('interlink_relay_commit_seconds_bucket', { le: '0.0025' })).toBe(0);
     expect(value('interlink_relay_commit_seconds_bucket', { le: '0.005' })).toBe(1);
@@ -294,5 +296,31 @@ describe('a relay counts', () => {
     now += 8 * DAY + 1;
     await until('the expiry counted', () => (expired() === '3' ? true : undefined));
     expect(relay.renderMetrics()).toMatch(/^interlink_relay_queued_messages 0$/m);
+  });
+
+  it('one store read per message for a reader that keeps up: an acknowledgement reads nothing', async () => {
+    const relay = await startTestRelay();
+    open.push(relay);
+    const sender = await TestClient.connect(relay.url);
+    open.push(sender);
+    const receiver = await TestClient.connect(relay.url);
+    open.push(receiver);
+    const reader = newReader();
+    expect(await receiver.auth(reader)).toMatchObject({ type: 'auth_ok' });
+    const reads = () => Number(/^interlink_relay_store_reads_total (\d+)$/m.exec(relay.renderMetrics())?.[1]);
+    const acknowledged = () => Number(/^interlink_relay_acknowledged_total (\d+)$/m.exec(relay.renderMetrics())?.[1]);
+    const count = 40;
+    // The reader's first read (at its auth) found the route empty.
+    await until('the auth read', () => (reads() === 1 ? true : undefined));
+    for (let i = 0; i < count; i++) {
+      expect(await sender.send(reader.route, { n: i })).toMatchObject({ type: 'accepted' });
+      const [delivered] = (await receiver.waitForDeliveries(i + 1, reader.route)).slice(i);
+      receiver.ack(reader.route, [delivered!.id]);
+      await until(`acknowledgement ${i} committed`, () => (acknowledged() === i + 1 ? true : undefined));
+    }
+    expect(receiver.deliveries(reader.route).map((d) => d.payload)).toEqual(Array.from({ length: count }, (_, n) => ({ n })));
+    // One read per arrival (each delivering its message), and none for the acknowledgements:
+    // before, each acknowledgement read twice (when the window opened, and after the commit).
+    expect(reads()).toBe(1 + count);
   });
 });

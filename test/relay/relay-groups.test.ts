@@ -1,7 +1,9 @@
-/** One relay at several addresses (src/relay/relay-groups.ts): the pure choices, exhaustively over small groups. */
+/** One relay at several addresses (src/relay/relay-groups.ts): the pure choices, exhaustively over small groups, and the elections of a session's start. */
+import { EventEmitter } from 'node:events';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { electReader, groupByRelay, preferredOrder, relayOf, sendingMember, soleAddresses } from '../../src/relay/relay-groups.js';
+import { electReader, groupByRelay, preferredOrder, RelayGroups, relayOf, sendingMember, soleAddresses } from '../../src/relay/relay-groups.js';
+import { until } from '../helpers/relay-test-client.js';
 
 const K = 'nwfr9cKLa7DKMshEju5PcIOTiAN7yw46kwH-pnmbeAo';
 const L = 'oUhl-zo_NXN0v-59F3ciSIxApCYGT0Ch2psC3RjvuGk';
@@ -49,6 +51,10 @@ describe('electing the address that reads and the one that sends', () => {
         const elected = electReader(group);
         if (reader !== undefined) expect(elected).toBeUndefined();
         else expect(elected).toBe(group.find((m) => m.connected));
+        // While the session waits for its preferred address, only that one may start.
+        const waiting = electReader(group, true);
+        if (reader !== undefined || group[0]?.connected !== true) expect(waiting).toBeUndefined();
+        else expect(waiting).toBe(group[0]);
         const sender = sendingMember(group);
         expect(sender).toBe(reader ?? group.find((m) => m.connected));
         if (group.every((m) => !m.connected)) expect(sender).toBeUndefined();
@@ -67,5 +73,63 @@ describe('electing the address that reads and the one that sends', () => {
         expect(readers).toBe(start.some((m) => m.connected) ? 1 : 0);
       }),
     );
+  });
+
+  describe('a session starting', () => {
+    class Member extends EventEmitter {
+      connected = false;
+      reads = false;
+      constructor(readonly relay: string) {
+        super();
+      }
+      read(): void {
+        this.reads = true;
+      }
+      connect(): void {
+        this.connected = true;
+        this.emit('connected');
+      }
+      drop(): void {
+        this.connected = false;
+        this.reads = false;
+        this.emit('disconnected');
+      }
+    }
+    /** A group of two whose preferred address (for this seed) is `first`. */
+    const started = (graceMs: number) => {
+      const members = [new Member('K'), new Member('K')];
+      const groups = new RelayGroups(members, 'route-seed');
+      groups.start(graceMs);
+      const [first, second] = groups.groups[0]!;
+      return { first: first!, second: second! };
+    };
+
+    it('reads through its preferred address even when another answered first', () => {
+      const { first, second } = started(60_000);
+      second.connect();
+      expect(second.reads).toBe(false);
+      first.connect();
+      expect([first.reads, second.reads]).toEqual([true, false]);
+      // The preferred one drops: the other takes over at once, and keeps reading when it is back.
+      first.drop();
+      expect(second.reads).toBe(true);
+      first.connect();
+      expect([first.reads, second.reads]).toEqual([false, true]);
+    });
+
+    it('reads through another address once the preferred one fails', () => {
+      const { first, second } = started(60_000);
+      second.connect();
+      first.drop();
+      expect([first.reads, second.reads]).toEqual([false, true]);
+    });
+
+    it('reads through another address once the preferred one had its grace', async () => {
+      const { first, second } = started(50);
+      second.connect();
+      expect(second.reads).toBe(false);
+      await until('the grace to end', () => (second.reads ? true : undefined), 5_000);
+      expect(first.reads).toBe(false);
+    });
   });
 });

@@ -220,6 +220,37 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     }
   });
 
+  it('store the acknowledgements of many routes together, and count exactly what each removed', async () => {
+    const store = await pgStoreUrl();
+    const [a, b] = [await relayOn(store), await relayOn(store)];
+    const readers = Array.from({ length: 12 }, () => newReader());
+    const onA = await connect(a);
+    for (const reader of readers) expect(await onA.auth(reader)).toMatchObject({ type: 'auth_ok' });
+    const sender = await connect(b);
+    for (const reader of readers) for (let n = 0; n < 3; n++) idOf(await sender.send(reader.route, { n }));
+    const delivered = await onA.waitForDeliveries(36, undefined, 20_000);
+    const metric = (name: string) => Number(new RegExp(`^interlink_relay_${name} (\\d+)$`, 'm').exec(a.renderMetrics())?.[1]);
+    const commitsBefore = metric('commit_seconds_count');
+    // Every delivery acknowledged in a frame of its own, and a few that remove nothing: an
+    // id acknowledged twice, an id never queued, and an id of another route.
+    for (const d of delivered) onA.ack(d.route, [d.id]);
+    onA.ack(delivered[0]!.route, [delivered[0]!.id]);
+    onA.ack(readers[1]!.route, [1]);
+    onA.ack(readers[2]!.route, [delivered.find((d) => d.route === readers[3]!.route)!.id]);
+    await untilQueued(store, 0);
+    await until('every acknowledgement counted', () => (metric('acknowledged_total') === 36 ? true : undefined));
+    // 39 acknowledgements in far fewer commits: those that came while one committed went together.
+    expect(metric('commit_seconds_count') - commitsBefore).toBeLessThan(20);
+    const sql = postgres(store, { max: 1, onnotice: () => undefined });
+    try {
+      const [left] = await sql`SELECT (SELECT count(*)::int FROM relay_routes) AS routes, (SELECT coalesce(sum(messages), 0)::int FROM relay_totals) AS messages, (SELECT coalesce(sum(bytes), 0)::int FROM relay_totals) AS bytes`;
+      expect(left).toEqual({ routes: 0, messages: 0, bytes: 0 });
+    } finally {
+      await sql.end({ timeout: 5 });
+    }
+    expect(metric('acknowledged_total')).toBe(36);
+  });
+
   it('show one roster: an announcement heard by one relay is served by the other', async () => {
     const store = await pgStoreUrl();
     const [a, b] = [await relayOn(store), await relayOn(store)];

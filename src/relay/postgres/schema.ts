@@ -21,10 +21,19 @@
  *   batches committing at once may each see the other's room, so the totals can pass
  *   their bound by at most the sends in flight (the relays' pool sizes times a batch).
  * - **No deadlock.** Every transaction takes its locks in one order: the sender's
- *   address, its routes sorted, then counter rows sorted (`relay_ack`: one route, one
- *   counter row).
+ *   address, its routes sorted, then counter rows sorted (`relay_ack_many`: the routes of
+ *   the acknowledgements it stores, sorted, then their counter rows sorted).
+ * - **Acknowledgements together.** `relay_ack_many` removes the acknowledged messages of
+ *   many routes in one transaction: a relay stores the acknowledgements that reached it
+ *   while its previous ones were committing together, so a commit (and, with a
+ *   synchronous standby, its round trip) is shared. `relay_ack` (one route) stays for
+ *   relays of the previous release that share the database during an upgrade.
+ * - **Plans made once.** Each function's statements run with `plan_cache_mode =
+ *   force_generic_plan`: every one finds its rows by a key, so the plan does not depend
+ *   on the values, and planning them again for each call (PostgreSQL's custom plans)
+ *   cost about a quarter of the functions' time.
  * - **Nothing dropped.** A send past a bound is refused and stores nothing; only
- *   `relay_ack` (an acknowledgement, or expiry) deletes.
+ *   `relay_ack_many` (acknowledgements, or expiry) deletes.
  */
 import type postgres from 'postgres';
 import { z } from 'zod';
@@ -83,7 +92,7 @@ CREATE OR REPLACE FUNCTION relay_enqueue(
   p_address_messages bigint, p_address_bytes bigint,
   p_connection_messages bigint, p_connection_bytes bigint
 ) RETURNS TABLE (outcome text, id bigint)
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   i integer;
   size integer;
@@ -151,7 +160,7 @@ END
 $fn$;
 
 CREATE OR REPLACE FUNCTION relay_ack(p_route text, p_ids bigint[]) RETURNS integer
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   removed integer;
   freed bigint;
@@ -176,6 +185,39 @@ BEGIN
   UPDATE relay_totals t SET messages = t.messages - removed, bytes = t.bytes - freed
     WHERE t.shard = hashtext(p_route) & ${TOTAL_SHARDS - 1};
   RETURN removed;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION relay_ack_many(p_routes text[], p_ids bigint[]) RETURNS TABLE (acked_route text, acked_id bigint)
+LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $fn$
+DECLARE
+  gone_routes text[];
+  gone_ids bigint[];
+  gone_bytes bigint[];
+BEGIN
+  -- The routes' rows first, sorted, then counter rows sorted: the order relay_enqueue locks in.
+  PERFORM 1 FROM relay_routes r WHERE r.route = ANY (p_routes) ORDER BY r.route FOR UPDATE;
+  WITH gone AS (
+    DELETE FROM relay_messages m
+      USING (SELECT DISTINCT u.route, u.id FROM unnest(p_routes, p_ids) AS u(route, id)) AS w
+      WHERE m.route = w.route AND m.id = w.id
+      RETURNING m.route, m.id, m.bytes
+  ) SELECT array_agg(g.route), array_agg(g.id), array_agg(g.bytes) INTO gone_routes, gone_ids, gone_bytes FROM gone g;
+  IF gone_routes IS NULL THEN
+    RETURN;
+  END IF;
+  UPDATE relay_routes r SET messages = r.messages - c.n, bytes = r.bytes - c.freed
+    FROM (SELECT g.route, count(*)::integer AS n, sum(g.bytes)::bigint AS freed FROM unnest(gone_routes, gone_bytes) AS g(route, bytes) GROUP BY g.route) AS c
+    WHERE r.route = c.route;
+  DELETE FROM relay_routes r WHERE r.route = ANY (gone_routes) AND r.messages = 0;
+  PERFORM 1 FROM relay_totals t
+    WHERE t.shard IN (SELECT hashtext(g.route) & ${TOTAL_SHARDS - 1} FROM unnest(gone_routes) AS g(route))
+    ORDER BY t.shard FOR UPDATE;
+  UPDATE relay_totals t SET messages = t.messages - c.n, bytes = t.bytes - c.freed
+    FROM (SELECT hashtext(g.route) & ${TOTAL_SHARDS - 1} AS shard, count(*) AS n, sum(g.bytes) AS freed
+          FROM unnest(gone_routes, gone_bytes) AS g(route, bytes) GROUP BY 1) AS c
+    WHERE t.shard = c.shard;
+  RETURN QUERY SELECT g.route, g.id FROM unnest(gone_routes, gone_ids) AS g(route, id);
 END
 $fn$;
 `;

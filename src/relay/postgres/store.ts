@@ -39,6 +39,7 @@ const enqueueRow = z.object({ outcome: z.enum(['enqueued', 'routeMessages', 'mes
 const countRow = z.object({ messages: int8, bytes: int8 });
 const statsRow = z.object({ routes: int8, messages: int8, bytes: int8 });
 const expiredRow = z.object({ route: z.string(), ids: z.array(int8) });
+const ackedRow = z.object({ acked_route: z.string(), acked_id: int8 });
 
 interface WaitingSend {
   route: string;
@@ -56,6 +57,23 @@ interface SendBatch {
 /** Sends and payload bytes one transaction stores at most. */
 const BATCH_SENDS = 256;
 const BATCH_BYTES = 8 * 1024 * 1024;
+/** Acknowledged ids one transaction removes at most. */
+const ACK_BATCH_IDS = 1_024;
+
+interface WaitingAck {
+  route: string;
+  ids: readonly number[];
+  resolve(removed: number): void;
+  reject(err: unknown): void;
+}
+
+/** Takes the first acknowledgements of `waiting`, within the bound (always at least one). */
+function takeAcks(waiting: WaitingAck[]): WaitingAck[] {
+  let count = 0;
+  let ids = 0;
+  while (count < waiting.length && (count === 0 || ids + waiting[count]!.ids.length <= ACK_BATCH_IDS)) ids += waiting[count++]!.ids.length;
+  return waiting.splice(0, count);
+}
 
 /** Takes the first sends of `waiting`, within the batch bounds (always at least one). */
 function takeBatch(waiting: WaitingSend[]): WaitingSend[] {
@@ -112,6 +130,18 @@ export class PostgresStore implements QueueStore {
   private pendingNotice: { queues: Set<string>; roster: Set<string> } | undefined;
   /** Per connection, the sends waiting for its batch under way to commit. */
   private readonly batches = new Map<string, SendBatch>();
+  /**
+   * Per open connection, at least what it holds queued: its count when last counted, plus
+   * what it stored since. Only its own batches (one at a time) add to what a connection
+   * holds, and acknowledgements anywhere only take away, so while this bound leaves room
+   * for a batch, the batch fits its share without counting. Counting means reading every
+   * index entry of the connection's messages, those acknowledged since the last vacuum
+   * too: once per send, a long-lived connection's sends cost more and more.
+   */
+  private readonly heldBound = new Map<string, Share>();
+  /** Acknowledgements waiting for the batch under way to commit (one at a time per relay process). */
+  private readonly acks: WaitingAck[] = [];
+  private acking = false;
   private unlisten: (() => Promise<void>) | undefined;
   private released = false;
   /** Every call after the start goes through here: refused at once while the database is down. */
@@ -262,6 +292,7 @@ export class PostgresStore implements QueueStore {
   enqueue(route: string, payload: string, origin: Origin): Promise<EnqueueResult> {
     return new Promise((resolve, reject) => {
       const key = this.originOf(origin);
+      if (!this.heldBound.has(key)) this.heldBound.set(key, { messages: 0, bytes: 0 });
       let batch = this.batches.get(key);
       if (batch === undefined) {
         batch = { origin, waiting: [], committing: false };
@@ -287,14 +318,39 @@ export class PostgresStore implements QueueStore {
     this.batches.delete(key);
   }
 
+  closed(origin: Origin): void {
+    this.heldBound.delete(this.originOf(origin));
+  }
+
+  /**
+   * The connection's share to check in the batch's transaction, or undefined when it
+   * certainly fits: its bound leaves room, perhaps once counted again (acknowledgements may
+   * have freed some). A connection that closed meanwhile is counted.
+   */
+  private async connectionShare(key: string, sends: readonly WaitingSend[]): Promise<Share | undefined> {
+    const share = this.share(this.limits.perConnection);
+    let bound = this.heldBound.get(key);
+    if (share === undefined || bound === undefined) return share;
+    const messages = sends.length;
+    const bytes = sends.reduce((sum, s) => sum + Buffer.byteLength(s.payload, 'utf8'), 0);
+    const fits = (held: Share) => held.messages + messages <= share.messages && held.bytes + bytes <= share.bytes;
+    if (!fits(bound)) {
+      const [row] = await this.calls.call(() => this.sql`SELECT count(*) AS messages, coalesce(sum(bytes), 0) AS bytes FROM relay_messages WHERE origin = ${key}`);
+      bound = countRow.parse(row);
+      if (this.heldBound.has(key)) this.heldBound.set(key, bound);
+    }
+    return fits(bound) ? undefined : share;
+  }
+
   private async commitBatch(origin: Origin, sends: readonly WaitingSend[]): Promise<EnqueueResult[]> {
     const address = this.share(this.limits.perAddress);
-    const connection = this.share(this.limits.perConnection);
+    const key = this.originOf(origin);
+    const connection = await this.connectionShare(key, sends);
     const rows = await this.timed(
       () => this.sql`
         SELECT outcome, id FROM relay_enqueue(
           ${this.now()}, ${sends.map((s) => s.route)}::text[], ${sends.map((s) => s.payload)}::text[],
-          ${this.srcOf(origin.address)}, ${this.originOf(origin)},
+          ${this.srcOf(origin.address)}, ${key},
           ${this.limits.routeMessages}, ${this.limits.messages}, ${this.limits.bytes},
           ${address?.messages ?? null}, ${address?.bytes ?? null},
           ${connection?.messages ?? null}, ${connection?.bytes ?? null})`,
@@ -310,6 +366,8 @@ export class PostgresStore implements QueueStore {
     if (stored.length > 0) {
       const bytes = stored.reduce((sum, s) => sum + Buffer.byteLength(s.payload, 'utf8'), 0);
       this.counts = { ...this.counts, messages: this.counts.messages + stored.length, bytes: this.counts.bytes + bytes };
+      const bound = this.heldBound.get(key);
+      if (bound !== undefined) this.heldBound.set(key, { messages: bound.messages + stored.length, bytes: bound.bytes + bytes });
       for (const send of stored) this.announceChange('queues', send.route);
     }
     return results;
@@ -320,24 +378,61 @@ export class PostgresStore implements QueueStore {
     return rows.map((row) => messageRow.parse(row));
   }
 
-  async acknowledge(route: string, ids: readonly number[]): Promise<number> {
-    if (ids.length === 0) return 0;
-    const rows = await this.timed(() => this.sql`SELECT relay_ack(${route}, ${ids.map(String)}::bigint[]) AS removed`);
-    const removed = z.object({ removed: z.number().int().min(0) }).parse(rows[0]).removed;
-    if (removed > 0) this.counts = { ...this.counts, messages: Math.max(0, this.counts.messages - removed) };
+  /**
+   * Acknowledgements are stored together: those that reach this relay process while its
+   * previous batch is committing wait, and go in the next transaction (`relay_ack_many`),
+   * whatever their routes. Resolves with how many of these ids were still queued.
+   */
+  acknowledge(route: string, ids: readonly number[]): Promise<number> {
+    if (ids.length === 0) return Promise.resolve(0);
+    return new Promise((resolve, reject) => {
+      this.acks.push({ route, ids, resolve, reject });
+      if (!this.acking) void this.commitAcks();
+    });
+  }
+
+  private async commitAcks(): Promise<void> {
+    this.acking = true;
+    while (this.acks.length > 0) {
+      const acks = takeAcks(this.acks);
+      try {
+        const removed = await this.commitAckBatch(acks);
+        acks.forEach((ack, i) => ack.resolve(removed[i]!));
+      } catch (err) {
+        for (const ack of acks) ack.reject(err);
+      }
+    }
+    this.acking = false;
+  }
+
+  /** One transaction for `acks`; how many ids each removed (an id acknowledged twice counts once, for the first). */
+  private async commitAckBatch(acks: readonly WaitingAck[]): Promise<number[]> {
+    const routes = acks.flatMap((ack) => ack.ids.map(() => ack.route));
+    const ids = acks.flatMap((ack) => ack.ids.map(String));
+    const rows = await this.timed(() => this.sql`SELECT acked_route, acked_id FROM relay_ack_many(${routes}::text[], ${ids}::bigint[])`);
+    const gone = new Set(
+      rows.map((row) => {
+        const acked = ackedRow.parse(row);
+        return `${acked.acked_id} ${acked.acked_route}`;
+      }),
+    );
+    const removed = acks.map((ack) => ack.ids.filter((id) => gone.delete(`${id} ${ack.route}`)).length);
+    const total = removed.reduce((sum, n) => sum + n, 0);
+    if (total > 0) this.counts = { ...this.counts, messages: Math.max(0, this.counts.messages - total) };
     return removed;
   }
 
-  /** Each route's old messages go in a transaction of their own, like an acknowledgement. */
+  /** Old messages go like acknowledged ones, in the same batches. */
   async expire(maxAgeMs: number): Promise<number> {
     const before = this.now() - maxAgeMs;
     const rows = await this.calls.call(() => this.sql`SELECT route, array_agg(id ORDER BY id) AS ids FROM relay_messages WHERE at < ${before} GROUP BY route`);
-    let removed = 0;
-    for (const row of rows) {
-      const old = expiredRow.parse(row);
-      removed += await this.acknowledge(old.route, old.ids);
-    }
-    return removed;
+    const removed = await Promise.all(
+      rows.map((row) => {
+        const old = expiredRow.parse(row);
+        return this.acknowledge(old.route, old.ids);
+      }),
+    );
+    return removed.reduce((sum, n) => sum + n, 0);
   }
 
   async held(origin: Origin): Promise<{ address: Share; connection: Share }> {
