@@ -44,6 +44,8 @@ const ackedRow = z.object({ acked_route: z.string(), acked_id: int8 });
 interface WaitingSend {
   route: string;
   payload: string;
+  /** The payload's UTF-8 bytes, as the database counts them (octet_length). */
+  bytes: number;
   resolve(result: EnqueueResult): void;
   reject(err: unknown): void;
 }
@@ -298,7 +300,7 @@ export class PostgresStore implements QueueStore {
         batch = { origin, waiting: [], committing: false };
         this.batches.set(key, batch);
       }
-      batch.waiting.push({ route, payload, resolve, reject });
+      batch.waiting.push({ route, payload, bytes: Buffer.byteLength(payload, 'utf8'), resolve, reject });
       if (!batch.committing) void this.commitBatches(key, batch);
     });
   }
@@ -332,7 +334,7 @@ export class PostgresStore implements QueueStore {
     let bound = this.heldBound.get(key);
     if (share === undefined || bound === undefined) return share;
     const messages = sends.length;
-    const bytes = sends.reduce((sum, s) => sum + Buffer.byteLength(s.payload, 'utf8'), 0);
+    const bytes = sends.reduce((sum, s) => sum + s.bytes, 0);
     const fits = (held: Share) => held.messages + messages <= share.messages && held.bytes + bytes <= share.bytes;
     if (!fits(bound)) {
       const [row] = await this.calls.call(() => this.sql`SELECT count(*) AS messages, coalesce(sum(bytes), 0) AS bytes FROM relay_messages WHERE origin = ${key}`);
@@ -364,7 +366,7 @@ export class PostgresStore implements QueueStore {
     });
     const stored = sends.filter((_, i) => results[i]!.outcome === 'enqueued');
     if (stored.length > 0) {
-      const bytes = stored.reduce((sum, s) => sum + Buffer.byteLength(s.payload, 'utf8'), 0);
+      const bytes = stored.reduce((sum, s) => sum + s.bytes, 0);
       this.counts = { ...this.counts, messages: this.counts.messages + stored.length, bytes: this.counts.bytes + bytes };
       const bound = this.heldBound.get(key);
       if (bound !== undefined) this.heldBound.set(key, { messages: bound.messages + stored.length, bytes: bound.bytes + bytes });
