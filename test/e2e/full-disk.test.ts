@@ -107,7 +107,8 @@ describe.skipIf(!mountable)('a full disk under the sender', () => {
       30_000,
       'every send reported pending at bob',
     );
-    expect((await alice.call<{ state: string }>('message_status', { msg_id: after.msg_id })).state).toBe('bus_accepted');
+    // A relay took it; bob's receipt may already have moved it on (a receipt leaves 1 s after bob stores it).
+    expect(['bus_accepted', 'receiver_stored', 'receiver_acknowledged']).toContain((await alice.call<{ state: string }>('message_status', { msg_id: after.msg_id })).state);
     for (const f of failed) expect(received.has(f.text), f.text.slice(0, 12)).toBe(false);
     expect(received.size).toBe(expected.size);
   });

@@ -26,7 +26,9 @@
  * - **Acknowledgements together.** `relay_ack_many` removes the acknowledged messages of
  *   many routes in one transaction: a relay stores the acknowledgements that reached it
  *   while its previous ones were committing together, so a commit (and, with a
- *   synchronous standby, its round trip) is shared. `relay_ack` (one route) stays for
+ *   synchronous standby, its round trip) is shared. It commits with `synchronous_commit`
+ *   off: a lost acknowledgement only delivers its messages again, so it need not wait for
+ *   the WAL flush or the standby (the next enqueue's commit flushes it). `relay_ack` (one route) stays for
  *   relays of the previous release that share the database during an upgrade.
  * - **Plans made once.** Each function's statements run with `plan_cache_mode =
  *   force_generic_plan`: every one finds its rows by a key, so the plan does not depend
@@ -195,6 +197,11 @@ DECLARE
   gone_ids bigint[];
   gone_bytes bigint[];
 BEGIN
+  -- Committed without waiting for the WAL flush or the standby (until the transaction
+  -- ends): an acknowledgement lost in a crash or a failover only delivers those messages
+  -- again, which receivers discard by (from, msg_id); the next synchronous commit (any
+  -- enqueue) flushes it anyway.
+  PERFORM set_config('synchronous_commit', 'off', true);
   -- The routes' rows first, sorted, then counter rows sorted: the order relay_enqueue locks in.
   PERFORM 1 FROM relay_routes r WHERE r.route = ANY (p_routes) ORDER BY r.route FOR UPDATE;
   WITH gone AS (
