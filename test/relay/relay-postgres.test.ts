@@ -251,6 +251,26 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     expect(metric('acknowledged_total')).toBe(36);
   });
 
+  it('commit acknowledgements without waiting for a flush or a standby, and only those: the next transaction on the connection is synchronous again', async () => {
+    const store = await pgStoreUrl();
+    await relayOn(store);
+    const sql = postgres(store, { max: 1, onnotice: () => undefined });
+    try {
+      const inside = await sql.begin(async (tx) => {
+        await tx`SELECT * FROM relay_ack_many(${['nobody#s1']}::text[], ${['1']}::bigint[])`;
+        const [row] = await tx`SELECT current_setting('synchronous_commit') AS setting`;
+        return row?.setting;
+      });
+      expect(inside).toBe('off');
+      // One connection (max 1): an enqueue after an acknowledgement on it must wait for its flush again.
+      await sql`SELECT * FROM relay_ack_many(${['nobody#s1']}::text[], ${['2']}::bigint[])`;
+      const [after] = await sql`SELECT current_setting('synchronous_commit') AS setting`;
+      expect(after?.setting).toBe('on');
+    } finally {
+      await sql.end({ timeout: 5 });
+    }
+  });
+
   it('show one roster: an announcement heard by one relay is served by the other', async () => {
     const store = await pgStoreUrl();
     const [a, b] = [await relayOn(store), await relayOn(store)];
