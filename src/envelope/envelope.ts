@@ -39,12 +39,12 @@
 import { randomFillSync } from 'node:crypto';
 import { z } from 'zod';
 import { InterlinkError } from '../errors.js';
-import { decodeBase64url, encodeBase64url, isBase64urlOfLength } from '../identity/base64url.js';
+import { decodeBase64url, encodeBase64url, isBase64urlOfLength, isCanonicalBase64url } from '../identity/base64url.js';
 import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES, signBytes, verifyBytes, type SigningKey } from '../identity/ed25519.js';
 import { isWellFormedUnicode, unsafeNameReason } from '../config/paths.js';
-import { lengthPrefixed, u64le } from './bytes.js';
+import { FieldWriter, lengthPrefixed, prefixedSize, u64le } from './bytes.js';
 import { formatRoute, parseRoute, routeText } from './route.js';
-import { MIN_PADDED_BYTES, NONCE_BYTES, SealError, TAG_BYTES, openBody, sealBody } from './seal.js';
+import { MIN_PADDED_BYTES, NONCE_BYTES, SealError, TAG_BYTES, openBody, sealBody, type SealedBody } from './seal.js';
 
 export const SIGNING_DOMAINS = { 2: 'interlink-v2\0', 3: 'interlink-v3\0', 4: 'interlink-v4\0' } as const;
 export type EnvelopeVersion = keyof typeof SIGNING_DOMAINS;
@@ -67,7 +67,6 @@ export type Status = (typeof STATUSES)[number];
 export const TERMINAL_STATUSES: ReadonlySet<Status> = new Set(['result', 'failed', 'canceled']);
 
 const MSG_ID = /^[0-9a-f]{32}$/;
-const BASE64URL = /^[A-Za-z0-9_-]*$/;
 
 const publicKeyText = z.string().refine((s) => isBase64urlOfLength(s, PUBLIC_KEY_BYTES), 'must be a 32-byte base64url public key');
 export const msgIdText = z.string().regex(MSG_ID, 'must be 32 lowercase hex digits');
@@ -80,7 +79,7 @@ const sealedText = z
   .string()
   .max(MAX_SEALED_CHARS, `must be at most ${MAX_SEALED_CHARS} characters`)
   .refine(
-    (s) => s.length >= Math.ceil(((NONCE_BYTES + MIN_PADDED_BYTES + TAG_BYTES) * 4) / 3) && BASE64URL.test(s) && s.length % 4 !== 1 && Buffer.from(s, 'base64url').toString('base64url') === s,
+    (s) => s.length >= Math.ceil(((NONCE_BYTES + MIN_PADDED_BYTES + TAG_BYTES) * 4) / 3) && isCanonicalBase64url(s),
     'must be canonical base64url of a nonce, a padded body and a tag',
   );
 
@@ -188,17 +187,47 @@ export function versionOf(envelope: { v?: 2 | 3 | 4 | undefined }): EnvelopeVers
   return envelope.v ?? 2;
 }
 
+/**
+ * The raw bytes of a sealed envelope's `sealed`, decoded once per envelope object: the
+ * signature check and the opening both need them.
+ */
+const rawSealed = new WeakMap<object, { text: string; bytes: Buffer }>();
+
+function sealedBytesOf(envelope: object, sealed: string): Buffer {
+  const known = rawSealed.get(envelope);
+  if (known !== undefined && known.text === sealed) return known.bytes;
+  const bytes = Buffer.from(sealed, 'base64url');
+  rawSealed.set(envelope, { text: sealed, bytes });
+  return bytes;
+}
+
+const V4_DOMAIN = Buffer.from(SIGNING_DOMAINS[4], 'utf8');
+
+/** Version 4's signed bytes, laid out in one buffer: the header, then the raw sealed bytes. */
+function sealedSignedBytes(envelope: { from: string; to: string; ts: number; kind: string; msg_id: string }, toSession: string, sealed: Buffer): Buffer {
+  const size = V4_DOMAIN.length + 2 * PUBLIC_KEY_BYTES + prefixedSize(toSession) + 8 + prefixedSize(envelope.kind) + prefixedSize(envelope.msg_id) + 4 + sealed.length;
+  const bytes = Buffer.allocUnsafe(size);
+  const writer = new FieldWriter(bytes)
+    .bytes(V4_DOMAIN)
+    .bytes(decodeBase64url(envelope.from, PUBLIC_KEY_BYTES, 'from'))
+    .bytes(decodeBase64url(envelope.to, PUBLIC_KEY_BYTES, 'to'))
+    .text(toSession)
+    .u64(envelope.ts)
+    .text(envelope.kind)
+    .text(envelope.msg_id)
+    .prefixedBytes(sealed);
+  if (writer.written !== size) throw new Error('the signed bytes of a sealed envelope were laid out short');
+  return bytes;
+}
+
 export function signedBytes(envelope: UnsignedWire): Buffer {
+  if (envelope.v === 4) {
+    if (envelope.sealed === undefined || envelope.to_session === undefined) throw new InterlinkError('bad_envelope', 'sealed and to_session are required in version 4');
+    return sealedSignedBytes(envelope, envelope.to_session, sealedBytesOf(envelope, envelope.sealed));
+  }
   const version = versionOf(envelope);
   const keys = [decodeBase64url(envelope.from, PUBLIC_KEY_BYTES, 'from'), decodeBase64url(envelope.to, PUBLIC_KEY_BYTES, 'to')];
   const domain = Buffer.from(SIGNING_DOMAINS[version], 'utf8');
-  if (envelope.v === 4) {
-    if (envelope.sealed === undefined || envelope.to_session === undefined) throw new InterlinkError('bad_envelope', 'sealed and to_session are required in version 4');
-    const sealed = Buffer.from(envelope.sealed, 'base64url');
-    const length = Buffer.allocUnsafe(4);
-    length.writeUInt32LE(sealed.length, 0);
-    return Buffer.concat([domain, ...keys, ...lengthPrefixed(envelope.to_session), u64le(envelope.ts), ...lengthPrefixed(envelope.kind), ...lengthPrefixed(envelope.msg_id), length, sealed]);
-  }
   const clear = envelope as Omit<Envelope, 'sig'>;
   const body = [
     ...lengthPrefixed(clear.kind),
@@ -260,8 +289,9 @@ export function signEnvelope(key: SigningKey, fields: EnvelopeFields): Envelope 
   const placeholder = encodeBase64url(Buffer.alloc(SIGNATURE_BYTES));
   const placeholderSeal = version === 4 ? { sealed: PLACEHOLDER_SEAL } : {};
   parseStoredEnvelope({ ...unsigned, ...placeholderSeal, sig: placeholder });
-  if (version === 4) {
-    const sealed = sealBody(key, unsigned.to, headerOf(unsigned as UnsignedEnvelope & { to_session: string }), {
+  let bytes: Buffer;
+  if (version === 4 && unsigned.to_session !== undefined) {
+    const sealed = sealBody(key, unsigned.to, headerOf({ ...unsigned, to_session: unsigned.to_session }), {
       text: unsigned.text,
       ...(unsigned.status !== undefined && { status: unsigned.status }),
       ...(unsigned.task_id !== undefined && { task_id: unsigned.task_id }),
@@ -269,8 +299,12 @@ export function signEnvelope(key: SigningKey, fields: EnvelopeFields): Envelope 
       ...(unsigned.reply_to !== undefined && { reply_session: parseRoute(unsigned.reply_to)?.session ?? '' }),
     }, fields.seal_nonce);
     unsigned.sealed = encodeBase64url(sealed);
+    // Signed over the raw sealed bytes just made, not decoded again from their text.
+    bytes = sealedSignedBytes(unsigned, unsigned.to_session, sealed);
+  } else {
+    bytes = signedBytes(unsigned);
   }
-  const sig = encodeBase64url(signBytes(key, signedBytes(unsigned)));
+  const sig = encodeBase64url(signBytes(key, bytes));
   return { ...unsigned, sig };
 }
 
@@ -309,22 +343,39 @@ export function verifyEnvelope(envelope: WireEnvelope): boolean {
  * share, or what it holds breaks the rules of the clear fields.
  */
 export function openEnvelope(me: SigningKey, wire: SealedWire): Envelope {
-  let body;
+  let body: SealedBody;
   try {
-    body = openBody(me, wire.from, wire.to, headerOf(wire), Buffer.from(wire.sealed, 'base64url'));
+    body = openBody(me, wire.from, wire.to, headerOf(wire), sealedBytesOf(wire, wire.sealed));
   } catch (err) {
     if (err instanceof SealError) throw new InterlinkError('bad_seal', err.message);
     throw err;
   }
-  // Built from the header fields only: anything else beside the seal is not the message.
   // The header was validated with the wire form; only the opened fields are checked here.
-  const fields = openedFieldsSchema.safeParse(body);
-  if (!fields.success) {
-    const issue = fields.error.issues[0];
-    throw new InterlinkError('bad_seal', `the sealed ${issue?.path.join('.') || 'body'} ${issue?.message ?? 'is invalid'}`);
+  if (!obeysFieldRules(body)) {
+    const fields = openedFieldsSchema.safeParse(body);
+    if (!fields.success) {
+      const issue = fields.error.issues[0];
+      throw new InterlinkError('bad_seal', `the sealed ${issue?.path.join('.') || 'body'} ${issue?.message ?? 'is invalid'}`);
+    }
+    body = fields.data;
   }
-  const { reply_session, ...opened } = fields.data;
-  return { ...wireOf({ ...wire, text: '' }), ...opened, ...(reply_session !== undefined && { reply_to: formatRoute({ key: wire.from, session: reply_session }) }) };
+  // Built from the header fields only: anything else beside the seal is not the message.
+  return {
+    v: 4,
+    from: wire.from,
+    to: wire.to,
+    to_session: wire.to_session,
+    ts: wire.ts,
+    msg_id: wire.msg_id,
+    kind: wire.kind,
+    sealed: wire.sealed,
+    sig: wire.sig,
+    text: body.text,
+    ...(body.task_id !== undefined && { task_id: body.task_id }),
+    ...(body.status !== undefined && { status: body.status as Status }),
+    ...(body.in_reply_to !== undefined && { in_reply_to: body.in_reply_to }),
+    ...(body.reply_session !== undefined && { reply_to: formatRoute({ key: wire.from, session: body.reply_session }) }),
+  };
 }
 
 /** What a sealed body holds, by the rules of the clear fields (the reply session by the session rule). */
@@ -335,6 +386,26 @@ const openedFieldsSchema = z.object({
   in_reply_to: envelopeFields.shape.in_reply_to,
   reply_session: sessionText.optional(),
 });
+
+const STATUS_SET: ReadonlySet<string> = new Set(STATUSES);
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
+/**
+ * Whether an opened body obeys openedFieldsSchema, checked directly on the common path
+ * (every message a session receives is opened). parseBodyBytes decoded each field as
+ * strict UTF-8, so every string is already well-formed Unicode and no field is empty.
+ * Stricter than the schema, never looser: a body this refuses goes through the schema,
+ * which names what is wrong (or takes it after all).
+ */
+function obeysFieldRules(body: SealedBody): boolean {
+  return (
+    Buffer.byteLength(body.text, 'utf8') <= MAX_TEXT_BYTES &&
+    (body.task_id === undefined || (Buffer.byteLength(body.task_id, 'utf8') <= MAX_TASK_ID_BYTES && !CONTROL.test(body.task_id))) &&
+    (body.status === undefined || STATUS_SET.has(body.status)) &&
+    (body.in_reply_to === undefined || MSG_ID.test(body.in_reply_to)) &&
+    (body.reply_session === undefined || unsafeNameReason(body.reply_session) === undefined)
+  );
+}
 
 function failure(error: z.ZodError, what: string): InterlinkError {
   const issue = error.issues[0];

@@ -25,7 +25,7 @@
  * Sealed bytes: nonce (12) || ciphertext || tag (16), base64url in the envelope's `sealed`.
  */
 import { createCipheriv, createDecipheriv, createHash, createPrivateKey, createPublicKey, diffieHellman, hkdfSync, randomFillSync, type KeyObject } from 'node:crypto';
-import { lengthPrefixed, u64le } from './bytes.js';
+import { FieldWriter, prefixedSize } from './bytes.js';
 import { PUBLIC_KEY_BYTES, type SigningKey } from '../identity/ed25519.js';
 
 export const SEAL_SALT = 'interlink-seal-v4';
@@ -128,17 +128,23 @@ const DIRECTION_KEY_LIMIT = 4096;
 const directionKeys = new Map<string, Buffer>();
 const myKeyTexts = new WeakMap<SigningKey, string>();
 
+/** `me`'s public key in base64url, as envelopes carry it (encoded once per key). */
+function keyText(me: SigningKey): string {
+  let mine = myKeyTexts.get(me);
+  if (mine === undefined) {
+    mine = me.publicKey.toString('base64url');
+    myKeyTexts.set(me, mine);
+  }
+  return mine;
+}
+
 /**
  * The key for messages from `from` to `to` (base64url Ed25519 keys, as envelopes carry
  * them), one of which is `me`. Both ends compute the same X25519 secret; the HKDF info
  * orders the two keys as sender, recipient, so each direction of a pair has its own key.
  */
 export function directionKey(me: SigningKey, from: string, to: string): Buffer {
-  let mine = myKeyTexts.get(me);
-  if (mine === undefined) {
-    mine = me.publicKey.toString('base64url');
-    myKeyTexts.set(me, mine);
-  }
+  const mine = keyText(me);
   const id = `${mine} ${from} ${to}`;
   const cached = directionKeys.get(id);
   if (cached !== undefined) return cached;
@@ -155,7 +161,9 @@ export function directionKey(me: SigningKey, from: string, to: string): Buffer {
 }
 
 export function associatedData(header: SealHeader): Buffer {
-  return Buffer.concat([...lengthPrefixed(header.to_session), u64le(header.ts), ...lengthPrefixed(header.kind), ...lengthPrefixed(header.msg_id)]);
+  const aad = Buffer.allocUnsafe(prefixedSize(header.to_session) + 8 + prefixedSize(header.kind) + prefixedSize(header.msg_id));
+  new FieldWriter(aad).text(header.to_session).u64(header.ts).text(header.kind).text(header.msg_id);
+  return aad;
 }
 
 /** The plaintext: the body fields length-prefixed in signed-bytes order, then zeros to the size class. */
@@ -166,13 +174,17 @@ export function bodyBytes(body: SealedBody): Buffer {
 const nonces = Buffer.alloc(NONCE_BYTES * 256);
 let nextNonce = nonces.length;
 
-/** A fresh random nonce; drawn from the CSPRNG 256 at a time, each used once. */
+/**
+ * A fresh random nonce; drawn from the CSPRNG 256 at a time, each used once. A view into
+ * the pool, not a copy: valid until 255 more are drawn, so it is used (copied into the
+ * sealed bytes) within the one synchronous call that drew it.
+ */
 function freshNonce(): Buffer {
   if (nextNonce >= nonces.length) {
     randomFillSync(nonces);
     nextNonce = 0;
   }
-  const nonce = Buffer.from(nonces.subarray(nextNonce, nextNonce + NONCE_BYTES));
+  const nonce = nonces.subarray(nextNonce, nextNonce + NONCE_BYTES);
   nextNonce += NONCE_BYTES;
   return nonce;
 }
@@ -184,7 +196,7 @@ export function sealBody(me: SigningKey, to: string, header: SealHeader, body: S
 
 /** Encrypts an already padded plaintext (sealBody's second half; test vectors build odd ones). */
 export function sealPlaintext(me: SigningKey, to: string, header: SealHeader, plaintext: Buffer, nonce: Uint8Array = freshNonce()): Buffer {
-  return aeadSeal(directionKey(me, me.publicKey.toString('base64url'), to), associatedData(header), plaintext, nonce);
+  return aeadSeal(directionKey(me, keyText(me), to), associatedData(header), plaintext, nonce);
 }
 
 /** Why a sealed body was refused; the envelope is refused as `bad_seal` with it. */
@@ -230,9 +242,12 @@ export function parseBodyBytes(plaintext: Buffer): SealedBody {
 
 /** Pads length-prefixed fields to their size class (the plaintext of a seal). */
 export function paddedFields(values: readonly (string | undefined)[]): Buffer {
-  const fields = Buffer.concat(values.flatMap((v) => lengthPrefixed(v)));
-  const padded = Buffer.alloc(paddedLength(fields.length));
-  fields.copy(padded);
+  let size = 0;
+  for (const value of values) size += prefixedSize(value);
+  // Zero-filled: what the fields do not cover is the padding.
+  const padded = Buffer.alloc(paddedLength(size));
+  const writer = new FieldWriter(padded);
+  for (const value of values) writer.text(value);
   return padded;
 }
 
@@ -240,8 +255,13 @@ export function paddedFields(values: readonly (string | undefined)[]): Buffer {
 export function aeadSeal(key: Buffer, aad: Buffer, plaintext: Buffer, nonce: Uint8Array = freshNonce()): Buffer {
   const cipher = createCipheriv('chacha20-poly1305', key, nonce, { authTagLength: TAG_BYTES });
   cipher.setAAD(aad, { plaintextLength: plaintext.length });
-  const ciphertext = Buffer.concat([cipher.update(plaintext), cipher.final()]);
-  return Buffer.concat([nonce, ciphertext, cipher.getAuthTag()]);
+  // A stream cipher: the ciphertext is as long as the plaintext, so the sealed bytes are
+  // laid out in one buffer instead of concatenated.
+  const sealed = Buffer.allocUnsafe(NONCE_BYTES + plaintext.length + TAG_BYTES);
+  const writer = new FieldWriter(sealed).bytes(nonce).bytes(cipher.update(plaintext)).bytes(cipher.final());
+  if (writer.written !== NONCE_BYTES + plaintext.length) throw new Error('ChaCha20-Poly1305 returned a ciphertext of another length than its plaintext');
+  writer.bytes(cipher.getAuthTag());
+  return sealed;
 }
 
 /** Opens nonce || ciphertext || tag under `key`; undefined when it does not verify. */
@@ -252,7 +272,9 @@ export function aeadOpen(key: Buffer, aad: Buffer, sealed: Buffer): Buffer | und
   decipher.setAAD(aad, { plaintextLength: ciphertext.length });
   decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES));
   try {
-    return Buffer.concat([decipher.update(ciphertext), decipher.final()]);
+    const plaintext = decipher.update(ciphertext);
+    const rest = decipher.final();
+    return rest.length === 0 ? plaintext : Buffer.concat([plaintext, rest]);
   } catch {
     return undefined;
   }

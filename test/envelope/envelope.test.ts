@@ -25,8 +25,9 @@ import {
   type SealedWire,
 } from '../../src/envelope/envelope.js';
 import { InterlinkError, type ErrorCode } from '../../src/errors.js';
-import { decodeBase64url } from '../../src/identity/base64url.js';
-import { signingKeyFromSeed } from '../../src/identity/ed25519.js';
+import { decodeBase64url, encodeBase64url } from '../../src/identity/base64url.js';
+import { signBytes, signingKeyFromSeed } from '../../src/identity/ed25519.js';
+import { paddedFields, sealPlaintext } from '../../src/envelope/seal.js';
 import { strictVerify } from '../helpers/noble-oracle.js';
 
 const alice = signingKeyFromSeed(Buffer.alloc(32, 0xa1));
@@ -440,5 +441,49 @@ describe('offerable: what a relay is offered for a stored outgoing envelope', ()
   it('leaves a clear version 2 envelope (for a peer marked clear) as it is', () => {
     const v2 = signEnvelope(alice, { to: bob, text: 'for the Rust peer' });
     expect(offerable(alice, v2)).toBe(v2);
+  });
+});
+
+describe('openEnvelope: the opened fields obey the rules of the clear ones', () => {
+  const header = { to_session: 'b1', ts: TS, kind: 'message', msg_id: MSG_ID };
+
+  /** A body alice seals to bob by hand: text, status, task_id, in_reply_to, reply session. */
+  function sealedWith(fields: (string | undefined)[]): SealedWire {
+    const sealed = encodeBase64url(sealPlaintext(alice, BOB, header, paddedFields(fields)));
+    const unsigned = { v: 4 as const, from: ALICE, to: BOB, ...header, sealed };
+    return { ...unsigned, sig: encodeBase64url(signBytes(alice, signedBytes(unsigned))) };
+  }
+
+  const open = (fields: (string | undefined)[]) => openEnvelope(bob, sealedWith(fields));
+  const refusal = (fields: (string | undefined)[]) => {
+    try {
+      open(fields);
+    } catch (err) {
+      expect(err).toBeInstanceOf(InterlinkError);
+      return `${(err as InterlinkError).code}: ${(err as InterlinkError).message}`;
+    }
+    return 'opened';
+  };
+
+  it('refuses each field just past its rule as bad_seal, naming the field', () => {
+    expect(refusal(['x'.repeat(MAX_TEXT_BYTES + 1)])).toMatch(/^bad_seal: the sealed text must be at most/);
+    expect(refusal(['hi', 'done'])).toMatch(/^bad_seal: the sealed status /);
+    expect(refusal(['hi', undefined, 't'.repeat(129)])).toMatch(/^bad_seal: the sealed task_id /);
+    expect(refusal(['hi', undefined, 'a\u0007b'])).toMatch(/^bad_seal: the sealed task_id /);
+    expect(refusal(['hi', undefined, undefined, MSG_ID.toUpperCase()])).toMatch(/^bad_seal: the sealed in_reply_to /);
+    expect(refusal(['hi', undefined, undefined, undefined, '..'])).toMatch(/^bad_seal: the sealed reply_session /);
+    expect(refusal(['hi', undefined, undefined, undefined, ' s'])).toMatch(/^bad_seal: the sealed reply_session /);
+  });
+
+  it('opens each field at its limit, into the envelope the sender would have signed in clear', () => {
+    const fields = ['x'.repeat(MAX_TEXT_BYTES), 'needs_input', 't'.repeat(128), MSG_ID, 'a1'];
+    const wire = sealedWith(fields);
+    const opened = openEnvelope(bob, wire);
+    // Key order too: what the mailbox writes is this object's JSON.
+    expect(Object.keys(opened)).toEqual(['v', 'from', 'to', 'to_session', 'ts', 'msg_id', 'kind', 'sealed', 'sig', 'text', 'task_id', 'status', 'in_reply_to', 'reply_to']);
+    expect(opened).toEqual({ ...wire, text: fields[0], status: 'needs_input', task_id: fields[2], in_reply_to: MSG_ID, reply_to: `${ALICE}#a1` });
+    expect(parseStoredEnvelope(opened)).toEqual(opened);
+    const empty = sealedWith(['']);
+    expect(openEnvelope(bob, empty)).toEqual({ ...empty, text: '' });
   });
 });
