@@ -43,12 +43,44 @@ export function parseReceiptText(text: string): ReceiptEntry[] {
   } catch {
     throw new InterlinkError('bad_envelope', 'a receipt whose text is not JSON');
   }
+  const direct = readReceiptBody(data);
+  if (direct !== undefined) return direct;
   const parsed = receiptBodySchema.safeParse(data);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     throw new InterlinkError('bad_envelope', `a receipt's ${issue?.path.join('.') || 'text'} ${issue?.message ?? 'is invalid'}`);
   }
   return parsed.data.receipts;
+}
+
+const MSG_ID = /^[0-9a-f]{32}$/;
+const STATE_SET: ReadonlySet<unknown> = new Set(REMOTE_STATES);
+const CODE_SET: ReadonlySet<unknown> = new Set(REJECT_CODES);
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/**
+ * receiptBodySchema, checked directly: a sender reads receipts of up to 256 entries, and
+ * the schema spent microseconds on each. The entries it returns hold only the known
+ * members, as the schema's do. Stricter than the schema, never looser: undefined for
+ * anything it does not take, which then goes through the schema (to be named, or taken).
+ */
+function readReceiptBody(data: unknown): ReceiptEntry[] | undefined {
+  if (!isRecord(data) || !Array.isArray(data.receipts)) return undefined;
+  const list: unknown[] = data.receipts;
+  if (list.length < 1 || list.length > MAX_RECEIPT_ENTRIES) return undefined;
+  const entries: ReceiptEntry[] = [];
+  for (const item of list) {
+    if (!isRecord(item)) return undefined;
+    const { msg_id, state, at, code } = item;
+    if (typeof msg_id !== 'string' || !MSG_ID.test(msg_id) || !STATE_SET.has(state)) return undefined;
+    if (typeof at !== 'number' || !Number.isSafeInteger(at) || at < 0) return undefined;
+    if (code !== undefined && !CODE_SET.has(code)) return undefined;
+    entries.push({ msg_id, state: state as RemoteState, at, ...(code !== undefined && { code: code as ReceiptEntry['code'] & string }) });
+  }
+  return entries;
 }
 
 /** How far a state goes: a later state replaces an earlier one as the message's current state. */

@@ -4,11 +4,12 @@
  * sent to that very receiver, once per state, durably across a reopen.
  */
 import fc from 'fast-check';
+import { z } from 'zod';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { signEnvelope } from '../../src/envelope/envelope.js';
 import { InterlinkError } from '../../src/errors.js';
 import { Outbox, remoteState, shownState } from '../../src/outbox/outbox.js';
-import { MAX_RECEIPT_ENTRIES, parseReceiptText, receiptText, type ReceiptEntry } from '../../src/receipts/receipts.js';
+import { MAX_RECEIPT_ENTRIES, parseReceiptText, receiptEntrySchema, receiptText, type ReceiptEntry } from '../../src/receipts/receipts.js';
 import { newIdentity, tempDir } from '../helpers/fixtures.js';
 
 const me = newIdentity(91);
@@ -32,6 +33,41 @@ describe('receipt text', () => {
         expect(parseReceiptText(receiptText(entries))).toEqual(entries);
       }),
       { numRuns: 200 },
+    );
+  });
+
+  it('reads exactly what the schema of the protocol reads, into the same entries', () => {
+    const schema = z.object({ receipts: z.array(receiptEntrySchema).min(1).max(MAX_RECEIPT_ENTRIES) });
+    // Entries near the rules: every member sometimes broken, sometimes extra.
+    const member = <T,>(good: fc.Arbitrary<T>) => fc.oneof(good, good, good, fc.constant(undefined), fc.constant(null), fc.string({ maxLength: 4 }), fc.integer(), fc.double());
+    const entry = fc.record(
+      {
+        msg_id: member(fc.stringMatching(/^[0-9a-f]{32}$/)),
+        state: member(fc.constantFrom('receiver_stored', 'receiver_acknowledged', 'receiver_refused', 'read')),
+        at: member(fc.oneof(fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }), fc.constant(Number.MAX_SAFE_INTEGER + 1), fc.constant(-1), fc.constant(1.5))),
+        code: member(fc.constantFrom('stale', 'bad_seal', 'unsealed', 'nope')),
+        extra: fc.jsonValue(),
+      },
+      { requiredKeys: [] },
+    );
+    const body = fc.oneof(
+      fc.record({ receipts: fc.oneof(fc.array(entry, { maxLength: 4 }), fc.jsonValue()), other: fc.jsonValue() }, { requiredKeys: ['receipts'] }),
+      fc.jsonValue(),
+    );
+    fc.assert(
+      fc.property(body, (data) => {
+        const text = JSON.stringify(data) ?? 'null';
+        const expected = schema.safeParse(JSON.parse(text));
+        let got: ReceiptEntry[] | string;
+        try {
+          got = parseReceiptText(text);
+        } catch (err) {
+          got = (err as InterlinkError).code;
+        }
+        expect(got).toEqual(expected.success ? expected.data.receipts : 'bad_envelope');
+        if (expected.success) expect((got as ReceiptEntry[]).map((e) => Object.keys(e))).toEqual(expected.data.receipts.map((e) => Object.keys(e)));
+      }),
+      { numRuns: 3_000 },
     );
   });
 
