@@ -1,7 +1,8 @@
 /**
  * When receipts leave (agent/receipts.ts over the pure `receiptDue`): a quiet route hears
  * after the delay, a busy route at most once per interval, routes do not hold each other
- * up, a receipt no relay took is tried again with its entries in order, `flush` sends
+ * up, a receipt no relay took is tried again with its entries in order, many entries go
+ * in several receipts of at most RECEIPT_ENTRIES_SENT, `flush` sends
  * everything at once, and a peer marked clear is sent none. A fake relay connection
  * records each send with its time; every wait is on a condition with a deadline.
  */
@@ -10,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { openEnvelope, type SealedWire } from '../../src/envelope/envelope.js';
 import type { Identity } from '../../src/identity/identity.js';
 import { PeerTable } from '../../src/peers/peers.js';
-import { ReceiptSender } from '../../src/agent/receipts.js';
+import { RECEIPT_ENTRIES_SENT, ReceiptSender } from '../../src/agent/receipts.js';
 import { parseReceiptText, receiptDue } from '../../src/receipts/receipts.js';
 import { FakeRelayClient } from '../helpers/fake-relay-client.js';
 import { message, newIdentity } from '../helpers/fixtures.js';
@@ -117,6 +118,17 @@ describe('ReceiptSender', () => {
     receipts.stored(late);
     await eventually(async () => (relay.sent.length === 2 ? true : undefined), 5_000, 'the retry');
     expect(reported(relay, 1, alice)).toEqual([...early, late].map((m) => m.msg_id));
+    await receipts.close();
+  });
+
+  it(`sends a busy route's entries in receipts of at most ${RECEIPT_ENTRIES_SENT}, in the order they were noted`, async () => {
+    const relay = new TimedRelay();
+    const receipts = new ReceiptSender({ identity: me, relays: [relay.client], trust: async () => ({ table: new PeerTable([{ petname: 'alice', key: alice.key }]) }), sticky: new Map(), delayMs: 60_000, intervalMs: 60_000 });
+    const stored = Array.from({ length: 2 * RECEIPT_ENTRIES_SENT + 3 }, () => from(alice, 'a1'));
+    for (const m of stored) receipts.stored(m);
+    await receipts.flush();
+    expect(relay.sent.map((_, i) => reported(relay, i, alice).length)).toEqual([RECEIPT_ENTRIES_SENT, RECEIPT_ENTRIES_SENT, 3]);
+    expect(relay.sent.flatMap((_, i) => reported(relay, i, alice))).toEqual(stored.map((m) => m.msg_id));
     await receipts.close();
   });
 
