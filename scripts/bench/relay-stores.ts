@@ -216,7 +216,7 @@ function section(setups: readonly Setup[], rss: { kind: Kind; bytes: number[]; d
   return {
     title: 'Relay stores on the user\'s path: the journal store and PostgreSQL',
     measures: [
-      `The user's-path run (separate \`serve\` processes driven over MCP stdio by the SDK client, half sending to the other half, 512 characters of text per message, one message in flight per sender, ${WARMUP_PER_PAIR} warm-up messages per pair) at ${SESSIONS.join(' and ')} sessions, ${formatCount(MESSAGES_PER_RUN)} messages per run, through three setups started side by side:`,
+      `The user's-path run (separate \`serve\` processes driven over MCP stdio by the SDK client, half sending to the other half, 512 characters of text per message, one message in flight per sender, ${WARMUP_PER_PAIR} warm-up messages per pair, stored and reported back in a receipt before measuring starts) at ${SESSIONS.join(' and ')} sessions, ${formatCount(MESSAGES_PER_RUN)} messages per run, through three setups started side by side:`,
       'one relay process on the journal store (`relay --db`);',
       'one relay process on PostgreSQL (`relay --store postgres://…`), a single node;',
       'two relay processes on PostgreSQL, a primary with a streaming standby named in `synchronous_standby_names`, every session listing both relays in INTERLINK_URL (comma-separated) with their one key pinned on each (`#key=`), so that a session uses them as one relay: it sends and reads through one and moves to the other when that one drops; the store URL naming both nodes with `?target_session_attrs=primary`.',

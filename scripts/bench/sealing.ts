@@ -15,10 +15,13 @@ import { runSessions, shippedNodeOptions, twoIdentities, type Machine, type Path
 const CI = process.env.CI === 'true';
 const SESSIONS: readonly SessionCount[] = CI ? [8] : [8, 32];
 /**
- * Rounds per variant: more at 32 sessions, whose p99 moves most from run to run (stalls
- * every session sees at once, in both variants alike).
+ * Rounds per variant. One round's ratio moves a lot on this shared two-core machine: at 8
+ * sessions the paired messages/s ratios of one series of 8 rounds ran from 0.85 to 0.98
+ * and the p99 ratios from 0.64 to 1.31, so a median of 3 rounds could land anywhere in
+ * that spread. 7 rounds at 8 sessions (about 20 s each); 5 at 32, whose rounds take three
+ * times as long.
  */
-const ROUNDS: Record<SessionCount, number> = CI ? { 2: 1, 8: 1, 32: 1 } : { 2: 3, 8: 3, 32: 5 };
+const ROUNDS: Record<SessionCount, number> = CI ? { 2: 1, 8: 1, 32: 1 } : { 2: 3, 8: 7, 32: 5 };
 
 interface Pair {
   sessions: SessionCount;
@@ -36,7 +39,7 @@ export function sealingCost(projectRoot: string): Benchmark {
       await twoIdentities(root);
       const relay = await startRelayProcess(projectRoot, await mkdtemp(join(context.scratch, 'sealing-relay-')));
       const sealed: Machine = { nodeOptions: await shippedNodeOptions(projectRoot), root, relayUrl: relay.url, relayPids: [relay.pid], main: join(projectRoot, 'dist', 'src', 'cli', 'main.js') };
-      const unsealed: Machine = { ...sealed, env: { INTERLINK_BENCH_UNSEALED: '1' } };
+      const unsealed: Machine = { ...sealed, env: { INTERLINK_BENCH_UNSEALED: '1' }, receipts: false };
       const results: Pair[] = [];
       try {
         for (const sessions of SESSIONS) {
@@ -62,24 +65,27 @@ export function sealingCost(projectRoot: string): Benchmark {
         // Each round ran both variants back to back: their ratio cancels the machine's drift
         // from round to round (other tenants, a warmer cache), which a ratio of medians does not.
         const paired = (k: 'rate' | 'p99') => median(s.map((x, i) => x[k] / u[i]![k]));
+        // A tail percentile of one round rests on its slowest 1% (16 to 32 messages), so one
+        // stall moves it: the check reads the p99 of every message of every round of a variant.
+        const pooledP99 = (runs: PathResult[]) => summarize(runs.flatMap((r) => r.storedMs)).p99;
         return {
-          s: { rate: med(s, 'rate'), p99: med(s, 'p99'), call: med(s, 'call'), cpu: med(s, 'cpu') },
-          u: { rate: med(u, 'rate'), p99: med(u, 'p99'), call: med(u, 'call'), cpu: med(u, 'cpu') },
-          ratio: { rate: paired('rate'), p99: paired('p99') },
+          s: { rate: med(s, 'rate'), p99: med(s, 'p99'), call: med(s, 'call'), cpu: med(s, 'cpu'), pooledP99: pooledP99(p.sealed) },
+          u: { rate: med(u, 'rate'), p99: med(u, 'p99'), call: med(u, 'call'), cpu: med(u, 'cpu'), pooledP99: pooledP99(p.unsealed) },
+          ratio: { rate: paired('rate'), p99: paired('p99'), pooledP99: pooledP99(p.sealed) / pooledP99(p.unsealed) },
         };
       };
       return {
         title: 'Sealed bodies and signed receipts: their cost on the user\'s path',
         measures: [
-          `The user's-path run (separate \`serve\` processes over MCP stdio, one durable relay process, 512 characters of text per message, one message in flight per sender) for ${SESSIONS.join(' and ')} sessions, as shipped — every body sealed to its recipient, every message reported back in signed receipts (\`receiver_stored\`, and the receipts' own commits in the senders' outboxes) — and with \`INTERLINK_BENCH_UNSEALED=1\`: clear version 3 envelopes and no receipts, what the project sent before sealing.`,
-          `Each variant runs ${CI ? 'once' : SESSIONS.map((n) => `${ROUNDS[n]} times at ${n} sessions`).join(' and ') + ', alternating which goes first'}, on the same relay; the table gives medians over the runs, and the ratios are ${CI ? 'of the one round' : 'medians of each round\'s ratio (the two variants of a round run back to back, so the ratio is not moved by the machine\'s drift between rounds)'}. Messages/s and send → receiver_stored as in the user's-path section; CPU is the serves' and the relay's per message.`,
+          `The user's-path run (separate \`serve\` processes over MCP stdio, one durable relay process, 512 characters of text per message, one message in flight per sender) for ${SESSIONS.join(' and ')} sessions, as shipped — every body sealed to its recipient, every message reported back in signed receipts (\`receiver_stored\`, and the receipts' own commits in the senders' outboxes) — and with \`INTERLINK_BENCH_UNSEALED=1\`: clear version 3 envelopes and no receipts, what the project sent before sealing. In both, measuring starts once the warm-up messages are stored and, in the sealed runs, every sender has read its first receipt: a session's first receipt runs code for the first time in every process at once, which is a start-up cost, not a per-message one.`,
+          `Each variant runs ${CI ? 'once' : SESSIONS.map((n) => `${ROUNDS[n]} times at ${n} sessions`).join(' and ') + ', alternating which goes first'}, on the same relay; the table gives medians over the runs, and the ratios are ${CI ? 'of the one round' : 'medians of each round\'s ratio (the two variants of a round run back to back, so the ratio is not moved by the machine\'s drift between rounds)'}, except the p99 of all messages: the p99 of every message of every run of a variant, which is what the p99 check reads (one run's p99 rests on its slowest 16 to 32 messages, and one stall in either variant moves it). Messages/s and send → receiver_stored as in the user's-path section; CPU is the serves' and the relay's per message.`,
         ].join(' '),
         tables: [
           {
-            headers: ['Sessions', 'Sealed msg/s', 'Clear msg/s', 'Sealed / clear (msg/s)', 'Sealed stored p99 ms', 'Clear stored p99 ms', 'Sealed / clear (p99)', 'Sealed call p99 ms', 'Clear call p99 ms', 'Sealed CPU µs/msg', 'Clear CPU µs/msg'],
+            headers: ['Sessions', 'Sealed msg/s', 'Clear msg/s', 'Sealed / clear (msg/s)', 'Sealed stored p99 ms', 'Clear stored p99 ms', 'Sealed / clear (p99 per round)', 'Sealed p99 of all messages ms', 'Clear p99 of all messages ms', 'Sealed / clear (p99 of all)', 'Sealed call p99 ms', 'Clear call p99 ms', 'Sealed CPU µs/msg', 'Clear CPU µs/msg'],
             rows: results.map((p) => {
               const { s, u, ratio } = row(p);
-              return [String(p.sessions), formatCount(s.rate), formatCount(u.rate), formatRatio(ratio.rate), formatMs(s.p99), formatMs(u.p99), formatRatio(ratio.p99), formatMs(s.call), formatMs(u.call), formatCount(s.cpu), formatCount(u.cpu)];
+              return [String(p.sessions), formatCount(s.rate), formatCount(u.rate), formatRatio(ratio.rate), formatMs(s.p99), formatMs(u.p99), formatRatio(ratio.p99), formatMs(s.pooledP99), formatMs(u.pooledP99), formatRatio(ratio.pooledP99), formatMs(s.call), formatMs(u.call), formatCount(s.cpu), formatCount(u.cpu)];
             }),
           },
         ],
@@ -87,7 +93,7 @@ export function sealingCost(projectRoot: string): Benchmark {
           const { ratio } = row(p);
           return [
             { target: `sealing and receipts cost under 10% of throughput at ${p.sessions} sessions (sealed ≥ 0.9 × clear msg/s)`, actual: formatRatio(ratio.rate), pass: ratio.rate >= 0.9 },
-            { target: `sealing and receipts cost under 10% of p99 send → receiver_stored at ${p.sessions} sessions`, actual: formatRatio(ratio.p99), pass: ratio.p99 <= 1.1 },
+            { target: `sealing and receipts cost under 10% of p99 send → receiver_stored at ${p.sessions} sessions (of all messages of the runs)`, actual: formatRatio(ratio.pooledP99), pass: ratio.pooledP99 <= 1.1 },
           ];
         }),
         notes: [],

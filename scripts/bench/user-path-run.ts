@@ -46,6 +46,8 @@ export interface Machine {
   nodeArgs?: (role: ServeRole, index: number) => string[];
   /** More environment for every serve (the sealing benchmark's unsealed baseline). */
   env?: Record<string, string>;
+  /** False when the serves send no receipts (the unsealed baseline): the warm-up then does not wait for one. */
+  receipts?: boolean;
   /** CPU seconds some other process kind has used so far (the relays' database); counted as `cpu.database`. */
   databaseCpu?: () => number;
 }
@@ -56,6 +58,8 @@ export interface PathResult {
   perSecond: number;
   call: Summary;
   stored: Summary;
+  /** Every measured message's send → receiver_stored, ms (to pool several runs' percentiles). */
+  storedMs: number[];
   serveRss: number[];
   /** CPU microseconds per message in the measured phase, by who pays them. */
   cpu: { sender: number; receiver: number; relay: number; client: number; database?: number };
@@ -122,6 +126,17 @@ async function storedAt(receiver: Peer, msgId: string): Promise<number | undefin
   }
 }
 
+/** Waits, with a deadline, until the sender's message_status shows the receiver's report (a receipt) on `msgId`. */
+async function waitReported(sender: Peer, msgId: string): Promise<void> {
+  const deadline = Date.now() + STORED_WAIT_MS;
+  for (;;) {
+    const status = await sender.call<{ state: string }>('message_status', { msg_id: msgId });
+    if (status.state === 'receiver_stored' || status.state === 'receiver_acknowledged') return;
+    if (Date.now() > deadline) throw new Error(`no receipt for message ${msgId} within ${STORED_WAIT_MS / 1000} s`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 /** Waits, with a deadline, until the receiver has stored the pair's last message (they arrive in order). */
 async function waitStored(receiver: Peer, last: Sent): Promise<void> {
   const deadline = Date.now() + STORED_WAIT_MS;
@@ -156,7 +171,8 @@ export async function runSessions(machine: Machine, sessions: SessionCount, pref
     await Promise.all(senders.map((s, i) => firstSend(s, `${prefix}b${i}`)));
     const sent: Sent[][] = senders.map(() => []);
     const calls: number[] = [];
-    const pump = async (i: number, count: number, record: boolean) => {
+    const pump = async (i: number, count: number, record: boolean): Promise<Sent[]> => {
+      const warm: Sent[] = [];
       for (let n = 0; n < count; n++) {
         const at = Date.now();
         const start = performance.now();
@@ -164,10 +180,17 @@ export async function runSessions(machine: Machine, sessions: SessionCount, pref
         if (record) {
           calls.push(performance.now() - start);
           sent[i]!.push({ msgId: receipt.msg_id, at });
-        }
+        } else warm.push({ msgId: receipt.msg_id, at });
       }
+      return warm;
     };
-    await Promise.all(senders.map((_, i) => pump(i, WARMUP_PER_PAIR, false)));
+    // The measured phase starts in a steady state: every warm-up message stored and, where
+    // receipts are on, a receipt read by every sender (built by every receiver). Otherwise a
+    // session's first receipt — code run for the first time in 32 processes at once, a
+    // second into the run — lands in the measured phase, in the sealed runs only.
+    const warmUp = await Promise.all(senders.map((_, i) => pump(i, WARMUP_PER_PAIR, false)));
+    await Promise.all(receivers.map((r, i) => waitStored(r, warmUp[i]!.at(-1)!)));
+    if (machine.receipts !== false) await Promise.all(senders.map((s, i) => waitReported(s, warmUp[i]![0]!.msgId)));
     const perPair = Math.ceil(messages / pairs);
     const pids = [...senders.map((p, index) => ({ role: 'sender' as const, index, pid: p.pid()! })), ...receivers.map((p, index) => ({ role: 'receiver' as const, index, pid: p.pid()! })), ...machine.relayPids.map((pid, index) => ({ role: 'relay' as const, index, pid }))];
     const counting = startCounting(senders, receivers, machine.relayPids);
@@ -200,7 +223,7 @@ export async function runSessions(machine: Machine, sessions: SessionCount, pref
     const cpu = { sender: spentBy('sender'), receiver: spentBy('receiver'), relay: spentBy('relay'), client: (client.user + client.system) / n, ...(databaseUs !== undefined && { database: databaseUs / n }) };
     const perMessage = (c: SyscallCounts): SyscallCounts => ({ syncs: c.syncs / n, lockTakes: c.lockTakes / n, syscalls: c.syscalls / n, switches: c.switches / n });
     const syscalls = typeof syscallTotals === 'string' ? syscallTotals : { sender: perMessage(syscallTotals.sender), receiver: perMessage(syscallTotals.receiver), relay: perMessage(syscallTotals.relay) };
-    return { sessions, messages: n, perSecond: (n * 1000) / Math.max(1, last - first), call: summarize(calls), stored: summarize(latencies), serveRss, cpu, window: { fromUs, toUs }, cpuByProcess, syscalls };
+    return { sessions, messages: n, perSecond: (n * 1000) / Math.max(1, last - first), call: summarize(calls), stored: summarize(latencies), storedMs: latencies, serveRss, cpu, window: { fromUs, toUs }, cpuByProcess, syscalls };
   } finally {
     // A profiled serve writes its profile as it exits, which can take longer than the SDK
     // client's close waits before SIGKILL: ask each to stop, and wait for it to be gone.

@@ -6,11 +6,11 @@
  * session the message named in its reply route.
  *
  * Receipts are batched per route: a quiet route's first receipt leaves RECEIPT_DELAY_MS after
- * its first entry, and after that a route is sent at most one receipt every
- * RECEIPT_INTERVAL_MS (`receiptDue` in receipts/receipts.ts), what waited then going out in
- * receipts of at most RECEIPT_ENTRIES_SENT entries.
- * A busy pair costs the relay and the sender one receipt every few seconds, however many
- * messages it carries. Receipts are kept in memory only: they report states that are
+ * its first entry, and after that what waited for a route leaves at most once every
+ * RECEIPT_INTERVAL_MS to 1.5 times that, at random (RECEIPT_JITTER; `receiptDue` in
+ * receipts/receipts.ts), in receipts of at most RECEIPT_ENTRIES_SENT entries. A busy pair
+ * costs the relay and the sender one receipt every few seconds, or one per 64 messages
+ * when more than that wait. Receipts are kept in memory only: they report states that are
  * already durable here, so one lost in a crash leaves the sender with an older state, never
  * a false one. A receipt no relay took is offered again after the delay, ahead of entries
  * noted since, and at most MAX_WAITING entries wait; beyond that the oldest are dropped,
@@ -38,6 +38,13 @@ export const RECEIPT_DELAY_MS = 1_000;
  */
 export const RECEIPT_INTERVAL_MS = 4_000;
 /**
+ * Each gap between two receipts to a route is RECEIPT_INTERVAL_MS made longer by up to
+ * this fraction, at random: routes that got busy together (a team starting work, the
+ * benchmark's senders) would otherwise send and read their receipts in the same instant
+ * every interval, and every message in flight then waited for all of them.
+ */
+export const RECEIPT_JITTER = 0.5;
+/**
  * Entries per receipt this implementation sends (the protocol allows up to
  * MAX_RECEIPT_ENTRIES, 256). Smaller receipts cost the same per entry but each one holds a
  * process up for less: measured on the 8-session user's-path benchmark (8 rounds each),
@@ -59,6 +66,8 @@ export interface ReceiptSenderOptions {
   sticky: ReadonlyMap<string, string>;
   delayMs?: number;
   intervalMs?: number;
+  /** The fraction by which a gap may be longer than intervalMs (default RECEIPT_JITTER). */
+  jitter?: number;
   /** False: sends nothing (the benchmark's unsealed baseline). */
   enabled?: boolean;
 }
@@ -74,8 +83,8 @@ interface Batch {
 export class ReceiptSender {
   /** route → entries waiting, in the order they were noted, and when they are due. */
   private readonly waiting = new Map<string, Batch>();
-  /** route → when its last receipt was sent. */
-  private readonly sent = new Map<string, number>();
+  /** route → when its last receipt was sent, and how long after it the next may go. */
+  private readonly sent = new Map<string, { at: number; gap: number }>();
   private count = 0;
   private timer: NodeJS.Timeout | undefined;
   /** When the timer fires. */
@@ -139,7 +148,8 @@ export class ReceiptSender {
     const route = formatRoute({ key: to, session });
     let batch = this.waiting.get(route);
     if (batch === undefined) {
-      batch = { to, session, entries: [], due: receiptDue(Date.now(), this.sent.get(route), this.delayMs, this.intervalMs) };
+      const last = this.sent.get(route);
+      batch = { to, session, entries: [], due: receiptDue(Date.now(), last?.at, this.delayMs, last?.gap ?? this.intervalMs) };
       this.waiting.set(route, batch);
       this.schedule(batch.due);
     }
@@ -207,11 +217,12 @@ export class ReceiptSender {
 
   /** Notes when `route` was last sent a receipt; the oldest route is forgotten beyond SENT_ROUTES_LIMIT. */
   private remember(route: string, at: number): void {
+    const gap = this.intervalMs * (1 + Math.random() * (this.options.jitter ?? RECEIPT_JITTER));
     this.sent.delete(route);
-    this.sent.set(route, at);
+    this.sent.set(route, { at, gap });
     // Entries noted while this one was being offered wait their turn too.
     const next = this.waiting.get(route);
-    if (next !== undefined) next.due = Math.max(next.due, at + this.intervalMs);
+    if (next !== undefined) next.due = Math.max(next.due, at + gap);
     if (this.sent.size > SENT_ROUTES_LIMIT) this.sent.delete(this.sent.keys().next().value!);
   }
 
