@@ -44,6 +44,14 @@ export function sealingCost(projectRoot: string): Benchmark {
       try {
         for (const sessions of SESSIONS) {
           const pair: Pair = { sessions, sealed: [], unsealed: [] };
+          // One run first that is not measured: the first run at a size met a relay and a
+          // machine not yet used to it (one sealed first run at 32 sessions had a median
+          // send → receiver_stored of 254 ms against 131 to 205 ms for the five after it),
+          // and round 1 always starts with the sealed variant.
+          if (!CI) {
+            context.progress(`sealing: ${sessions} sessions, a run to warm up, not measured`);
+            await runSessions(sealed, sessions, `warm${sessions}`);
+          }
           for (let round = 0; round < ROUNDS[sessions]; round++) {
             // Alternate which goes first, so neither always meets a warmer machine.
             const order = round % 2 === 0 ? (['sealed', 'unsealed'] as const) : (['unsealed', 'sealed'] as const);
@@ -65,8 +73,9 @@ export function sealingCost(projectRoot: string): Benchmark {
         // Each round ran both variants back to back: their ratio cancels the machine's drift
         // from round to round (other tenants, a warmer cache), which a ratio of medians does not.
         const paired = (k: 'rate' | 'p99') => median(s.map((x, i) => x[k] / u[i]![k]));
-        // A tail percentile of one round rests on its slowest 1% (16 to 32 messages), so one
-        // stall moves it: the check reads the p99 of every message of every round of a variant.
+        // For comparison, the p99 of every message of every round of a variant: steadier
+        // than one round's p99 (which rests on its slowest 16 to 32 messages) while the
+        // rounds are alike, but one bad round moves it, which the median of rounds resists.
         const pooledP99 = (runs: PathResult[]) => summarize(runs.flatMap((r) => r.storedMs)).p99;
         return {
           s: { rate: med(s, 'rate'), p99: med(s, 'p99'), call: med(s, 'call'), cpu: med(s, 'cpu'), pooledP99: pooledP99(p.sealed) },
@@ -78,7 +87,7 @@ export function sealingCost(projectRoot: string): Benchmark {
         title: 'Sealed bodies and signed receipts: their cost on the user\'s path',
         measures: [
           `The user's-path run (separate \`serve\` processes over MCP stdio, one durable relay process, 512 characters of text per message, one message in flight per sender) for ${SESSIONS.join(' and ')} sessions, as shipped — every body sealed to its recipient, every message reported back in signed receipts (\`receiver_stored\`, and the receipts' own commits in the senders' outboxes) — and with \`INTERLINK_BENCH_UNSEALED=1\`: clear version 3 envelopes and no receipts, what the project sent before sealing. In both, measuring starts once the warm-up messages are stored and, in the sealed runs, every sender has read its first receipt: a session's first receipt runs code for the first time in every process at once, which is a start-up cost, not a per-message one.`,
-          `Each variant runs ${CI ? 'once' : SESSIONS.map((n) => `${ROUNDS[n]} times at ${n} sessions`).join(' and ') + ', alternating which goes first'}, on the same relay; the table gives medians over the runs, and the ratios are ${CI ? 'of the one round' : 'medians of each round\'s ratio (the two variants of a round run back to back, so the ratio is not moved by the machine\'s drift between rounds)'}, except the p99 of all messages: the p99 of every message of every run of a variant, which is what the p99 check reads (one run's p99 rests on its slowest 16 to 32 messages, and one stall in either variant moves it). Messages/s and send → receiver_stored as in the user's-path section; CPU is the serves' and the relay's per message.`,
+          `Each variant runs ${CI ? 'once' : SESSIONS.map((n) => `${ROUNDS[n]} times at ${n} sessions`).join(' and ') + ', alternating which goes first'}, on the same relay; the table gives medians over the runs, and the ratios are ${CI ? 'of the one round' : 'medians of each round\'s ratio (the two variants of a round run back to back, so the ratio is not moved by the machine\'s drift between rounds)'}; the checks read those. Beside them, for comparison, the p99 of every message of every run of a variant (steadier than one run's p99, which rests on its slowest 16 to 32 messages, while the runs are alike; one bad run moves it).${CI ? '' : ' Before the rounds at each size, one run that is not measured.'} Messages/s and send → receiver_stored as in the user's-path section; CPU is the serves' and the relay's per message.`,
         ].join(' '),
         tables: [
           {
@@ -93,7 +102,7 @@ export function sealingCost(projectRoot: string): Benchmark {
           const { ratio } = row(p);
           return [
             { target: `sealing and receipts cost under 10% of throughput at ${p.sessions} sessions (sealed ≥ 0.9 × clear msg/s)`, actual: formatRatio(ratio.rate), pass: ratio.rate >= 0.9 },
-            { target: `sealing and receipts cost under 10% of p99 send → receiver_stored at ${p.sessions} sessions (of all messages of the runs)`, actual: formatRatio(ratio.pooledP99), pass: ratio.pooledP99 <= 1.1 },
+            { target: `sealing and receipts cost under 10% of p99 send → receiver_stored at ${p.sessions} sessions`, actual: formatRatio(ratio.p99), pass: ratio.p99 <= 1.1 },
           ];
         }),
         notes: [],
