@@ -66,7 +66,8 @@ export const STATUSES = ['update', 'needs_input', 'result', 'failed', 'canceled'
 export type Status = (typeof STATUSES)[number];
 export const TERMINAL_STATUSES: ReadonlySet<Status> = new Set(['result', 'failed', 'canceled']);
 
-const MSG_ID = /^[0-9a-f]{32}$/;
+/** A message id: 32 lowercase hex digits. */
+export const MSG_ID = /^[0-9a-f]{32}$/;
 
 const publicKeyText = z.string().refine((s) => isBase64urlOfLength(s, PUBLIC_KEY_BYTES), 'must be a 32-byte base64url public key');
 export const msgIdText = z.string().regex(MSG_ID, 'must be 32 lowercase hex digits');

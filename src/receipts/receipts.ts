@@ -11,7 +11,7 @@
  * never itself receipted. Pure: building and reading the text; the agent sends and applies.
  */
 import { z } from 'zod';
-import { msgIdText } from '../envelope/envelope.js';
+import { MSG_ID, msgIdText } from '../envelope/envelope.js';
 import { InterlinkError, REJECT_CODES } from '../errors.js';
 
 export const RECEIPT_KIND = 'receipt';
@@ -53,7 +53,6 @@ export function parseReceiptText(text: string): ReceiptEntry[] {
   return parsed.data.receipts;
 }
 
-const MSG_ID = /^[0-9a-f]{32}$/;
 const STATE_SET: ReadonlySet<unknown> = new Set(REMOTE_STATES);
 const CODE_SET: ReadonlySet<unknown> = new Set(REJECT_CODES);
 
