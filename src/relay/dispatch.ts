@@ -88,6 +88,7 @@ export class Dispatcher {
     this.rosterReplies = new RosterReplies(roster, now);
     storage.subscribe({
       arrived: (route) => this.pumpRoute(route),
+      committed: (route, message, follows) => this.committed(route, message, follows),
       resync: () => {
         for (const route of this.subscribers.keys()) this.pumpRoute(route);
       },
@@ -227,7 +228,7 @@ export class Dispatcher {
     void commit.finally(() => (conn.uncommittedBytes -= bytes)).catch(() => undefined);
     this.track(
       commit.then(
-        (result) => this.afterEnqueue(conn, ref, to, result, origin),
+        (result) => this.afterEnqueue(conn, ref, to, payload, result, origin),
         (err: unknown) => {
           log.error('relay_commit_failed', { error: messageOf(err) });
           conn.refuse(ref, 'storage', `the relay could not store the message (${messageOf(err)}); send it again`);
@@ -236,11 +237,12 @@ export class Dispatcher {
     );
   }
 
-  private async afterEnqueue(conn: Connection, ref: string, route: string, result: EnqueueResult, origin: Origin): Promise<void> {
+  private async afterEnqueue(conn: Connection, ref: string, route: string, payload: string, result: EnqueueResult, origin: Origin): Promise<void> {
     if (result.outcome === 'enqueued') {
       this.settings.metrics?.accepted();
       conn.send({ v: PROTOCOL_VERSION, type: 'accepted', ref, id: result.id });
-      this.pumpRoute(route);
+      if (result.follows === undefined) this.pumpRoute(route);
+      else this.committed(route, { id: result.id, payload }, result.follows);
     } else if (result.outcome === 'queue_full') {
       const share = result.limit === 'perAddress' || result.limit === 'perConnection';
       const held = share ? await Promise.resolve(this.storage.held(origin)).catch(() => undefined) : undefined;
@@ -313,6 +315,28 @@ export class Dispatcher {
   }
 
   /**
+   * A message committed to a shared store, by this relay process or another, with the
+   * route's newest id queued before it (`follows`, null: none). A reader that was sent everything up
+   * to that id is sent this message as it is: a read would find nothing else below it (the
+   * store orders each route's ids by commit). Any other reader, and one whose read is under
+   * way or whose window is full, reads the store as for any arrival.
+   */
+  private committed(route: string, message: { id: number; payload: string }, follows: number | null): void {
+    for (const subscriber of this.subscribers.get(route) ?? []) {
+      const sub = subscriber.subscriptions.get(route)!;
+      const sendable = !sub.reading && subscriber.open && !subscriber.blocked && sub.inFlight.size < this.settings.deliveryWindow;
+      if (sendable && (follows === null || sub.cursor >= follows)) {
+        if (message.id > sub.cursor) this.sendMessage(subscriber, sub, message);
+        // An arrival it has not read yet may wait behind this one.
+        if (sub.unread) this.pump(subscriber, sub);
+      } else {
+        sub.unread = true;
+        this.pump(subscriber, sub);
+      }
+    }
+  }
+
+  /**
    * Delivers the route's next committed messages, within the window, until the connection's
    * buffer is full. A store in this process answers the read at once; from a shared store
    * one read per subscription is under way at a time, and an arrival meanwhile reads again.
@@ -359,17 +383,21 @@ export class Dispatcher {
       }
       // Acknowledged meanwhile by another reader of the route: the store no longer has it.
       if (message.id <= sub.cursor) continue;
-      sub.cursor = message.id;
-      sub.inFlight.add(message.id);
-      conn.sendText(deliverText(sub.route, message.id, message.payload));
-      crashPoint('relay.after_deliver');
-      this.settings.metrics?.delivered();
+      this.sendMessage(conn, sub, message);
     }
     // A full batch: more may wait behind it.
     if (messages.length === room) {
       sub.unread = true;
       this.pump(conn, sub);
     }
+  }
+
+  private sendMessage(conn: Connection, sub: Subscription, message: { id: number; payload: string }): void {
+    sub.cursor = message.id;
+    sub.inFlight.add(message.id);
+    conn.sendText(deliverText(sub.route, message.id, message.payload));
+    crashPoint('relay.after_deliver');
+    this.settings.metrics?.delivered();
   }
 
   private track(commit: Promise<unknown>): void {

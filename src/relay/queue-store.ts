@@ -34,6 +34,12 @@ export interface QueueStats {
 export interface StoreEvents {
   /** Messages were committed to `route` (possibly by another relay process). */
   arrived(route: string): void;
+  /**
+   * This message was committed to `route`, and `follows` was the route's newest id queued
+   * before it (null: none was): every reader that was sent up to that id may be sent it
+   * without a read.
+   */
+  committed(route: string, message: { id: number; payload: string }, follows: number | null): void;
   /** Arrivals may have been missed (the store reconnected): look at every route again. */
   resync(): void;
 }

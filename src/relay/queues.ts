@@ -84,7 +84,16 @@ export interface Sender {
 }
 
 export type EnqueueResult =
-  | { outcome: 'enqueued'; id: number }
+  | {
+      outcome: 'enqueued';
+      id: number;
+      /**
+       * A shared store's word on what precedes the message: the route's newest id queued
+       * before it (null: none was), so a reader that was sent everything up to that id is
+       * sent this one without reading the store. Absent from stores in this process.
+       */
+      follows?: number | null;
+    }
   | { outcome: 'queue_full'; limit: keyof QueueLimits }
   /** the op's id is not above every id issued so far: refused, never journaled */
   | { outcome: 'id_reused'; id: number };

@@ -298,7 +298,8 @@ describe('a relay counts', () => {
     expect(relay.renderMetrics()).toMatch(/^interlink_relay_queued_messages 0$/m);
   });
 
-  it('one store read per message for a reader that keeps up: an acknowledgement reads nothing', async () => {
+  const shared = process.env.INTERLINK_TEST_RELAY_STORE === 'postgres';
+  it(`${shared ? 'no store read' : 'one store read per message'} for a reader that keeps up: an acknowledgement reads nothing`, async () => {
     const relay = await startTestRelay();
     open.push(relay);
     const sender = await TestClient.connect(relay.url);
@@ -319,8 +320,10 @@ describe('a relay counts', () => {
       await until(`acknowledgement ${i} committed`, () => (acknowledged() === i + 1 ? true : undefined));
     }
     expect(receiver.deliveries(reader.route).map((d) => d.payload)).toEqual(Array.from({ length: count }, (_, n) => ({ n })));
-    // One read per arrival (each delivering its message), and none for the acknowledgements:
-    // before, each acknowledgement read twice (when the window opened, and after the commit).
-    expect(reads()).toBe(1 + count);
+    // In process: one read per arrival (each delivering its message), and none for the
+    // acknowledgements (before, each acknowledgement read twice: when the window opened, and
+    // after the commit). On PostgreSQL a reader that was sent everything before a message
+    // is sent that message as its commit returns, unread (DESIGN.md "Where the queues live").
+    expect(reads()).toBe(shared ? 1 : 1 + count);
   });
 });

@@ -11,6 +11,7 @@ import { MAX_PAYLOAD_BYTES } from '../../src/relay/frames.js';
 import { MAX_UNCOMMITTED_BYTES } from '../../src/relay/dispatch.js';
 import type { RelayServer } from '../../src/relay/server.js';
 import { SCHEMA_VERSION } from '../../src/relay/postgres/schema.js';
+import { channelOf } from '../../src/relay/postgres/store.js';
 import { rm } from 'node:fs/promises';
 import { createConnection, createServer, type Socket } from 'node:net';
 import fc from 'fast-check';
@@ -82,6 +83,44 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     await onA.auth(reader);
     const marker = idOf(await onA.send(reader.route, { marker: true }));
     expect((await onA.waitForDeliveries(1, reader.route)).map((d) => d.id)).toEqual([marker]);
+  });
+
+  it('send what one relay committed to the reader on the other from the notice, without reading the store; read what a notice cannot carry; and take no message from a notice the relays did not tag', async () => {
+    const store = await pgStoreUrl();
+    const [a, b] = [await relayOn(store), await relayOn(store)];
+    const reader = newReader();
+    const onB = await connect(b);
+    await onB.auth(reader);
+    const reads = () => Number(/^interlink_relay_store_reads_total (\d+)$/m.exec(b.renderMetrics())?.[1]);
+    await until('the read at auth', () => (reads() === 1 ? true : undefined));
+    const sender = await connect(a);
+    const sent: { id: number; payload: Record<string, unknown> }[] = [];
+    const send = async (payload: Record<string, unknown>) => sent.push({ id: idOf(await sender.send(reader.route, payload)), payload });
+    for (let n = 0; n < 3; n++) await send({ n });
+    await onB.waitForDeliveries(3, reader.route, NOTICE_DEADLINE_MS);
+    expect(reads()).toBe(1);
+    // Too large for a notice: B reads it.
+    await send({ big: 'z'.repeat(10_000) });
+    await onB.waitForDeliveries(4, reader.route, NOTICE_DEADLINE_MS);
+    expect(reads()).toBe(2);
+
+    // Anyone who can connect to the database can NOTIFY on the relays' channel. A notice
+    // without the relays' tag, claiming a message far ahead, is only a wake-up: B reads,
+    // finds nothing new, and its reader's next message still comes.
+    const schema = /search_path=([a-z0-9_]+)/.exec(store)![1]!;
+    const sql = postgres(store, { max: 1, onnotice: () => undefined });
+    try {
+      for (const forged of [`forged\nq ${reader.route}\nm - 999999999999999 2\n{}`, `forged\nt ${'0'.repeat(64)}\nq ${reader.route}\nm - 999999999999999 2\n{}`]) {
+        const before = reads();
+        await sql.notify(channelOf(schema), forged);
+        await until('the read a forged notice causes', () => (reads() === before + 1 ? true : undefined));
+      }
+    } finally {
+      await sql.end({ timeout: 5 });
+    }
+    await send({ after: true });
+    const got = await onB.waitForDeliveries(5, reader.route, NOTICE_DEADLINE_MS);
+    expect(got.map((d) => ({ id: d.id, payload: d.payload }))).toEqual(sent);
   });
 
   it('carry a session that lists both with their one key pinned on each as one relay: each message stored once and delivered once, and on through the other relay when the one in use stops', async () => {

@@ -7,7 +7,7 @@
  * the upsert decides, so two relays that hear two words at once keep the newer one.
  *
  * Roster requests are answered from a copy in this process: the relay's own writes change
- * it at once, other relays' writes arrive as notices (`PostgresStore.announceChange`), and
+ * it at once, other relays' writes arrive as notices (`PostgresStore.announceRosterChange`), and
  * it is read whole again at start, after a reconnect and every minute.
  */
 import { z } from 'zod';
@@ -133,7 +133,7 @@ export class PostgresRoster implements RosterStore {
 
   /** Tells the other relays, and now and then trims the table to what can be served. */
   private wrote(route: string): void {
-    this.store.announceChange('roster', route);
+    this.store.announceRosterChange(route);
     if (++this.writes % TRIM_EVERY_WRITES === 0) void this.trim();
   }
 

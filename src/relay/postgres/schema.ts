@@ -88,15 +88,18 @@ CREATE TABLE IF NOT EXISTS relay_roster (
 );
 CREATE INDEX IF NOT EXISTS relay_roster_heard ON relay_roster (heard_at);
 
-CREATE OR REPLACE FUNCTION relay_enqueue(
+CREATE OR REPLACE FUNCTION relay_enqueue_follows(
   p_at bigint, p_routes text[], p_payloads text[], p_src text, p_origin text,
   p_route_max integer, p_messages_max bigint, p_bytes_max bigint,
   p_address_messages bigint, p_address_bytes bigint,
   p_connection_messages bigint, p_connection_bytes bigint
-) RETURNS TABLE (outcome text, id bigint)
+) RETURNS TABLE (outcome text, id bigint, follows bigint)
 LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   i integer;
+  k integer;
+  seen_routes text[] := '{}';
+  seen_last bigint[] := '{}';
   size integer;
   queued integer;
   total_messages bigint;
@@ -135,8 +138,19 @@ BEGIN
     IF refusal IS NOT NULL THEN
       outcome := refusal;
       id := NULL;
+      follows := NULL;
     ELSE
+      -- The route's newest queued id before this message: its row is locked, so no other
+      -- transaction stores to it until this one ends, and every earlier commit is seen.
+      k := array_position(seen_routes, p_routes[i]);
+      IF k IS NULL THEN
+        seen_routes := seen_routes || p_routes[i];
+        seen_last := seen_last || (SELECT max(m.id) FROM relay_messages m WHERE m.route = p_routes[i]);
+        k := array_length(seen_routes, 1);
+      END IF;
+      follows := seen_last[k];
       new_id := nextval('relay_ids');
+      seen_last[k] := new_id;
       INSERT INTO relay_messages (route, id, at, payload, bytes, src, origin)
         VALUES (p_routes[i], new_id, p_at, p_payloads[i], size, p_src, p_origin);
       UPDATE relay_routes r SET messages = r.messages + 1, bytes = r.bytes + size WHERE r.route = p_routes[i];
@@ -159,6 +173,18 @@ BEGIN
     SELECT u.shard, count(*), sum(u.size) FROM unnest(shards, sizes) AS u(shard, size) GROUP BY u.shard ORDER BY u.shard
     ON CONFLICT (shard) DO UPDATE SET messages = t.messages + excluded.messages, bytes = t.bytes + excluded.bytes;
 END
+$fn$;
+
+-- What relays of the previous release call: the same, without \`follows\`.
+CREATE OR REPLACE FUNCTION relay_enqueue(
+  p_at bigint, p_routes text[], p_payloads text[], p_src text, p_origin text,
+  p_route_max integer, p_messages_max bigint, p_bytes_max bigint,
+  p_address_messages bigint, p_address_bytes bigint,
+  p_connection_messages bigint, p_connection_bytes bigint
+) RETURNS TABLE (outcome text, id bigint)
+LANGUAGE sql SET search_path FROM CURRENT AS $fn$
+  SELECT e.outcome, e.id FROM relay_enqueue_follows(p_at, p_routes, p_payloads, p_src, p_origin, p_route_max, p_messages_max, p_bytes_max,
+    p_address_messages, p_address_bytes, p_connection_messages, p_connection_bytes) AS e
 $fn$;
 
 CREATE OR REPLACE FUNCTION relay_ack(p_route text, p_ids bigint[]) RETURNS integer

@@ -1,17 +1,19 @@
 /**
  * The relay's queues in a PostgreSQL database that several relay processes share
  * (`relay --store postgres://…`; DESIGN.md "The relay": "Where the queues live"). A relay
- * process keeps no queue of its own: each send is one call of `relay_enqueue` (schema.ts),
- * answered `accepted` only after its commit — with `synchronous_commit` on and a
- * synchronous standby, after the standby has the commit too; each read and
+ * process keeps no queue of its own: each send is one call of `relay_enqueue_follows`
+ * (schema.ts), answered `accepted` only after its commit — with `synchronous_commit` on and
+ * a synchronous standby, after the standby has the commit too; each read and
  * acknowledgement goes to the database. What it holds is per connection: the cursor and
  * the window of each reader.
  *
  * A relay learns of messages other relays committed from NOTIFY: after each commit it
- * names the route on one channel (batched per tick), and every relay pumps its readers of
- * that route. A notice is only a wake-up; missing one delays a delivery, never loses it:
- * every relay looks at all its routes again when its listening connection comes back, and
- * every `RESYNC_EVERY_MS`.
+ * names the route on one channel (one notice per tick, notice.ts), carrying the messages
+ * when they fit, with the route's id each follows; every relay sends carried messages to
+ * its readers that were sent everything before them, and reads the store for the rest. A
+ * notice is only news; missing one delays a delivery, never loses it: every relay looks at
+ * all its routes again when its listening connection comes back, and every
+ * `RESYNC_EVERY_MS`.
  */
 import { createHmac, randomBytes } from 'node:crypto';
 import { z } from 'zod';
@@ -24,18 +26,17 @@ import type { EnqueueResult, QueuedMessage, QueueLimits } from '../queues.js';
 import { freshRelayKey, type RelayKey } from '../relay-key.js';
 import { SOURCE_KEY_BYTES, sourceGroup, type Share } from '../shares.js';
 import { connect, DatabaseCalls, databaseError, guarded, int8, redactedUrl, type Sql } from './database.js';
+import { formatNotices, parseNotice, type NoticedMessage } from './notice.js';
 import { createRelayTables, relayKeyMeta } from './schema.js';
 
 /** How often every reader looks for what a missed notice would have announced. */
 const RESYNC_EVERY_MS = 15_000;
 /** How often the counts behind `stats()` are read from the database. */
 const STATS_EVERY_MS = 2_000;
-/** NOTIFY payloads stop at 8,000 bytes; a batch of routes is cut below that. */
-const NOTICE_BYTES = 7_000;
 
 
 const messageRow = z.object({ id: int8, at: int8, payload: z.string(), bytes: z.number().int().min(0) });
-const enqueueRow = z.object({ outcome: z.enum(['enqueued', 'routeMessages', 'messages', 'bytes', 'perAddress', 'perConnection']), id: int8.nullable() });
+const enqueueRow = z.object({ outcome: z.enum(['enqueued', 'routeMessages', 'messages', 'bytes', 'perAddress', 'perConnection']), id: int8.nullable(), follows: int8.nullable() });
 const countRow = z.object({ messages: int8, bytes: int8 });
 const statsRow = z.object({ routes: int8, messages: int8, bytes: int8 });
 const expiredRow = z.object({ route: z.string(), ids: z.array(int8) });
@@ -61,6 +62,12 @@ const BATCH_SENDS = 256;
 const BATCH_BYTES = 8 * 1024 * 1024;
 /** Acknowledged ids one transaction removes at most. */
 const ACK_BATCH_IDS = 1_024;
+/**
+ * How long the first acknowledgement of a batch waits for others. Receivers acknowledge
+ * each message as they store it: at 8 sessions on two relays (docs/PERFORMANCE.md) nearly
+ * every acknowledgement was a transaction of its own.
+ */
+const ACK_GATHER_MS = 10;
 
 interface WaitingAck {
   route: string;
@@ -89,27 +96,8 @@ function takeBatch(waiting: WaitingSend[]): WaitingSend[] {
   return waiting.splice(0, count);
 }
 
-/** What one notice says: which routes got messages, and which roster entries changed. */
-interface Notice {
-  from: string;
-  queues: string[];
-  roster: string[];
-}
-
-/** `<instance>\n` then one `q <route>` or `r <route>` per line. */
-function parseNotice(text: string): Notice | undefined {
-  const [from, ...lines] = text.split('\n');
-  if (from === undefined || from === '') return undefined;
-  const notice: Notice = { from, queues: [], roster: [] };
-  for (const line of lines) {
-    if (line.startsWith('q ')) notice.queues.push(line.slice(2));
-    else if (line.startsWith('r ')) notice.roster.push(line.slice(2));
-  }
-  return notice;
-}
-
 /** The channel of one schema: relays on other schemas of the database do not wake each other. */
-function channelOf(schema: string): string {
+export function channelOf(schema: string): string {
   return `interlink_relay_${createHmac('sha256', 'interlink-relay-channel').update(schema).digest('hex').slice(0, 16)}`;
 }
 
@@ -129,7 +117,10 @@ export class PostgresStore implements QueueStore {
   private readonly reconnectListeners: (() => void)[] = [];
   private counts: QueueStats = { routes: 0, messages: 0, bytes: 0 };
   private readonly timers: NodeJS.Timeout[] = [];
-  private pendingNotice: { queues: Set<string>; roster: Set<string> } | undefined;
+  /** What the next notice tells: per route, the messages it carries (undefined: read), and roster entries. */
+  private pendingNews: { queues: Map<string, NoticedMessage[] | undefined>; roster: Set<string> } | undefined;
+  /** Tags notices, so that other relays send the messages they carry (notice.ts). */
+  private readonly noticeKey: Buffer;
   /** Per connection, the sends waiting for its batch under way to commit. */
   private readonly batches = new Map<string, SendBatch>();
   /**
@@ -158,6 +149,7 @@ export class PostgresStore implements QueueStore {
     private readonly sourceKey: Buffer,
   ) {
     this.calls = new DatabaseCalls(sql);
+    this.noticeKey = createHmac('sha256', sourceKey).update('interlink-relay-notice').digest();
     // Reads refused during the outage are made again, and the roster is read again.
     this.calls.onBack = () => {
       this.events?.resync();
@@ -215,37 +207,51 @@ export class PostgresStore implements QueueStore {
   }
 
   private onNotice(payload: string): void {
-    const notice = parseNotice(payload);
-    if (notice === undefined || notice.from === this.instance) return;
+    // This relay's own notices come back too: told already, they need no tag checked.
+    if (payload.startsWith(`${this.instance}\n`)) return;
+    const notice = parseNotice(payload, this.noticeKey);
+    if (notice === undefined) return;
     for (const route of notice.queues) this.events?.arrived(route);
+    for (const message of notice.messages) this.events?.committed(message.route, message, message.follows);
     for (const route of notice.roster) for (const listener of this.rosterListeners) listener(route);
   }
 
-  /** Tells the other relays, once per tick, which routes and roster entries changed. */
-  announceChange(kind: 'queues' | 'roster', route: string): void {
-    if (this.released) return;
-    if (this.pendingNotice === undefined) {
-      this.pendingNotice = { queues: new Set(), roster: new Set() };
+  /** The other relays hear of it with the next notice. */
+  announceRosterChange(route: string): void {
+    this.news()?.roster.add(route);
+  }
+
+  /**
+   * The other relays hear of these messages with the next notice, which carries them when
+   * they fit (notice.ts); a message it cannot carry makes its route one to read.
+   */
+  private announceCommitted(messages: readonly NoticedMessage[]): void {
+    const news = this.news();
+    if (news === undefined) return;
+    for (const message of messages) {
+      const known = news.queues.get(message.route);
+      const carry = news.queues.has(message.route) ? known : [];
+      news.queues.set(message.route, carry === undefined ? undefined : [...carry, message]);
+    }
+  }
+
+  /** What the notice sent at the end of this tick will tell (one notice for all this tick's commits). */
+  private news(): { queues: Map<string, NoticedMessage[] | undefined>; roster: Set<string> } | undefined {
+    if (this.released) return undefined;
+    if (this.pendingNews === undefined) {
+      this.pendingNews = { queues: new Map(), roster: new Set() };
       setImmediate(() => this.flushNotices());
     }
-    this.pendingNotice[kind].add(route);
+    return this.pendingNews;
   }
 
   private flushNotices(): void {
-    const pending = this.pendingNotice;
-    this.pendingNotice = undefined;
-    if (pending === undefined || this.released) return;
-    const lines = [...[...pending.queues].map((r) => `q ${r}`), ...[...pending.roster].map((r) => `r ${r}`)];
-    let batch = this.instance;
-    const send = (text: string) => void this.calls.call(() => this.sql.notify(this.channel, text)).catch((err: unknown) => log.debug('relay_db_notify_failed', { error: databaseError(err).message }));
-    for (const line of lines) {
-      if (batch.length + line.length + 1 > NOTICE_BYTES) {
-        send(batch);
-        batch = this.instance;
-      }
-      batch += `\n${line}`;
+    const news = this.pendingNews;
+    this.pendingNews = undefined;
+    if (news === undefined || this.released) return;
+    for (const notice of formatNotices(this.instance, this.noticeKey, news)) {
+      void this.calls.call(() => this.sql.notify(this.channel, notice)).catch((err: unknown) => log.debug('relay_db_notify_failed', { error: databaseError(err).message }));
     }
-    if (batch !== this.instance) send(batch);
   }
 
   stats(): QueueStats {
@@ -350,7 +356,7 @@ export class PostgresStore implements QueueStore {
     const connection = await this.connectionShare(key, sends);
     const rows = await this.timed(
       () => this.sql`
-        SELECT outcome, id FROM relay_enqueue(
+        SELECT outcome, id, follows FROM relay_enqueue_follows(
           ${this.now()}, ${sends.map((s) => s.route)}::text[], ${sends.map((s) => s.payload)}::text[],
           ${this.srcOf(origin.address)}, ${key},
           ${this.limits.routeMessages}, ${this.limits.messages}, ${this.limits.bytes},
@@ -362,7 +368,7 @@ export class PostgresStore implements QueueStore {
       const parsed = enqueueRow.parse(row);
       if (parsed.outcome !== 'enqueued') return { outcome: 'queue_full', limit: parsed.outcome };
       if (parsed.id === null) throw new InterlinkError('storage', 'the relay database enqueued a message without an id');
-      return { outcome: 'enqueued', id: parsed.id };
+      return { outcome: 'enqueued', id: parsed.id, follows: parsed.follows };
     });
     const stored = sends.filter((_, i) => results[i]!.outcome === 'enqueued');
     if (stored.length > 0) {
@@ -370,7 +376,9 @@ export class PostgresStore implements QueueStore {
       this.counts = { ...this.counts, messages: this.counts.messages + stored.length, bytes: this.counts.bytes + bytes };
       const bound = this.heldBound.get(key);
       if (bound !== undefined) this.heldBound.set(key, { messages: bound.messages + stored.length, bytes: bound.bytes + bytes });
-      for (const send of stored) this.announceChange('queues', send.route);
+      this.announceCommitted(
+        results.flatMap((result, i) => (result.outcome === 'enqueued' ? [{ route: sends[i]!.route, follows: result.follows ?? null, id: result.id, payload: sends[i]!.payload }] : [])),
+      );
     }
     return results;
   }
@@ -381,20 +389,23 @@ export class PostgresStore implements QueueStore {
   }
 
   /**
-   * Acknowledgements are stored together: those that reach this relay process while its
-   * previous batch is committing wait, and go in the next transaction (`relay_ack_many`),
-   * whatever their routes. Resolves with how many of these ids were still queued.
+   * Acknowledgements are stored together: those that reach this relay process within
+   * `ACK_GATHER_MS` of the first, or while its previous batch is committing, go in one
+   * transaction (`relay_ack_many`), whatever their routes. Nothing waits on it but the
+   * row's removal: the reader's window opened when the frame arrived. Resolves with how
+   * many of these ids were still queued.
    */
   acknowledge(route: string, ids: readonly number[]): Promise<number> {
     if (ids.length === 0) return Promise.resolve(0);
     return new Promise((resolve, reject) => {
       this.acks.push({ route, ids, resolve, reject });
-      if (!this.acking) void this.commitAcks();
+      if (this.acking) return;
+      this.acking = true;
+      setTimeout(() => void this.commitAcks(), ACK_GATHER_MS);
     });
   }
 
   private async commitAcks(): Promise<void> {
-    this.acking = true;
     while (this.acks.length > 0) {
       const acks = takeAcks(this.acks);
       try {
