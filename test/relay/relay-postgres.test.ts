@@ -259,6 +259,35 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     }
   });
 
+  it('deliver each message once and each route in id order when readers on both relays, with a window of 3, take from senders on both (messages sent from notices and read alike)', async () => {
+    const store = await pgStoreUrl();
+    const [a, b] = [await relayOn(store, { deliveryWindow: 3 }), await relayOn(store, { deliveryWindow: 3 })];
+    const readers = Array.from({ length: 4 }, () => newReader());
+    const onRelay = await Promise.all(readers.map((_, i) => connect(i % 2 === 0 ? a : b, { autoAck: true })));
+    await Promise.all(readers.map((reader, i) => onRelay[i]!.auth(reader)));
+    const senders = await Promise.all(Array.from({ length: 6 }, (_, i) => connect(i % 2 === 0 ? b : a)));
+    const sent = await Promise.all(
+      senders.map(async (sender, s) => {
+        const mine: { route: string; id: number; n: number }[] = [];
+        // Each sender's sends are in flight together: the relay batches them.
+        const replies = await Promise.all(Array.from({ length: 30 }, (_, n) => sender.send(readers[(s + n) % readers.length]!.route, { s, n })));
+        replies.forEach((reply, n) => mine.push({ route: readers[(s + n) % readers.length]!.route, id: idOf(reply), n }));
+        return mine;
+      }),
+    );
+    for (const [i, reader] of readers.entries()) {
+      const accepted = sent.flat().filter((m) => m.route === reader.route);
+      const got = await onRelay[i]!.waitForDeliveries(accepted.length, reader.route, 20_000);
+      const ids = got.map((d) => d.id);
+      expect(ids).toEqual([...new Set(ids)].sort((x, y) => x - y));
+      expect([...ids].sort((x, y) => x - y)).toEqual(accepted.map((m) => m.id).sort((x, y) => x - y));
+      for (let s = 0; s < senders.length; s++) {
+        const order = got.map((d) => d.payload as { s: number; n: number }).filter((p) => p.s === s).map((p) => p.n);
+        expect(order).toEqual([...order].sort((x, y) => x - y));
+      }
+    }
+  });
+
   it('store the acknowledgements of many routes together, and count exactly what each removed', async () => {
     const store = await pgStoreUrl();
     const [a, b] = [await relayOn(store), await relayOn(store)];
