@@ -5,14 +5,17 @@
  * `relay_meta.schema_version` says which layout a database holds.
  *
  * Why the two functions look as they do:
- * - **Order per route.** `relay_enqueue` first locks the rows of its routes in
+ * - **Order per route.** `relay_enqueue_follows` first locks the rows of its routes in
  *   `relay_routes` (an upsert locks them until commit), and only then takes ids from the
  *   sequence. Two transactions on one route therefore take their ids in the order they
  *   commit: a reader that read up to id N never finds a later commit with an id below N on
  *   that route. A sequence alone would not do: ids 10 and 11 taken by two transactions can
  *   commit 11 first, and a reader that moved past 11 would skip 10. One call stores a
  *   batch: the sends of one connection that reached this relay process while its previous
- *   batch was committing, in the order they arrived (store.ts).
+ *   batch was committing, in the order they arrived (store.ts). With each id it returns
+ *   `follows`, the route's newest id queued before it, read under that lock: a reader that
+ *   was sent up to `follows` is sent the message without reading it back (dispatch.ts).
+ *   `relay_enqueue`, the same without `follows`, stays for relays of the previous release.
  * - **Bounds in the same transaction.** A route's count is exact (its row is locked), and
  *   so is a connection's (one batch at a time per connection) and, when the per-address
  *   share is on, an address's (an advisory lock on it for the transaction). The
@@ -194,7 +197,7 @@ DECLARE
   freed bigint;
   left_over integer;
 BEGIN
-  -- The route's row first, in the order relay_enqueue locks.
+  -- The route's row first, in the order relay_enqueue_follows locks.
   PERFORM 1 FROM relay_routes r WHERE r.route = p_route FOR UPDATE;
   IF NOT FOUND THEN
     RETURN 0;
@@ -228,7 +231,7 @@ BEGIN
   -- again, which receivers discard by (from, msg_id); the next synchronous commit (any
   -- enqueue) flushes it anyway.
   PERFORM set_config('synchronous_commit', 'off', true);
-  -- The routes' rows first, sorted, then counter rows sorted: the order relay_enqueue locks in.
+  -- The routes' rows first, sorted, then counter rows sorted: the order relay_enqueue_follows locks in.
   PERFORM 1 FROM relay_routes r WHERE r.route = ANY (p_routes) ORDER BY r.route FOR UPDATE;
   WITH gone AS (
     DELETE FROM relay_messages m
