@@ -113,6 +113,15 @@ export function formatRatio(ratio: number): string {
   return `${ratio >= 10 ? ratio.toFixed(1) : ratio.toFixed(2)}×`;
 }
 
+/**
+ * A ratio a check compares with `goal`: with a third digit when two would print the goal
+ * itself for a ratio on the other side of it (0.897 is not "0.90×, FAIL").
+ */
+export function formatRatioAgainst(ratio: number, goal: number): string {
+  const short = formatRatio(ratio);
+  return short === formatRatio(goal) && ratio !== goal ? `${ratio.toFixed(3)}×` : short;
+}
+
 export function formatMicros(ms: number): string {
   return (ms * 1000).toFixed(ms * 1000 >= 100 ? 0 : 1);
 }
