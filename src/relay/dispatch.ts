@@ -316,10 +316,10 @@ export class Dispatcher {
 
   /**
    * A message committed to a shared store, by this relay process or another, with the
-   * route's newest id queued before it (`follows`, null: none). A reader that was sent everything up
-   * to that id is sent this message as it is: a read would find nothing else below it (the
-   * store orders each route's ids by commit). Any other reader, and one whose read is under
-   * way or whose window is full, reads the store as for any arrival.
+   * route's newest id queued before it (`follows`, null: none). A reader that was sent
+   * everything up to that id is sent this message as it is: a read would find nothing else
+   * below it (the store orders each route's ids by commit). Any other reader, and one whose
+   * read is under way or whose window is full, reads the store as for any arrival.
    */
   private committed(route: string, message: { id: number; payload: string }, follows: number | null): void {
     for (const subscriber of this.subscribers.get(route) ?? []) {

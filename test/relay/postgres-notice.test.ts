@@ -23,16 +23,13 @@ const news = fc
     fc.record({
       queues: fc.tuple(
         ...routes.map((route) =>
-          fc.option(
-            fc.uniqueArray(fc.integer({ min: 1, max: 1e12 }), { minLength: 1, maxLength: 4 }).chain((ids) =>
-              fc.tuple(...ids.map((id) => fc.record({ route: fc.constant(route), follows: fc.option(fc.integer({ min: 1, max: 1e12 }), { nil: null }), id: fc.constant(id), payload }))),
-            ),
-            { nil: undefined },
+          fc.uniqueArray(fc.integer({ min: 1, max: 1e12 }), { minLength: 1, maxLength: 4 }).chain((ids) =>
+            fc.tuple(...ids.map((id) => fc.record({ route: fc.constant(route), follows: fc.option(fc.integer({ min: 1, max: 1e12 }), { nil: null }), id: fc.constant(id), payload }))),
           ),
         ),
       ),
       roster: fc.uniqueArray(fc.stringMatching(/^[A-Za-z0-9_-]{3,43}#[a-z0-9-]{1,12}$/), { maxLength: 3 }),
-    }).map(({ queues, roster }): NoticeNews => ({ queues: new Map(routes.map((route, i) => [route, queues[i]])), roster: new Set(roster) })),
+    }).map(({ queues, roster }): NoticeNews => ({ queues: new Map(routes.map((route, i) => [route, queues[i]!])), roster: new Set(roster) })),
   );
 
 function readAll(notices: readonly string[], key = KEY) {
@@ -56,12 +53,8 @@ describe('relay notices on PostgreSQL', () => {
         expect([...read.queues, ...carriedRoutes].sort()).toEqual([...told.queues.keys()].sort());
         for (const [route, messages] of told.queues) {
           const got = read.messages.filter((m) => m.route === route);
-          if (got.length === 0) continue;
-          expect(messages).toBeDefined();
-          expect(got).toEqual([...messages!].sort((a, b) => a.id - b.id));
+          if (got.length > 0) expect(got).toEqual([...messages].sort((a, b) => a.id - b.id));
         }
-        // A route told as "read" is never carried.
-        for (const [route, messages] of told.queues) if (messages === undefined) expect(carriedRoutes.has(route)).toBe(false);
       }),
       { numRuns: 300, seed: 17 },
     );

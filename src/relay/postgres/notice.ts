@@ -42,9 +42,9 @@ export interface Notice {
   roster: string[];
 }
 
-/** What one relay has to tell, per route: the messages to carry, or undefined to say only "read". */
+/** What one relay has to tell: per route, the messages it committed; roster entries that changed. */
 export interface NoticeNews {
-  queues: ReadonlyMap<string, readonly NoticedMessage[] | undefined>;
+  queues: ReadonlyMap<string, readonly NoticedMessage[]>;
   roster: ReadonlySet<string>;
 }
 
@@ -62,7 +62,7 @@ export function formatNotices(from: string, key: Buffer, news: NoticeNews): stri
   const chunks: string[] = [];
   for (const [route, messages] of news.queues) {
     const line = `\nq ${route}`;
-    const carried = messages === undefined ? '' : [...messages].sort((a, b) => a.id - b.id).map((m) => `\nm ${m.follows ?? '-'} ${m.id} ${m.payload.length}\n${m.payload}`).join('');
+    const carried = [...messages].sort((a, b) => a.id - b.id).map((m) => `\nm ${m.follows ?? '-'} ${m.id} ${m.payload.length}\n${m.payload}`).join('');
     chunks.push(carried !== '' && bytesOf(from) + 68 + bytesOf(line) + bytesOf(carried) <= NOTICE_BYTES ? line + carried : line);
   }
   for (const route of news.roster) chunks.push(`\nr ${route}`);

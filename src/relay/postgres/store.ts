@@ -118,8 +118,8 @@ export class PostgresStore implements QueueStore {
   private readonly reconnectListeners: (() => void)[] = [];
   private counts: QueueStats = { routes: 0, messages: 0, bytes: 0 };
   private readonly timers: NodeJS.Timeout[] = [];
-  /** What the next notice tells: per route, the messages it carries (undefined: read), and roster entries. */
-  private pendingNews: { queues: Map<string, NoticedMessage[] | undefined>; roster: Set<string> } | undefined;
+  /** What the next notice tells: per route, the messages committed to it, and roster entries. */
+  private pendingNews: { queues: Map<string, NoticedMessage[]>; roster: Set<string> } | undefined;
   /** Tags notices, so that other relays send the messages they carry (notice.ts). */
   private readonly noticeKey: Buffer;
   /** Per connection, the sends waiting for its batch under way to commit. */
@@ -224,20 +224,16 @@ export class PostgresStore implements QueueStore {
 
   /**
    * The other relays hear of these messages with the next notice, which carries them when
-   * they fit (notice.ts); a message it cannot carry makes its route one to read.
+   * they fit (notice.ts); a route whose messages do not fit is named for a read.
    */
   private announceCommitted(messages: readonly NoticedMessage[]): void {
     const news = this.news();
     if (news === undefined) return;
-    for (const message of messages) {
-      const known = news.queues.get(message.route);
-      const carry = news.queues.has(message.route) ? known : [];
-      news.queues.set(message.route, carry === undefined ? undefined : [...carry, message]);
-    }
+    for (const message of messages) news.queues.set(message.route, [...(news.queues.get(message.route) ?? []), message]);
   }
 
   /** What the notice sent at the end of this tick will tell (one notice for all this tick's commits). */
-  private news(): { queues: Map<string, NoticedMessage[] | undefined>; roster: Set<string> } | undefined {
+  private news(): { queues: Map<string, NoticedMessage[]>; roster: Set<string> } | undefined {
     if (this.released) return undefined;
     if (this.pendingNews === undefined) {
       this.pendingNews = { queues: new Map(), roster: new Set() };
