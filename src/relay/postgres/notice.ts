@@ -54,6 +54,9 @@ function tagOf(key: Buffer, body: string): string {
 
 const bytesOf = (text: string): number => Buffer.byteLength(text, 'utf8');
 
+/** The tag line, `\nt ` and 64 hex digits, in every notice beside its sender. */
+const TAG_LINE_BYTES = 67;
+
 /**
  * The notices that tell `news` (pure): as few as fit, each under `NOTICE_BYTES`. A route
  * whose messages do not fit in one notice is told as a `q` line alone.
@@ -63,7 +66,7 @@ export function formatNotices(from: string, key: Buffer, news: NoticeNews): stri
   for (const [route, messages] of news.queues) {
     const line = `\nq ${route}`;
     const carried = [...messages].sort((a, b) => a.id - b.id).map((m) => `\nm ${m.follows ?? '-'} ${m.id} ${m.payload.length}\n${m.payload}`).join('');
-    chunks.push(carried !== '' && bytesOf(from) + 68 + bytesOf(line) + bytesOf(carried) <= NOTICE_BYTES ? line + carried : line);
+    chunks.push(carried !== '' && bytesOf(from) + TAG_LINE_BYTES + bytesOf(line) + bytesOf(carried) <= NOTICE_BYTES ? line + carried : line);
   }
   for (const route of news.roster) chunks.push(`\nr ${route}`);
   const notices: string[] = [];
@@ -73,7 +76,7 @@ export function formatNotices(from: string, key: Buffer, news: NoticeNews): stri
     body = '';
   };
   for (const chunk of chunks) {
-    if (bytesOf(from) + 68 + bytesOf(body) + bytesOf(chunk) > NOTICE_BYTES) flush();
+    if (bytesOf(from) + TAG_LINE_BYTES + bytesOf(body) + bytesOf(chunk) > NOTICE_BYTES) flush();
     body += chunk;
   }
   flush();
