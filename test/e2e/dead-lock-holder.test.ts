@@ -91,7 +91,7 @@ describe('a lock whose holder was killed', () => {
 
     // It wakes the host now: once the first notice is let go, a notice covers both unread
     // messages. The second message is stored before the reset: a reset with only the first
-    // unread is noticed again at once (count 1), and the notice for the second would then
+    // unread is noticed again at once (count 1), and the notice for the second could then
     // wait on that one's reservation.
     const { msg_id } = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'after the holder died' });
     await eventually(
