@@ -2,8 +2,8 @@
  * Drains the outbox: every pending message is offered to every relay until one accepts
  * it, then it is `bus_accepted`. A relay reached at several addresses (URLs that pin one
  * key, relay/relay-groups.ts) is one relay here: the message is offered to one connected
- * address of it, the one the session reads through when it can, and once one of them
- * accepted it, it is not offered to the others. Runs on every new message, on every relay
+ * address of it, the one the recipient's session reads through when it can
+ * (`sendingMember`), and once one of them accepted it, it is not offered to the others. Runs on every new message, on every relay
  * (re)connection, once a second while messages are pending, and every 30 s otherwise. A
  * message that every configured relay refuses for a reason that cannot change (too
  * large, a malformed route) leaves the loop as `delivery_failed` with the relays' reason,
@@ -47,8 +47,8 @@ export class Outbound {
   );
 
   /**
-   * `groups`: the session's relays, each the addresses of one relay in the session's
-   * order (RelayGroups.groups; a relay at one address is a group of one). `wire`: what a
+   * `groups`: the session's relays, each the addresses of one relay in the order they are
+   * listed (RelayGroups.listed; a relay at one address is a group of one). `wire`: what a
    * relay is offered for a stored envelope (envelope.ts `offerable`).
    */
   constructor(
@@ -91,7 +91,7 @@ export class Outbound {
 
   /** Offers the message to one connected address of the relay `group`, unless one of them has it or is being offered it. */
   private async sendVia(group: readonly RelayClient[], record: OutboxRecord): Promise<void> {
-    const relay = sendingMember(group);
+    const relay = sendingMember(group, record.route);
     if (relay === undefined) return;
     const key = `${relay.relay} ${record.envelope.msg_id}`;
     if (this.inFlight.has(key) || group.some((member) => record.accepted_by.includes(member.url))) return;

@@ -76,6 +76,8 @@ export class Dispatcher {
   /** Commits in progress and what follows them. */
   private readonly pending = new Set<Promise<unknown>>();
   private readonly rosterReplies: RosterReplies;
+  /** Routes whose first reader here waits for the store to note it (`QueueStore.watch`). */
+  private readonly watching = new Map<string, Promise<void>>();
   /** Each connection's last announcement or goodbye still being stored (a shared roster only). */
   private readonly rosterWrites = new WeakMap<Connection, Promise<void>>();
 
@@ -134,7 +136,10 @@ export class Dispatcher {
     for (const route of conn.subscriptions.keys()) {
       const set = this.subscribers.get(route);
       set?.delete(conn);
-      if (set?.size === 0) this.subscribers.delete(route);
+      if (set?.size === 0) {
+        this.subscribers.delete(route);
+        this.storage.unwatch?.(route);
+      }
     }
   }
 
@@ -206,12 +211,27 @@ export class Dispatcher {
       subscription = { route, cursor: -1, inFlight: new Set(), reading: false, again: false, unread: true };
       conn.subscriptions.set(route, subscription);
       let set = this.subscribers.get(route);
-      if (set === undefined) this.subscribers.set(route, (set = new Set()));
+      if (set === undefined) {
+        this.subscribers.set(route, (set = new Set()));
+        const watched = this.storage.watch?.(route);
+        if (watched !== undefined) this.watching.set(route, watched);
+      }
       set.add(conn);
     }
     subscription.unread = true;
     conn.send({ v: PROTOCOL_VERSION, type: 'auth_ok', route });
-    this.pump(conn, subscription);
+    // A shared store first notes that this process reads the route: a read before that
+    // could miss a commit of another relay process that did not yet know to tell this one.
+    const watched = this.watching.get(route);
+    if (watched === undefined) return this.pump(conn, subscription);
+    const sub = subscription;
+    this.track(
+      watched.then(() => {
+        if (this.watching.get(route) === watched) this.watching.delete(route);
+        sub.unread = true;
+        this.pump(conn, sub);
+      }),
+    );
   }
 
   private onSend(conn: Connection, ref: string, to: string, payload: string): void {

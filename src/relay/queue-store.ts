@@ -66,6 +66,14 @@ export interface QueueStore {
   refresh(): Promise<void>;
   /** Tells `events` about arrivals from other relay processes (a store no other process writes never calls it). */
   subscribe(events: StoreEvents): void;
+  /**
+   * This relay process has a reader of `route` now (a shared store: other relay processes
+   * then tell it of their commits to the route). The reader's first read waits for it;
+   * it never fails (a store that could not note it looks again later).
+   */
+  watch?(route: string): Promise<void>;
+  /** No reader of `route` is left in this relay process. */
+  unwatch?(route: string): void;
   /** The connection closed: what the store kept for it alone can go (its queued messages stay). */
   closed?(origin: Origin): void;
   /** After the last commit settled. */

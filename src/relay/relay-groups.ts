@@ -70,18 +70,28 @@ export function electReader<T extends { connected: boolean; reads: boolean }>(or
 /** How long a session's start waits for its preferred address of a relay before reading through another. */
 export const PREFERRED_GRACE_MS = 2_000;
 
-/** The member a message is offered to now (pure): the connected one that reads, else the first connected one. */
-export function sendingMember<T extends { connected: boolean; reads: boolean }>(ordered: readonly T[]): T | undefined {
-  return ordered.find((m) => m.connected && m.reads) ?? ordered.find((m) => m.connected);
+/**
+ * The member a message to the route `to` is offered to now (pure), given the group in the
+ * order its URLs are listed: the first connected one in the order the recipient's session
+ * prefers (`preferredOrder` seeded by its route), which is the address it reads through
+ * when it lists the same URLs and they are up. The relay process that reads the route then
+ * commits the message and hands it to its reader itself, and no other relay process has
+ * to be told (postgres/store.ts). Any member would do: they share one store.
+ */
+export function sendingMember<T extends { connected: boolean }>(listed: readonly T[], to: string): T | undefined {
+  return preferredOrder(listed, to).find((m) => m.connected);
 }
 
 /** A session's relays, grouped; keeps one reader per group as connections come and go. */
 export class RelayGroups<T extends GroupMember> {
+  /** Each group's members in the order their URLs are listed. */
+  readonly listed: readonly (readonly T[])[];
   /** Each group's members in this session's preferred order. */
   readonly groups: readonly (readonly T[])[];
 
   constructor(members: readonly T[], seed: string) {
-    this.groups = groupByRelay(members).map((group) => preferredOrder(group, seed));
+    this.listed = groupByRelay(members);
+    this.groups = this.listed.map((group) => preferredOrder(group, seed));
   }
 
   /**

@@ -3,6 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Outbound } from '../../src/agent/outbound.js';
 import { outboxPath } from '../../src/config/layout.js';
 import { Outbox, outboundState, type OutboxRecord } from '../../src/outbox/outbox.js';
+import { preferredOrder } from '../../src/relay/relay-groups.js';
 import { FakeRelayClient } from '../helpers/fake-relay-client.js';
 import { eventually } from '../helpers/mcp.js';
 import { message, newIdentity, tempDir } from '../helpers/fixtures.js';
@@ -29,8 +30,11 @@ function outboundVia(...relays: FakeRelayClient[]): Outbound {
   return outbound;
 }
 
+/** The route every queued message goes to. */
+const RECIPIENT = `${peer.key}#main`;
+
 async function queued(text = 'hello'): Promise<OutboxRecord> {
-  return (await outbox.add(message(me, peer, { text }), `${peer.key}#main`)).record;
+  return (await outbox.add(message(me, peer, { text }), RECIPIENT)).record;
 }
 
 async function record(msgId: string): Promise<OutboxRecord> {
@@ -124,34 +128,39 @@ describe('outbound loop', () => {
     expect(sentIds(a)).toEqual([m.envelope.msg_id]);
   });
 
-  it('offers a message to one address of a relay listed at several (one key pinned on each), the one that reads, and to the next once that one drops', async () => {
+  it("offers a message to one address of a relay listed at several (one key pinned on each), the one the recipient's session reads through, and to the next once that one drops", async () => {
     const key = 'shared-relay-key';
-    const [a, b] = [new FakeRelayClient('ws://a', { relay: key }), new FakeRelayClient('ws://b', { relay: key })];
-    a.reads = false;
-    const other = new FakeRelayClient('ws://other');
-    outbound = new Outbound(outbox, [[a.client, b.client], [other.client]]);
-    const first = await queued('first');
-    await outbound.kick();
-    await answered(outbound, first.envelope.msg_id);
-    expect([sentIds(a), sentIds(b), sentIds(other)]).toEqual([[], [first.envelope.msg_id], [first.envelope.msg_id]]);
-    expect([...(await record(first.envelope.msg_id)).accepted_by].sort()).toEqual(['ws://b', 'ws://other']);
-    // Accepted by one address of the relay: the other address is never offered it.
-    b.disconnect();
-    await outbound.kick();
-    expect(sentIds(a)).toEqual([]);
+    // Both orders of the same two addresses: which one is preferred follows from the recipient's route alone.
+    for (const urls of [['ws://a', 'ws://b'], ['ws://b', 'ws://a']]) {
+      const listed = urls.map((url) => new FakeRelayClient(url, { relay: key }));
+      const [preferred, next] = preferredOrder(listed, RECIPIENT);
+      const other = new FakeRelayClient('ws://other');
+      outbound = new Outbound(outbox, [listed.map((r) => r.client), [other.client]]);
+      const first = await queued('first');
+      await outbound.kick();
+      await answered(outbound, first.envelope.msg_id);
+      expect([sentIds(preferred!), sentIds(next!), sentIds(other)]).toEqual([[first.envelope.msg_id], [], [first.envelope.msg_id]]);
+      expect([...(await record(first.envelope.msg_id)).accepted_by].sort()).toEqual([preferred!.url, 'ws://other'].sort());
+      // Accepted by one address of the relay: the other address is never offered it.
+      preferred!.disconnect();
+      await outbound.kick();
+      expect(sentIds(next!)).toEqual([]);
 
-    // The address that read is gone: the next message goes to the other.
-    const second = await queued('second');
-    await outbound.kick();
-    await answered(outbound, second.envelope.msg_id);
-    expect([sentIds(a), sentIds(b)]).toEqual([[second.envelope.msg_id], [first.envelope.msg_id]]);
-    expect((await record(second.envelope.msg_id)).accepted_by.sort()).toEqual(['ws://a', 'ws://other']);
+      // The preferred address is gone: the next message goes to the other.
+      const second = await queued('second');
+      await outbound.kick();
+      await answered(outbound, second.envelope.msg_id);
+      expect([sentIds(preferred!), sentIds(next!)]).toEqual([[first.envelope.msg_id], [second.envelope.msg_id]]);
+      expect((await record(second.envelope.msg_id)).accepted_by.sort()).toEqual([next!.url, 'ws://other'].sort());
+      await outbound.stop();
+    }
   });
 
   it('ends a message as delivery_failed once each relay refused it for good, counting a relay at several addresses once', async () => {
-    const [a, b] = [new FakeRelayClient('ws://a', { relay: 'k' }), new FakeRelayClient('ws://b', { relay: 'k' })];
-    a.answer('too_large');
-    outbound = new Outbound(outbox, [[a.client, b.client]]);
+    const listed = [new FakeRelayClient('ws://a', { relay: 'k' }), new FakeRelayClient('ws://b', { relay: 'k' })];
+    const [preferred, next] = preferredOrder(listed, RECIPIENT);
+    preferred!.answer('too_large');
+    outbound = new Outbound(outbox, [listed.map((r) => r.client)]);
     const m = await queued();
     await outbound.kick();
     const ended = await eventually(async () => {
@@ -159,7 +168,7 @@ describe('outbound loop', () => {
       return outboundState(r) === 'delivery_failed' ? r : undefined;
     }, 10_000, 'the message to end');
     expect(ended.states.at(-1)?.reason).toMatch(/^every relay refused it: too_large: /);
-    expect(sentIds(b)).toEqual([]);
+    expect(sentIds(next!)).toEqual([]);
   });
 
   it('sends nothing after stop, neither on a kick nor on a reconnect', async () => {

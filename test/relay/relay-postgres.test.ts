@@ -11,7 +11,7 @@ import { MAX_PAYLOAD_BYTES } from '../../src/relay/frames.js';
 import { MAX_UNCOMMITTED_BYTES } from '../../src/relay/dispatch.js';
 import type { RelayServer } from '../../src/relay/server.js';
 import { SCHEMA_VERSION } from '../../src/relay/postgres/schema.js';
-import { channelOf } from '../../src/relay/postgres/store.js';
+import { channelOf, instanceChannelOf, readersOf } from '../../src/relay/postgres/store.js';
 import { rm } from 'node:fs/promises';
 import { createConnection, createServer, type Socket } from 'node:net';
 import fc from 'fast-check';
@@ -110,10 +110,14 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     const schema = /search_path=([a-z0-9_]+)/.exec(store)![1]!;
     const sql = postgres(store, { max: 1, onnotice: () => undefined });
     try {
-      for (const forged of [`forged\nq ${reader.route}\nm - 999999999999999 2\n{}`, `forged\nt ${'0'.repeat(64)}\nq ${reader.route}\nm - 999999999999999 2\n{}`]) {
-        const before = reads();
-        await sql.notify(channelOf(schema), forged);
-        await until('the read a forged notice causes', () => (reads() === before + 1 ? true : undefined));
+      // On the channel every relay hears, and on B's own (its name is in relay_readers).
+      const [row] = await sql<{ instance: string }[]>`SELECT instance FROM relay_readers WHERE route = ${reader.route}`;
+      for (const channel of [channelOf(schema), instanceChannelOf(schema, row!.instance)]) {
+        for (const forged of [`forged\nq ${reader.route}\nm - 999999999999999 2\n{}`, `forged\nt ${'0'.repeat(64)}\nq ${reader.route}\nm - 999999999999999 2\n{}`]) {
+          const before = reads();
+          await sql.notify(channel, forged);
+          await until('the read a forged notice causes', () => (reads() === before + 1 ? true : undefined));
+        }
       }
     } finally {
       await sql.end({ timeout: 5 });
@@ -121,6 +125,84 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     await send({ after: true });
     const got = await onB.waitForDeliveries(5, reader.route, NOTICE_DEADLINE_MS);
     expect(got.map((d) => ({ id: d.id, payload: d.payload }))).toEqual(sent);
+  });
+
+  it('tell a relay process of a commit only when it reads the route, on its own channel; note each reader before its first read, so none misses a commit made meanwhile; and forget a reader once it goes', async () => {
+    const store = await pgStoreUrl();
+    const schema = /search_path=([a-z0-9_]+)/.exec(store)![1]!;
+    const [a, b] = [await relayOn(store), await relayOn(store)];
+    const sql = postgres(store, { max: 1, onnotice: () => undefined });
+    const heard = new Map<string, string[]>();
+    const listen = async (channel: string) => {
+      heard.set(channel, []);
+      await sql.listen(channel, (payload) => heard.get(channel)!.push(payload));
+    };
+    const readersOfRoute = async (route: string) => (await sql<{ instance: string }[]>`SELECT instance FROM relay_readers WHERE route = ${route}`).map((r) => r.instance);
+    try {
+      const reader = newReader();
+      const onB = await connect(b);
+      await onB.auth(reader);
+      // B notes its reader in the database (before the reader's first read).
+      const [instance, ...more] = await eventually(async () => {
+        const found = await readersOfRoute(reader.route);
+        return found.length > 0 ? found : undefined;
+      }, 10_000, "B's row for its reader");
+      expect(more).toEqual([]);
+      const own = instanceChannelOf(schema, instance!);
+      await listen(own);
+      await listen(channelOf(schema));
+      const naming = (channel: string) => heard.get(channel)!.filter((n) => n.includes(`\nq ${reader.route}\n`)).length;
+
+      const fromA = await connect(a);
+      const fromB = await connect(b);
+      idOf(await fromA.send(reader.route, { n: 1 }));
+      await onB.waitForDeliveries(1, reader.route, NOTICE_DEADLINE_MS);
+      await until("A's notice on B's channel", () => (naming(own) === 1 ? true : undefined));
+      // Sent through B, which reads the route itself: no notice. Then one more through A, whose notice comes after.
+      idOf(await fromB.send(reader.route, { n: 2 }));
+      await onB.waitForDeliveries(2, reader.route, NOTICE_DEADLINE_MS);
+      idOf(await fromA.send(reader.route, { n: 3 }));
+      await until("A's second notice on B's channel", () => (naming(own) === 2 ? true : undefined));
+      expect(naming(channelOf(schema))).toBe(0);
+      expect((await onB.waitForDeliveries(3, reader.route, NOTICE_DEADLINE_MS)).map((d) => d.payload)).toEqual([{ n: 1 }, { n: 2 }, { n: 3 }]);
+
+      // Readers that start on B while A commits to their routes: each gets its message from the notice or from its first read, never only at the resync.
+      const fresh = Array.from({ length: 12 }, () => newReader());
+      const readers = await Promise.all(fresh.map(() => connect(b)));
+      await Promise.all(fresh.map(async (r, i) => Promise.all([readers[i]!.auth(r), fromA.send(r.route, { to: i }).then(idOf)])));
+      await Promise.all(fresh.map((r, i) => readers[i]!.waitForDeliveries(1, r.route, NOTICE_DEADLINE_MS)));
+
+      // The reader goes: its row goes, and A tells B nothing of the route's next message.
+      await onB.close();
+      await eventually(async () => ((await readersOfRoute(reader.route)).length === 0 ? true : undefined), 10_000, "the reader's row removed");
+      idOf(await fromA.send(reader.route, { n: 4 }));
+      const later = newReader();
+      const onLater = await connect(b);
+      await onLater.auth(later);
+      idOf(await fromA.send(later.route, { marker: true }));
+      await onLater.waitForDeliveries(1, later.route, NOTICE_DEADLINE_MS);
+      expect(naming(own)).toBe(2);
+    } finally {
+      await sql.end({ timeout: 5 });
+    }
+  });
+
+  it("keep relay_readers honest: a process's beat keeps its rows and drops those of readers it no longer has, rows of a process that stopped beating go, and names that are not relay instances are never a channel", async () => {
+    const store = await pgStoreUrl();
+    await relayOn(store);
+    const sql = postgres(store, { max: 1, onnotice: () => undefined });
+    try {
+      await sql`INSERT INTO relay_readers (route, instance, heard_at) VALUES
+        ('r1', 'AAAAAAAAAAAA', now()), ('r2', 'AAAAAAAAAAAA', now()),
+        ('r1', 'BBBBBBBBBBBB', now() - interval '1 hour'), ('r3', 'CCCCCCCCCCCC', now())`;
+      await sql`SELECT relay_readers_beat('AAAAAAAAAAAA', ${['r1']}::text[], 60000)`;
+      const rows = await sql<{ route: string; instance: string }[]>`SELECT route, instance FROM relay_readers ORDER BY instance, route`;
+      expect(rows.map((r) => `${r.instance} ${r.route}`)).toEqual(['AAAAAAAAAAAA r1', 'CCCCCCCCCCCC r3']);
+    } finally {
+      await sql.end({ timeout: 5 });
+    }
+    expect(readersOf('')).toEqual([]);
+    expect(readersOf('AAAAAAAAAAAA,x,"q,BBBBBBBBB-_B,AAAAAAAAAAAAA')).toEqual(['AAAAAAAAAAAA', 'BBBBBBBBB-_B']);
   });
 
   it('carry a session that lists both with their one key pinned on each as one relay: each message stored once and delivered once, and on through the other relay when the one in use stops', async () => {

@@ -5,7 +5,7 @@
  * `relay_meta.schema_version` says which layout a database holds.
  *
  * Why the two functions look as they do:
- * - **Order per route.** `relay_enqueue_follows` first locks the rows of its routes in
+ * - **Order per route.** `relay_enqueue_readers` first locks the rows of its routes in
  *   `relay_routes` (an upsert locks them until commit), and only then takes ids from the
  *   sequence. Two transactions on one route therefore take their ids in the order they
  *   commit: a reader that read up to id N never finds a later commit with an id below N on
@@ -15,7 +15,16 @@
  *   batch was committing, in the order they arrived (store.ts). With each id it returns
  *   `follows`, the route's newest id queued before it, read under that lock: a reader that
  *   was sent up to `follows` is sent the message without reading it back (dispatch.ts).
- *   `relay_enqueue`, the same without `follows`, stays for relays of the previous release.
+ *   `relay_enqueue_follows` (without `readers`) and `relay_enqueue` (without `follows`
+ *   either) stay for relays of earlier releases.
+ * - **Who reads a route.** `relay_readers` holds a row per route and relay process that
+ *   has a reader of it; a relay process tells the others of a commit only when they read
+ *   its route, on their own channels (store.ts). `relay_enqueue_readers` returns those
+ *   processes with a route's first message, read under the route's row lock, and
+ *   `relay_watch` writes a reader's row under the same lock before the reader's first
+ *   read: an enqueue that committed first is found by that read, and one that commits
+ *   after finds the row. Rows of a relay process that stopped beating
+ *   (`relay_readers_beat`) go after a while.
  * - **Bounds in the same transaction.** A route's count is exact (its row is locked), and
  *   so is a connection's (one batch at a time per connection) and, when the per-address
  *   share is on, an address's (an advisory lock on it for the transaction). The
@@ -25,7 +34,8 @@
  *   their bound by at most the sends in flight (the relays' pool sizes times a batch).
  * - **No deadlock.** Every transaction takes its locks in one order: the sender's
  *   address, its routes sorted, then counter rows sorted (`relay_ack_many`: the routes of
- *   the acknowledgements it stores, sorted, then their counter rows sorted).
+ *   the acknowledgements it stores, sorted, then their counter rows sorted; `relay_watch`:
+ *   the routes sorted, then its own rows of `relay_readers`).
  * - **Acknowledgements together.** `relay_ack_many` removes the acknowledged messages of
  *   many routes in one transaction: a relay stores the acknowledgements that reached it
  *   while its previous ones were committing together, so a commit (and, with a
@@ -91,12 +101,22 @@ CREATE TABLE IF NOT EXISTS relay_roster (
 );
 CREATE INDEX IF NOT EXISTS relay_roster_heard ON relay_roster (heard_at);
 
-CREATE OR REPLACE FUNCTION relay_enqueue_follows(
+CREATE TABLE IF NOT EXISTS relay_readers (
+  route text NOT NULL,
+  instance text NOT NULL,
+  heard_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (route, instance)
+);
+CREATE INDEX IF NOT EXISTS relay_readers_instance ON relay_readers (instance);
+CREATE INDEX IF NOT EXISTS relay_readers_heard ON relay_readers (heard_at);
+
+CREATE OR REPLACE FUNCTION relay_enqueue_readers(
+  p_instance text,
   p_at bigint, p_routes text[], p_payloads text[], p_src text, p_origin text,
   p_route_max integer, p_messages_max bigint, p_bytes_max bigint,
   p_address_messages bigint, p_address_bytes bigint,
   p_connection_messages bigint, p_connection_bytes bigint
-) RETURNS TABLE (outcome text, id bigint, follows bigint)
+) RETURNS TABLE (outcome text, id bigint, follows bigint, readers text)
 LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   i integer;
@@ -138,6 +158,7 @@ BEGIN
       WHEN p_connection_messages IS NOT NULL AND (connection_messages >= p_connection_messages OR connection_bytes + size > p_connection_bytes) THEN 'perConnection'
       WHEN p_address_messages IS NOT NULL AND p_src IS NOT NULL AND (address_messages >= p_address_messages OR address_bytes + size > p_address_bytes) THEN 'perAddress'
     END;
+    readers := NULL;
     IF refusal IS NOT NULL THEN
       outcome := refusal;
       id := NULL;
@@ -150,6 +171,11 @@ BEGIN
         seen_routes := seen_routes || p_routes[i];
         seen_last := seen_last || (SELECT max(m.id) FROM relay_messages m WHERE m.route = p_routes[i]);
         k := array_length(seen_routes, 1);
+        -- The other relay processes that read the route, on the route's first message in
+        -- this call, read under its row lock as relay_watch writes them (see above).
+        IF p_instance IS NOT NULL THEN
+          readers := coalesce((SELECT string_agg(w.instance, ',') FROM relay_readers w WHERE w.route = p_routes[i] AND w.instance <> p_instance), '');
+        END IF;
       END IF;
       follows := seen_last[k];
       new_id := nextval('relay_ids');
@@ -178,7 +204,19 @@ BEGIN
 END
 $fn$;
 
--- What relays of the previous release call: the same, without \`follows\`.
+-- What relays of the previous release call: the same, without \`readers\`; and before
+-- them, without \`follows\`.
+CREATE OR REPLACE FUNCTION relay_enqueue_follows(
+  p_at bigint, p_routes text[], p_payloads text[], p_src text, p_origin text,
+  p_route_max integer, p_messages_max bigint, p_bytes_max bigint,
+  p_address_messages bigint, p_address_bytes bigint,
+  p_connection_messages bigint, p_connection_bytes bigint
+) RETURNS TABLE (outcome text, id bigint, follows bigint)
+LANGUAGE sql SET search_path FROM CURRENT AS $fn$
+  SELECT e.outcome, e.id, e.follows FROM relay_enqueue_readers(NULL, p_at, p_routes, p_payloads, p_src, p_origin, p_route_max, p_messages_max, p_bytes_max,
+    p_address_messages, p_address_bytes, p_connection_messages, p_connection_bytes) AS e
+$fn$;
+
 CREATE OR REPLACE FUNCTION relay_enqueue(
   p_at bigint, p_routes text[], p_payloads text[], p_src text, p_origin text,
   p_route_max integer, p_messages_max bigint, p_bytes_max bigint,
@@ -186,7 +224,7 @@ CREATE OR REPLACE FUNCTION relay_enqueue(
   p_connection_messages bigint, p_connection_bytes bigint
 ) RETURNS TABLE (outcome text, id bigint)
 LANGUAGE sql SET search_path FROM CURRENT AS $fn$
-  SELECT e.outcome, e.id FROM relay_enqueue_follows(p_at, p_routes, p_payloads, p_src, p_origin, p_route_max, p_messages_max, p_bytes_max,
+  SELECT e.outcome, e.id FROM relay_enqueue_readers(NULL, p_at, p_routes, p_payloads, p_src, p_origin, p_route_max, p_messages_max, p_bytes_max,
     p_address_messages, p_address_bytes, p_connection_messages, p_connection_bytes) AS e
 $fn$;
 
@@ -197,7 +235,7 @@ DECLARE
   freed bigint;
   left_over integer;
 BEGIN
-  -- The route's row first, in the order relay_enqueue_follows locks.
+  -- The route's row first, in the order relay_enqueue_readers locks.
   PERFORM 1 FROM relay_routes r WHERE r.route = p_route FOR UPDATE;
   IF NOT FOUND THEN
     RETURN 0;
@@ -231,7 +269,7 @@ BEGIN
   -- again, which receivers discard by (from, msg_id); the next synchronous commit (any
   -- enqueue) flushes it anyway.
   PERFORM set_config('synchronous_commit', 'off', true);
-  -- The routes' rows first, sorted, then counter rows sorted: the order relay_enqueue_follows locks in.
+  -- The routes' rows first, sorted, then counter rows sorted: the order relay_enqueue_readers locks in.
   PERFORM 1 FROM relay_routes r WHERE r.route = ANY (p_routes) ORDER BY r.route FOR UPDATE;
   WITH gone AS (
     DELETE FROM relay_messages m
@@ -254,6 +292,34 @@ BEGIN
           FROM unnest(gone_routes, gone_bytes) AS g(route, bytes) GROUP BY 1) AS c
     WHERE t.shard = c.shard;
   RETURN QUERY SELECT g.route, g.id FROM unnest(gone_routes, gone_ids) AS g(route, id);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION relay_watch(p_instance text, p_routes text[]) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $fn$
+BEGIN
+  -- The routes' rows first, sorted, locked as relay_enqueue_readers locks them: an enqueue
+  -- that holds one commits before this goes on (the reader's first read, after this
+  -- commits, finds its message), and one that comes after finds this reader.
+  INSERT INTO relay_routes AS r (route, messages, bytes)
+    SELECT DISTINCT u.route, 0, 0 FROM unnest(p_routes) AS u(route) ORDER BY 1
+    ON CONFLICT (route) DO UPDATE SET messages = r.messages;
+  INSERT INTO relay_readers AS w (route, instance)
+    SELECT DISTINCT u.route, p_instance FROM unnest(p_routes) AS u(route)
+    ON CONFLICT (route, instance) DO UPDATE SET heard_at = now();
+  DELETE FROM relay_routes r WHERE r.route = ANY (p_routes) AND r.messages = 0;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION relay_readers_beat(p_instance text, p_routes text[], p_stale_ms bigint) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $fn$
+BEGIN
+  -- Nothing waits on it: a beat lost in a crash is made again at the next.
+  PERFORM set_config('synchronous_commit', 'off', true);
+  DELETE FROM relay_readers w WHERE w.instance = p_instance AND w.route <> ALL (p_routes);
+  UPDATE relay_readers w SET heard_at = now() WHERE w.instance = p_instance;
+  -- The rows of relay processes that stopped beating: they no longer hear notices.
+  DELETE FROM relay_readers w WHERE w.heard_at < now() - p_stale_ms * interval '1 millisecond';
 END
 $fn$;
 `;

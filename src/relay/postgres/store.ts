@@ -7,10 +7,13 @@
  * acknowledgement goes to the database. What it holds is per connection: the cursor and
  * the window of each reader.
  *
- * A relay learns of messages other relays committed from NOTIFY: after each commit it
- * names the route on one channel (one notice per tick, notice.ts), carrying the messages
- * when they fit, with the route's id each follows; every relay sends carried messages to
- * its readers that were sent everything before them, and reads the store for the rest. A
+ * A relay learns of messages other relays committed from NOTIFY. Each relay process
+ * keeps a row in `relay_readers` for every route it has a reader of (`watch`), and after
+ * a commit the relay that made it tells only the processes the enqueue named as readers
+ * of the route, each on its own channel (one notice per process and tick, notice.ts),
+ * carrying the messages when they fit, with the route's id each follows; a relay sends
+ * carried messages to its readers that were sent everything before them, and reads the
+ * store for the rest. Roster changes go on the channel every relay of the schema hears. A
  * notice is only news; missing one delays a delivery, never loses it: every relay looks at
  * all its routes again when its listening connection comes back, and every
  * `RESYNC_EVERY_MS`.
@@ -33,10 +36,24 @@ import { createRelayTables, relayKeyMeta } from './schema.js';
 const RESYNC_EVERY_MS = 15_000;
 /** How often the counts behind `stats()` are read from the database. */
 const STATS_EVERY_MS = 2_000;
+/** How often a relay process says its rows of `relay_readers` are still its readers. */
+const READERS_BEAT_MS = 20_000;
+/** Rows of a relay process that has not beaten for this long go (it stopped, or lost its database). */
+const READERS_STALE_MS = 5 * READERS_BEAT_MS;
+/** Routes one `relay_watch` call writes at most (watching again after an outage). */
+const WATCH_BATCH_ROUTES = 1_000;
 
 
 const messageRow = z.object({ id: int8, at: int8, payload: z.string(), bytes: z.number().int().min(0) });
-const enqueueRow = z.object({ outcome: z.enum(['enqueued', 'routeMessages', 'messages', 'bytes', 'perAddress', 'perConnection']), id: int8.nullable(), follows: int8.nullable() });
+const enqueueRow = z.object({
+  outcome: z.enum(['enqueued', 'routeMessages', 'messages', 'bytes', 'perAddress', 'perConnection']),
+  id: int8.nullable(),
+  follows: int8.nullable(),
+  /** Other relay processes reading the route, comma-separated; null on a route's later rows of one call, and on refusals. */
+  readers: z.string().nullable(),
+});
+/** A relay process's instance name, as `PostgresStore.instance` makes them. */
+const INSTANCE = /^[A-Za-z0-9_-]{12}$/;
 const countRow = z.object({ messages: int8, bytes: int8 });
 const statsRow = z.object({ routes: int8, messages: int8, bytes: int8 });
 const expiredRow = z.object({ route: z.string(), ids: z.array(int8) });
@@ -49,6 +66,17 @@ interface WaitingSend {
   bytes: number;
   resolve(result: EnqueueResult): void;
   reject(err: unknown): void;
+}
+
+/** A committed message and the other relay processes that read its route. */
+interface TargetedMessage extends NoticedMessage {
+  readers: readonly string[];
+}
+
+interface PendingNews {
+  /** Per relay process, per route it reads, the messages committed to it this tick. */
+  readers: Map<string, Map<string, NoticedMessage[]>>;
+  roster: Set<string>;
 }
 
 interface SendBatch {
@@ -97,9 +125,19 @@ function takeBatch(waiting: WaitingSend[]): WaitingSend[] {
   return waiting.splice(0, count);
 }
 
-/** The channel of one schema: relays on other schemas of the database do not wake each other. */
+/** The channel of one schema, which every relay of it hears: relays on other schemas of the database do not wake each other. */
 export function channelOf(schema: string): string {
   return `interlink_relay_${createHmac('sha256', 'interlink-relay-channel').update(schema).digest('hex').slice(0, 16)}`;
+}
+
+/** The channel of one relay process of the schema: notices of commits to routes it reads. */
+export function instanceChannelOf(schema: string, instance: string): string {
+  return `${channelOf(schema)}_${instance}`;
+}
+
+/** The readers column of an enqueue row: the relay processes it names (pure); names that are not instance names are left out. */
+export function readersOf(column: string): string[] {
+  return column === '' ? [] : column.split(',').filter((name) => INSTANCE.test(name));
 }
 
 export interface PostgresStoreOptions {
@@ -118,8 +156,12 @@ export class PostgresStore implements QueueStore {
   private readonly reconnectListeners: (() => void)[] = [];
   private counts: QueueStats = { routes: 0, messages: 0, bytes: 0 };
   private readonly timers: NodeJS.Timeout[] = [];
-  /** What the next notice tells: per route, the messages committed to it, and roster entries. */
-  private pendingNews: { queues: Map<string, NoticedMessage[]>; roster: Set<string> } | undefined;
+  /** What the next notices tell: per relay process, the messages committed to the routes it reads; and roster entries. */
+  private pendingNews: PendingNews | undefined;
+  /** Routes this process has a reader of, which its rows of `relay_readers` name. */
+  private readonly watching = new Set<string>();
+  /** Of those, the ones whose row may be missing (its write failed): written again at the next beat. */
+  private readonly unwatched = new Set<string>();
   /** Tags notices, so that other relays send the messages they carry (notice.ts). */
   private readonly noticeKey: Buffer;
   /** Per connection, the sends waiting for its batch under way to commit. */
@@ -146,24 +188,29 @@ export class PostgresStore implements QueueStore {
     readonly limits: QueueLimits,
     private readonly now: () => number,
     private readonly onCommit: ((seconds: number) => void) | undefined,
-    private readonly channel: string,
+    private readonly schema: string,
     private readonly sourceKey: Buffer,
   ) {
     this.calls = new DatabaseCalls(sql);
+    this.channel = channelOf(schema);
     this.noticeKey = createHmac('sha256', sourceKey).update('interlink-relay-notice').digest();
-    // Reads refused during the outage are made again, and the roster is read again.
+    // Readers' rows whose writes failed are written again, reads refused during the outage
+    // are made again, and the roster is read again.
     this.calls.onBack = () => {
-      this.events?.resync();
+      for (const route of this.watching) this.unwatched.add(route);
+      void this.watchAgain().finally(() => this.events?.resync());
       for (const listener of this.reconnectListeners) listener();
     };
   }
+
+  private readonly channel: string;
 
   /** Connects, makes the tables if the database has none, and starts listening. */
   static async open(options: PostgresStoreOptions): Promise<PostgresStore> {
     const sql = connect(options.url);
     try {
       const { schema, sourceKey } = await guarded(() => prepare(sql, options.now()));
-      const store = new PostgresStore(sql, options.limits, options.now, options.onCommit, channelOf(schema), sourceKey);
+      const store = new PostgresStore(sql, options.limits, options.now, options.onCommit, schema, sourceKey);
       await store.start();
       return store;
     } catch (err) {
@@ -174,7 +221,9 @@ export class PostgresStore implements QueueStore {
   }
 
   private async start(): Promise<void> {
-    const listening = await guarded(() =>
+    // Both channels are heard on the one listening connection, subscribed again together after each reconnect.
+    const own = await guarded(() => this.sql.listen(instanceChannelOf(this.schema, this.instance), (payload) => this.onNotice(payload)));
+    const shared = await guarded(() =>
       this.sql.listen(
         this.channel,
         (payload) => this.onNotice(payload),
@@ -185,10 +234,60 @@ export class PostgresStore implements QueueStore {
         },
       ),
     );
-    this.unlisten = () => listening.unlisten();
+    this.unlisten = async () => {
+      await Promise.allSettled([own.unlisten(), shared.unlisten()]);
+    };
     await this.refresh();
     this.every(RESYNC_EVERY_MS, () => this.events?.resync());
     this.every(STATS_EVERY_MS, () => void this.refresh().catch((err: unknown) => log.debug('relay_db_stats_failed', { error: databaseError(err).message })));
+    this.every(READERS_BEAT_MS, () => void this.beat().catch((err: unknown) => log.debug('relay_db_beat_failed', { error: databaseError(err).message })));
+  }
+
+  /**
+   * This process has a reader of `route` now: its row in `relay_readers` is written, under
+   * the route's lock, before the reader's first read (resolves then), so every commit to
+   * the route is either found by that read or tells this process. A failed write is made
+   * again at the next beat, or when the database is back; until then the reader hears of
+   * other relays' commits at the resync.
+   */
+  async watch(route: string): Promise<void> {
+    this.watching.add(route);
+    this.unwatched.delete(route);
+    try {
+      await this.calls.call(() => this.sql`SELECT relay_watch(${this.instance}, ${[route]}::text[])`);
+    } catch (err) {
+      if (this.watching.has(route)) this.unwatched.add(route);
+      log.debug('relay_db_watch_failed', { route, error: databaseError(err).message });
+    }
+  }
+
+  /** No reader of `route` is left here: its row goes (a row left behind goes at the next beat). */
+  unwatch(route: string): void {
+    this.watching.delete(route);
+    this.unwatched.delete(route);
+    void this.calls
+      .call(() => this.sql`DELETE FROM relay_readers WHERE instance = ${this.instance} AND route = ${route}`)
+      .catch((err: unknown) => log.debug('relay_db_unwatch_failed', { route, error: databaseError(err).message }));
+  }
+
+  /** Writes the rows that may be missing, a batch at a time, each under its routes' locks. */
+  private async watchAgain(): Promise<void> {
+    while (this.unwatched.size > 0 && !this.released) {
+      const routes = [...this.unwatched].slice(0, WATCH_BATCH_ROUTES);
+      for (const route of routes) this.unwatched.delete(route);
+      try {
+        await this.calls.call(() => this.sql`SELECT relay_watch(${this.instance}, ${routes}::text[])`);
+      } catch (err) {
+        for (const route of routes) if (this.watching.has(route)) this.unwatched.add(route);
+        throw err;
+      }
+    }
+  }
+
+  /** Keeps this process's rows alive and exact, and removes those of processes that stopped beating. */
+  private async beat(): Promise<void> {
+    await this.watchAgain();
+    await this.calls.call(() => this.sql`SELECT relay_readers_beat(${this.instance}, ${[...this.watching]}::text[], ${READERS_STALE_MS})`);
   }
 
   private every(ms: number, run: () => void): void {
@@ -208,7 +307,7 @@ export class PostgresStore implements QueueStore {
   }
 
   private onNotice(payload: string): void {
-    // This relay's own notices come back too: told already, they need no tag checked.
+    // This relay's own roster notices come back too: told already, they need no tag checked.
     if (payload.startsWith(`${this.instance}\n`)) return;
     const notice = parseNotice(payload, this.noticeKey);
     if (notice === undefined) return;
@@ -223,20 +322,30 @@ export class PostgresStore implements QueueStore {
   }
 
   /**
-   * The other relays hear of these messages with the next notice, which carries them when
-   * they fit (notice.ts); a route whose messages do not fit is named for a read.
+   * The relay processes that read these messages' routes hear of them with their next
+   * notice, which carries them when they fit (notice.ts); a route whose messages do not
+   * fit is named for a read. A route no other process reads is told to none.
    */
-  private announceCommitted(messages: readonly NoticedMessage[]): void {
+  private announceCommitted(messages: readonly TargetedMessage[]): void {
+    if (!messages.some((m) => m.readers.length > 0)) return;
     const news = this.news();
     if (news === undefined) return;
-    for (const message of messages) news.queues.set(message.route, [...(news.queues.get(message.route) ?? []), message]);
+    for (const { readers, ...message } of messages) {
+      for (const reader of readers) {
+        let queues = news.readers.get(reader);
+        if (queues === undefined) news.readers.set(reader, (queues = new Map()));
+        const listed = queues.get(message.route);
+        if (listed === undefined) queues.set(message.route, [message]);
+        else listed.push(message);
+      }
+    }
   }
 
-  /** What the notice sent at the end of this tick will tell (one notice for all this tick's commits). */
-  private news(): { queues: Map<string, NoticedMessage[]>; roster: Set<string> } | undefined {
+  /** What the notices sent at the end of this tick will tell (one notice per listener for all this tick's commits). */
+  private news(): PendingNews | undefined {
     if (this.released) return undefined;
     if (this.pendingNews === undefined) {
-      this.pendingNews = { queues: new Map(), roster: new Set() };
+      this.pendingNews = { readers: new Map(), roster: new Set() };
       setImmediate(() => this.flushNotices());
     }
     return this.pendingNews;
@@ -246,9 +355,13 @@ export class PostgresStore implements QueueStore {
     const news = this.pendingNews;
     this.pendingNews = undefined;
     if (news === undefined || this.released) return;
-    for (const notice of formatNotices(this.instance, this.noticeKey, news)) {
-      void this.calls.call(() => this.sql.notify(this.channel, notice)).catch((err: unknown) => log.debug('relay_db_notify_failed', { error: databaseError(err).message }));
+    const notify = (channel: string, notice: string) =>
+      void this.calls.call(() => this.sql.notify(channel, notice)).catch((err: unknown) => log.debug('relay_db_notify_failed', { error: databaseError(err).message }));
+    for (const [reader, queues] of news.readers) {
+      const channel = instanceChannelOf(this.schema, reader);
+      for (const notice of formatNotices(this.instance, this.noticeKey, { queues, roster: new Set() })) notify(channel, notice);
     }
+    if (news.roster.size > 0) for (const notice of formatNotices(this.instance, this.noticeKey, { queues: new Map(), roster: news.roster })) notify(this.channel, notice);
   }
 
   stats(): QueueStats {
@@ -353,16 +466,19 @@ export class PostgresStore implements QueueStore {
     const connection = await this.connectionShare(key, sends);
     const rows = await this.timed(
       () => this.sql`
-        SELECT outcome, id, follows FROM relay_enqueue_follows(
-          ${this.now()}, ${sends.map((s) => s.route)}::text[], ${sends.map((s) => s.payload)}::text[],
+        SELECT outcome, id, follows, readers FROM relay_enqueue_readers(
+          ${this.instance}, ${this.now()}, ${sends.map((s) => s.route)}::text[], ${sends.map((s) => s.payload)}::text[],
           ${this.srcOf(origin.address)}, ${key},
           ${this.limits.routeMessages}, ${this.limits.messages}, ${this.limits.bytes},
           ${address?.messages ?? null}, ${address?.bytes ?? null},
           ${connection?.messages ?? null}, ${connection?.bytes ?? null})`,
     );
     if (rows.length !== sends.length) throw new InterlinkError('storage', `the relay database answered ${rows.length} of ${sends.length} sends`);
-    const results = rows.map((row): EnqueueResult => {
+    // Each route's readers come with its first message of the call.
+    const readers = new Map<string, string[]>();
+    const results = rows.map((row, i): EnqueueResult => {
       const parsed = enqueueRow.parse(row);
+      if (parsed.readers !== null && !readers.has(sends[i]!.route)) readers.set(sends[i]!.route, readersOf(parsed.readers));
       if (parsed.outcome !== 'enqueued') return { outcome: 'queue_full', limit: parsed.outcome };
       if (parsed.id === null) throw new InterlinkError('storage', 'the relay database enqueued a message without an id');
       return { outcome: 'enqueued', id: parsed.id, follows: parsed.follows };
@@ -374,7 +490,10 @@ export class PostgresStore implements QueueStore {
       const bound = this.heldBound.get(key);
       if (bound !== undefined) this.heldBound.set(key, { messages: bound.messages + stored.length, bytes: bound.bytes + bytes });
       this.announceCommitted(
-        results.flatMap((result, i) => (result.outcome === 'enqueued' ? [{ route: sends[i]!.route, follows: result.follows ?? null, id: result.id, payload: sends[i]!.payload }] : [])),
+        results.flatMap((result, i) => {
+          const route = sends[i]!.route;
+          return result.outcome === 'enqueued' ? [{ route, follows: result.follows ?? null, id: result.id, payload: sends[i]!.payload, readers: readers.get(route) ?? [] }] : [];
+        }),
       );
     }
     return results;
@@ -476,6 +595,8 @@ export class PostgresStore implements QueueStore {
     if (this.released) return;
     this.flushNotices();
     this.released = true;
+    // Other relays stop telling this one of their commits (left behind, the rows go once stale).
+    await this.calls.call(() => this.sql`DELETE FROM relay_readers WHERE instance = ${this.instance}`).catch(() => undefined);
     this.calls.close();
     for (const timer of this.timers) clearInterval(timer);
     await this.unlisten?.().catch(() => undefined);
