@@ -198,7 +198,9 @@ export class PostgresStore implements QueueStore {
     // are made again, and the roster is read again.
     this.calls.onBack = () => {
       for (const route of this.watching) this.unwatched.add(route);
-      void this.watchAgain().finally(() => this.events?.resync());
+      void this.watchAgain()
+        .catch((err: unknown) => log.debug('relay_db_watch_failed', { error: databaseError(err).message }))
+        .finally(() => this.events?.resync());
       for (const listener of this.reconnectListeners) listener();
     };
   }
