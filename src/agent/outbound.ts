@@ -3,8 +3,9 @@
  * it, then it is `bus_accepted`. A relay reached at several addresses (URLs that pin one
  * key, relay/relay-groups.ts) is one relay here: the message is offered to one connected
  * address of it, the one the recipient's session reads through when it can
- * (`sendingMember`), and once one of them accepted it, it is not offered to the others. Runs on every new message, on every relay
- * (re)connection, once a second while messages are pending, and every 30 s otherwise. A
+ * (`sendingMember`), and once one of them accepted it, it is not offered to the others.
+ * Runs on every new message, on every relay (re)connection, once a second while messages
+ * are pending, and every 30 s otherwise. A
  * message that every configured relay refuses for a reason that cannot change (too
  * large, a malformed route) leaves the loop as `delivery_failed` with the relays' reason,
  * instead of being offered forever.
