@@ -1,7 +1,9 @@
 /**
- * The notices relays of one PostgreSQL database send each other on their channel
- * (DESIGN.md "The relay": "Where the queues live"). A notice is news, never the record: a
- * relay that misses one, or cannot trust one, finds the same messages by reading the store.
+ * The notices relays of one PostgreSQL database send each other: of commits, on the own
+ * channel of each relay process that reads the route; of roster changes, on the channel
+ * they all hear (DESIGN.md "The relay": "Where the queues live"). A notice is news, never
+ * the record: a relay that misses one, or cannot trust one, finds the same messages by
+ * reading the store.
  *
  * Text, one NOTIFY payload (at most `NOTICE_BYTES`):
  *
