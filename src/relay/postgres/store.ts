@@ -182,6 +182,8 @@ export class PostgresStore implements QueueStore {
   private released = false;
   /** Every call after the start goes through here: refused at once while the database is down. */
   readonly calls: DatabaseCalls;
+  /** The schema's channel, which every relay of it hears (roster changes, and relays of earlier releases). */
+  private readonly channel: string;
 
   private constructor(
     readonly sql: Sql,
@@ -204,8 +206,6 @@ export class PostgresStore implements QueueStore {
       for (const listener of this.reconnectListeners) listener();
     };
   }
-
-  private readonly channel: string;
 
   /** Connects, makes the tables if the database has none, and starts listening. */
   static async open(options: PostgresStoreOptions): Promise<PostgresStore> {
