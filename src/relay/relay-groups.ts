@@ -6,16 +6,21 @@
  * them reads the session's route (each would deliver every message). The others stay
  * connected, so when the address in use drops, the next one carries on at once.
  *
- * Which address a session uses is a pure choice (`preferredOrder`): the addresses of a
- * group in an order rotated by the session's route, so the sessions of many agents spread
- * over the relays without a balancer, and one session reads and sends through one relay
- * while it answers.
+ * Which address a session uses is a pure choice (`preferredOrder`): each address of a group
+ * is scored by a hash of the session's route and the address, highest first (rendezvous
+ * hashing). So the sessions of many agents spread over the relays without a balancer, one
+ * session reads and sends through one relay while it answers, the order does not depend
+ * on how a person happened to list the URLs (a sender and its recipient agree on the
+ * recipient's address whatever their INTERLINK_URL orders), and an address added to or
+ * removed from a group moves only the sessions that come to prefer it or preferred it.
  */
 import { createHash } from 'node:crypto';
 import { relayEndpoint, type RelayEndpoint } from '../config/relay-url.js';
 
 /** What a group needs of a relay connection (RelayClient). */
 export interface GroupMember {
+  /** The URL, without its fragment (RelayClient.url): what orders a group's members. */
+  readonly url: string;
   /** The relay this URL reaches: its pinned key, else the URL (RelayClient.relay). */
   readonly relay: string;
   readonly connected: boolean;
@@ -46,11 +51,22 @@ export function groupByRelay<T extends { relay: string }>(members: readonly T[])
   return [...groups.values()];
 }
 
-/** The group's members rotated by `seed` (pure): the order in which a session prefers them. */
-export function preferredOrder<T>(members: readonly T[], seed: string): T[] {
+/** An address's score for a session (pure): a hash of both, as a number below 2^48. */
+export function preference(seed: string, address: string): number {
+  return createHash('sha256').update(seed).update('\n').update(address).digest().readUIntBE(0, 6);
+}
+
+/**
+ * The group's members in the order a session seeded by `seed` prefers them (pure): by
+ * `preference(seed, address)`, highest first, ties in the order given. The same set of
+ * addresses gives the same order however it is listed.
+ */
+export function preferredOrder<T extends { url: string }>(members: readonly T[], seed: string): T[] {
   if (members.length < 2) return [...members];
-  const start = createHash('sha256').update(seed).digest().readUInt32LE(0) % members.length;
-  return [...members.slice(start), ...members.slice(0, start)];
+  return members
+    .map((member, index) => ({ member, index, score: preference(seed, member.url) }))
+    .sort((a, b) => b.score - a.score || a.index - b.index)
+    .map((scored) => scored.member);
 }
 
 /**
@@ -71,14 +87,14 @@ export function electReader<T extends { connected: boolean; reads: boolean }>(or
 export const PREFERRED_GRACE_MS = 2_000;
 
 /**
- * The member a message to the route `to` is offered to now (pure), given the group in the
- * order its URLs are listed: the first connected one in the order the recipient's session
- * prefers (`preferredOrder` seeded by its route), which is the address it reads through
- * when it lists the same URLs and they are up. The relay process that reads the route then
+ * The member a message to the route `to` is offered to now (pure): the first connected one
+ * in the order the recipient's session prefers (`preferredOrder` seeded by its route),
+ * which is the address it reads through when it lists the same addresses (in any order)
+ * and they are up. The relay process that reads the route then
  * commits the message and hands it to its reader itself, and no other relay process has
  * to be told (postgres/store.ts). Any member would do: they share one store.
  */
-export function sendingMember<T extends { connected: boolean }>(listed: readonly T[], to: string): T | undefined {
+export function sendingMember<T extends { connected: boolean; url: string }>(listed: readonly T[], to: string): T | undefined {
   return preferredOrder(listed, to).find((m) => m.connected);
 }
 

@@ -2,11 +2,18 @@
 import { EventEmitter } from 'node:events';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { electReader, groupByRelay, preferredOrder, RelayGroups, relayOf, sendingMember, soleAddresses } from '../../src/relay/relay-groups.js';
+import { electReader, groupByRelay, preference, preferredOrder, RelayGroups, relayOf, sendingMember, soleAddresses } from '../../src/relay/relay-groups.js';
 import { until } from '../helpers/relay-test-client.js';
 
 const K = 'nwfr9cKLa7DKMshEju5PcIOTiAN7yw46kwH-pnmbeAo';
 const L = 'oUhl-zo_NXN0v-59F3ciSIxApCYGT0Ch2psC3RjvuGk';
+
+const urls = (n: number) => Array.from({ length: n }, (_, i) => ({ url: `ws://10.0.0.${i}:9440` }));
+/** The items sorted by `keys` (distinct, at least one per item): any permutation, as fast-check picks the keys. */
+const shuffled = <T>(items: readonly T[], keys: readonly number[]): T[] =>
+  items.map((item, i) => ({ item, k: keys[i]! })).sort((a, b) => a.k - b.k).map((x) => x.item);
+/** Sort keys for `shuffled`. */
+const permutation = fc.uniqueArray(fc.nat(), { minLength: 6, maxLength: 6 });
 
 describe('grouping', () => {
   it('makes URLs that pin one key one relay, and every other URL a relay of its own', () => {
@@ -21,28 +28,46 @@ describe('grouping', () => {
     expect(groupByRelay(members).map((g) => g.map((m) => m.url))).toEqual([['ws://a', 'ws://c'], ['ws://b']]);
   });
 
-  it('orders a group by rotation only, the same for the same session, and spreads sessions over the addresses', () => {
+  it('orders a group by the session and the addresses alone: a permutation of the group, the same however the URLs are listed', () => {
     fc.assert(
-      // Distinct members, so where the rotation starts is known from its first member.
-      fc.property(fc.uniqueArray(fc.integer(), { minLength: 1, maxLength: 6 }), fc.string(), (members, seed) => {
+      fc.property(fc.integer({ min: 1, max: 6 }), permutation, fc.string(), (n, perm, seed) => {
+        const members = urls(n);
         const ordered = preferredOrder(members, seed);
-        expect(preferredOrder(members, seed)).toEqual(ordered);
-        const start = members.indexOf(ordered[0]!);
-        expect(ordered).toEqual([...members.slice(start), ...members.slice(0, start)]);
+        expect([...ordered].sort((a, b) => a.url.localeCompare(b.url))).toEqual(members);
+        expect(preferredOrder(shuffled(members, perm), seed).map((m) => m.url)).toEqual(ordered.map((m) => m.url));
+        // Highest score first.
+        const scores = ordered.map((m) => preference(seed, m.url));
+        expect(scores).toEqual([...scores].sort((a, b) => b - a));
       }),
     );
+  });
+
+  it('moves only the sessions that come to prefer an added address, and only those that preferred a removed one', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 5 }), fc.string(), (n, seed) => {
+        const members = urls(n + 1);
+        const before = preferredOrder(members.slice(0, n), seed);
+        const after = preferredOrder(members, seed);
+        // The others keep their order among themselves: a session that does not now prefer the new address keeps its first choice.
+        expect(after.filter((m) => m !== members[n])).toEqual(before);
+        if (after[0] !== members[n]) expect(after[0]).toBe(before[0]);
+      }),
+    );
+  });
+
+  it('spreads sessions over the addresses', () => {
     const firsts = new Map<string, number>();
     for (let i = 0; i < 400; i++) {
-      const first = preferredOrder(['ws://a', 'ws://b'], `${K}#s${i}`)[0]!;
+      const first = preferredOrder(urls(2), `${K}#s${i}`)[0]!.url;
       firsts.set(first, (firsts.get(first) ?? 0) + 1);
     }
     // Not a timing bound: 400 sessions, each address first for at least a quarter of them.
-    expect(Math.min(firsts.get('ws://a') ?? 0, firsts.get('ws://b') ?? 0)).toBeGreaterThan(100);
+    expect(Math.min(...urls(2).map((m) => firsts.get(m.url) ?? 0))).toBeGreaterThan(100);
   });
 });
 
 describe('electing the address that reads and the one that sends', () => {
-  const states = fc.array(fc.record({ connected: fc.boolean(), reads: fc.boolean() }), { maxLength: 5 });
+  const states = fc.array(fc.record({ connected: fc.boolean(), reads: fc.boolean() }), { maxLength: 6 });
 
   it('keeps a connected reader, else starts the first connected address, else none', () => {
     fc.assert(
@@ -59,19 +84,19 @@ describe('electing the address that reads and the one that sends', () => {
     );
   });
 
-  it("sends through the first connected address in the recipient's order: the one the recipient reads through when it sees the same addresses up", () => {
+  it("sends through the first connected address in the recipient's order: the one the recipient reads through when it sees the same addresses up, listed in any order", () => {
     fc.assert(
-      fc.property(states, fc.string(), (listed, to) => {
+      fc.property(states, fc.string(), permutation, (group, to, perm) => {
+        const listed = group.map((m, i) => ({ ...m, url: `ws://r${i}:9440` }));
         const sender = sendingMember(listed, to);
         expect(sender).toBe(preferredOrder(listed, to).find((m) => m.connected));
         if (listed.every((m) => !m.connected)) expect(sender).toBeUndefined();
-        // The recipient's session (seeded by its route, reading nowhere yet) elects that same address, once its start's wait is over.
+        // The recipient's session (seeded by its route, reading nowhere yet, its URLs in another order) elects that same address, once its start's wait is over.
         const recipient = new RelayGroups(
-          listed.map((m) => ({ ...m, relay: 'K', reads: false, read: () => undefined, on: () => undefined })),
+          shuffled(listed, perm).map((m) => ({ ...m, relay: 'K', reads: false, read: () => undefined, on: () => undefined })),
           to,
         );
-        const elected = electReader(recipient.groups[0] ?? []);
-        expect(elected === undefined ? undefined : listed[recipient.listed[0]!.indexOf(elected)]).toBe(sender);
+        expect(electReader(recipient.groups[0] ?? [])?.url).toBe(sender?.url);
       }),
     );
   });
@@ -93,7 +118,10 @@ describe('electing the address that reads and the one that sends', () => {
     class Member extends EventEmitter {
       connected = false;
       reads = false;
-      constructor(readonly relay: string) {
+      constructor(
+        readonly relay: string,
+        readonly url: string,
+      ) {
         super();
       }
       read(): void {
@@ -111,7 +139,7 @@ describe('electing the address that reads and the one that sends', () => {
     }
     /** A group of two whose preferred address (for this seed) is `first`. */
     const started = (graceMs: number) => {
-      const members = [new Member('K'), new Member('K')];
+      const members = [new Member('K', 'ws://a'), new Member('K', 'ws://b')];
       const groups = new RelayGroups(members, 'route-seed');
       groups.start(graceMs);
       const [first, second] = groups.groups[0]!;
