@@ -187,6 +187,37 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     }
   });
 
+  it("note a reader only after a commit that read the route's readers before it: the reader's first read finds that commit, though no notice names it", async () => {
+    const store = await pgStoreUrl();
+    const b = await relayOn(store);
+    const sql = postgres(store, { max: 1, onnotice: () => undefined });
+    const probe = postgres(store, { max: 1, onnotice: () => undefined });
+    const reader = newReader();
+    try {
+      let onB: TestClient | undefined;
+      // Another relay process's enqueue, stopped before its commit: it locked the route and
+      // read its readers (none yet), so its commit will tell no one.
+      await sql.begin(async (tx) => {
+        const [row] = await tx`SELECT outcome, readers FROM relay_enqueue_readers('AAAAAAAAAAAA', ${Date.now()}, ${[reader.route]}::text[],
+          ${[JSON.stringify({ n: 1 })]}::text[], NULL, NULL, 100, 1000000, 1000000000, NULL, NULL, NULL, NULL)`;
+        expect(row).toEqual({ outcome: 'enqueued', readers: '' });
+        // B gets its first reader of the route now: noting it waits for the route's lock.
+        onB = await connect(b);
+        await onB.auth(reader);
+        await eventually(async () => {
+          const [waiting] = await probe`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%relay_watch%'`;
+          return waiting?.n === 1 ? true : undefined;
+        }, 10_000, "B's relay_watch waiting for the route's lock");
+        expect(onB.deliveries(reader.route)).toEqual([]);
+      });
+      // Committed: B's row is written after it, and the reader's first read comes after that.
+      const [delivered] = await onB!.waitForDeliveries(1, reader.route, NOTICE_DEADLINE_MS);
+      expect(delivered!.payload).toEqual({ n: 1 });
+    } finally {
+      await Promise.all([sql.end({ timeout: 5 }), probe.end({ timeout: 5 })]);
+    }
+  });
+
   it("keep relay_readers honest: a process's beat keeps its rows and drops those of readers it no longer has, rows of a process that stopped beating go, and names that are not relay instances are never a channel", async () => {
     const store = await pgStoreUrl();
     await relayOn(store);
