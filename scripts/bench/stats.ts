@@ -122,6 +122,17 @@ export function formatRatioAgainst(ratio: number, goal: number): string {
   return short === formatRatio(goal) && ratio !== goal ? `${ratio.toFixed(3)}×` : short;
 }
 
+/**
+ * The spread of per-round ratios, lowest to highest ("0.81–0.97×"; one round: its ratio):
+ * printed beside a median so a reader sees how far one run of this machine can move it.
+ */
+export function formatRatioRange(ratios: readonly number[]): string {
+  if (ratios.length === 0) return '–';
+  const low = Math.min(...ratios);
+  const high = Math.max(...ratios);
+  return low === high ? formatRatio(low) : `${formatRatio(low).slice(0, -1)}–${formatRatio(high)}`;
+}
+
 export function formatMicros(ms: number): string {
   return (ms * 1000).toFixed(ms * 1000 >= 100 ? 0 : 1);
 }
