@@ -90,9 +90,9 @@ export const PREFERRED_GRACE_MS = 2_000;
  * The member a message to the route `to` is offered to now (pure): the first connected one
  * in the order the recipient's session prefers (`preferredOrder` seeded by its route),
  * which is the address it reads through when it lists the same addresses (in any order)
- * and they are up. The relay process that reads the route then
- * commits the message and hands it to its reader itself, and no other relay process has
- * to be told (postgres/store.ts). Any member would do: they share one store.
+ * and they are up. The relay process that reads the route then commits the message and
+ * hands it to its reader itself, and no other relay process has to be told
+ * (postgres/store.ts). Any member would do: they share one store.
  */
 export function sendingMember<T extends { connected: boolean; url: string }>(listed: readonly T[], to: string): T | undefined {
   return preferredOrder(listed, to).find((m) => m.connected);
