@@ -167,7 +167,7 @@ export class Agent {
         refused: async (wire, code) => receipts?.refused(wire, code),
       },
     });
-    const outbound = new Outbound(outbox, groups.listed, options.unsealed === true ? wireOf : (envelope) => offerable(identity.signingKey, envelope));
+    const outbound = new Outbound(outbox, groups.groups, options.unsealed === true ? wireOf : (envelope) => offerable(identity.signingKey, envelope));
     receipts = new ReceiptSender({ identity, relays, trust: () => peerWatch.trust(), sticky, enabled: options.unsealed !== true });
     agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, peerWatch, sticky, new SendClock(await outbox.lastTimestamp()), replay, receipts);
     // Read peers.json once now, so a damaged one is reported (and moved aside) at start, not at the first message.

@@ -48,9 +48,9 @@ export class Outbound {
   );
 
   /**
-   * `groups`: the session's relays, each the addresses of one relay in the order they are
-   * listed (RelayGroups.listed; a relay at one address is a group of one). `wire`: what a
-   * relay is offered for a stored envelope (envelope.ts `offerable`).
+   * `groups`: the session's relays, each the addresses of one relay (RelayGroups.groups; a
+   * relay at one address is a group of one; `sendingMember` orders them for each message).
+   * `wire`: what a relay is offered for a stored envelope (envelope.ts `offerable`).
    */
   constructor(
     private readonly outbox: Outbox,

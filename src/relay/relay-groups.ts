@@ -94,20 +94,17 @@ export const PREFERRED_GRACE_MS = 2_000;
  * hands it to its reader itself, and no other relay process has to be told
  * (postgres/store.ts). Any member would do: they share one store.
  */
-export function sendingMember<T extends { connected: boolean; url: string }>(listed: readonly T[], to: string): T | undefined {
-  return preferredOrder(listed, to).find((m) => m.connected);
+export function sendingMember<T extends { connected: boolean; url: string }>(group: readonly T[], to: string): T | undefined {
+  return preferredOrder(group, to).find((m) => m.connected);
 }
 
 /** A session's relays, grouped; keeps one reader per group as connections come and go. */
 export class RelayGroups<T extends GroupMember> {
-  /** Each group's members in the order their URLs are listed. */
-  readonly listed: readonly (readonly T[])[];
   /** Each group's members in this session's preferred order. */
   readonly groups: readonly (readonly T[])[];
 
   constructor(members: readonly T[], seed: string) {
-    this.listed = groupByRelay(members);
-    this.groups = this.listed.map((group) => preferredOrder(group, seed));
+    this.groups = groupByRelay(members).map((group) => preferredOrder(group, seed));
   }
 
   /**
