@@ -51,9 +51,27 @@ export function groupByRelay<T extends { relay: string }>(members: readonly T[])
   return [...groups.values()];
 }
 
-/** An address's score for a session (pure): a hash of both, as a number below 2^48. */
+/**
+ * One spelling of an address, for scoring (pure): the scheme and host in lower case, no
+ * default port, no lone "/" path — so `WS://Relay.example:80/` and `ws://relay.example`
+ * score alike, and a sender and its recipient who write one address differently still
+ * agree on it. Two names of one host (a name and its IP) stay two spellings: telling
+ * them apart needs the resolver. Text that is not a URL is taken as it is.
+ */
+export function canonicalAddress(address: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(address);
+  } catch {
+    return address;
+  }
+  const path = parsed.pathname === '/' ? '' : parsed.pathname;
+  return `${parsed.protocol}//${parsed.host}${path}${parsed.search}`;
+}
+
+/** An address's score for a session (pure): a hash of both, as a number below 2^48; spellings of one address score alike. */
 export function preference(seed: string, address: string): number {
-  return createHash('sha256').update(seed).update('\n').update(address).digest().readUIntBE(0, 6);
+  return createHash('sha256').update(seed).update('\n').update(canonicalAddress(address)).digest().readUIntBE(0, 6);
 }
 
 /**

@@ -2,7 +2,7 @@
 import { EventEmitter } from 'node:events';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { electReader, groupByRelay, preference, preferredOrder, RelayGroups, relayOf, sendingMember, soleAddresses } from '../../src/relay/relay-groups.js';
+import { canonicalAddress, electReader, groupByRelay, preference, preferredOrder, RelayGroups, relayOf, sendingMember, soleAddresses } from '../../src/relay/relay-groups.js';
 import { until } from '../helpers/relay-test-client.js';
 
 const K = 'nwfr9cKLa7DKMshEju5PcIOTiAN7yw46kwH-pnmbeAo';
@@ -53,6 +53,31 @@ describe('grouping', () => {
         if (after[0] !== members[n]) expect(after[0]).toBe(before[0]);
       }),
     );
+  });
+
+  it('scores spellings of one address alike: scheme and host case, a default port, a lone slash', () => {
+    expect(canonicalAddress('WS://Relay.Example:80/')).toBe('ws://relay.example');
+    expect(canonicalAddress('wss://relay.example:443')).toBe('wss://relay.example');
+    expect(canonicalAddress('ws://127.0.0.1:7777/')).toBe('ws://127.0.0.1:7777');
+    expect(canonicalAddress('ws://[::1]:7777')).toBe('ws://[::1]:7777');
+    // What tells addresses apart stays: another port, a path, a query.
+    expect(canonicalAddress('wss://relay.example:8443/a?b=1')).toBe('wss://relay.example:8443/a?b=1');
+    expect(canonicalAddress('not a url')).toBe('not a url');
+    fc.assert(
+      fc.property(fc.string(), (seed) => {
+        expect(preference(seed, 'WS://R1.Example:80/')).toBe(preference(seed, 'ws://r1.example'));
+        expect(preference(seed, 'ws://10.0.0.1:9440/')).toBe(preference(seed, 'ws://10.0.0.1:9440'));
+      }),
+    );
+    // A recipient that writes its addresses another way elects the address the sender sends to.
+    const to = 'route-of-the-recipient';
+    for (const n of [2, 3, 4, 5]) {
+      const written = urls(n).map((m) => ({ ...m, connected: true }));
+      const spelled = written.map((m) => ({ ...m, url: `${m.url.toUpperCase()}/`, relay: 'K', reads: false, read: () => undefined, on: () => undefined }));
+      const sender = written.indexOf(sendingMember(written, to)!);
+      const recipient = new RelayGroups(spelled, to);
+      expect(spelled.indexOf(electReader(recipient.groups[0]!)!)).toBe(sender);
+    }
   });
 
   it('spreads sessions over the addresses', () => {
