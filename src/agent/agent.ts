@@ -35,7 +35,11 @@ import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
 import { conversation, inboxMessage, messageStatus, type InboxMessage } from './reading.js';
 import { recordRejection } from './rejected.js';
 import { Sender, type SendArgs, type SendReceipt } from './sending.js';
-import { messageOf } from '../errors.js';
+import { isInterlinkError, messageOf } from '../errors.js';
+import type { SessionHost } from '../succession/rules.js';
+import { clampFetchLimit } from '../mailbox/rules.js';
+import { acknowledgeWhereHeld, presentTogether } from './inherited.js';
+import { Succession } from './succession.js';
 
 export type { InboxMessage } from './reading.js';
 export type { SendArgs, SendReceipt } from './sending.js';
@@ -59,6 +63,12 @@ export interface AgentOptions {
    * admit clear ones from every peer, send no receipts. Never for real use.
    */
   unsealed?: boolean;
+  /**
+   * What started this session (`serve`: claude or codex). A session with a host registers
+   * itself in the identity's session registry and, while it is the heir, takes the mail of
+   * the identity's ended sessions on this machine (agent/succession.ts).
+   */
+  host?: SessionHost;
 }
 
 /**
@@ -99,6 +109,7 @@ export class Agent {
     clock: SendClock,
     private readonly replayIndex: ReplayIndex,
     private readonly receipts: ReceiptSender,
+    private readonly succession: Succession | undefined,
   ) {
     this.route = formatRoute({ key: options.identity.key, session: options.session });
     this.sender = new Sender({ identity: options.identity, session: options.session, route: this.route, outbox, outbound, relays, presence, peers: peerWatch, sticky, clock, unsealed: options.unsealed === true });
@@ -146,40 +157,60 @@ export class Agent {
     let agent: Agent | undefined;
     // Made below, once the relays exist; used only after deliveries start.
     let receipts: ReceiptSender | undefined;
-    const inbound = new Inbound({
-      me: identity,
-      session,
-      claim: (claim) => replay.claim(claim),
-      mailbox,
-      trust: () => peerWatch.trust(),
-      outstanding: () => pairing.outstanding(),
-      pairing: (envelope, admission) => pairing.handle(envelope, admission),
-      sticky,
-      onStored: (record) => {
-        agent?.notifier?.kick();
-        options.onStored?.(record);
-      },
-      rejected: (entry) => recordRejection(rejectedPath(stateDir, identity.key, session), entry),
-      receipt: (envelope) => applyReceipt(outbox, envelope),
-      ...(options.unsealed === true && { admitClear: true }),
-      reports: {
-        stored: (envelope) => receipts?.stored(envelope),
-        refused: async (wire, code) => receipts?.refused(wire, code),
-      },
-    });
-    const outbound = new Outbound(outbox, groups.groups, options.unsealed === true ? wireOf : (envelope) => offerable(identity.signingKey, envelope));
+    const wire = options.unsealed === true ? wireOf : (envelope: Envelope) => offerable(identity.signingKey, envelope);
+    // One inbound loop per session whose route this process reads: its own, and each
+    // ended session it took (succession.ts), whose messages go to that session's mailbox
+    // and are judged by the gate for the session they were signed for.
+    const inboundFor = (forSession: string, box: Mailbox, sent: Outbox, stored: (record: StoredRecord) => void) =>
+      new Inbound({
+        me: identity,
+        session: forSession,
+        claim: (claim) => replay.claim(claim),
+        mailbox: box,
+        trust: () => peerWatch.trust(),
+        outstanding: () => pairing.outstanding(),
+        pairing: (envelope, admission) => pairing.handle(envelope, admission),
+        sticky,
+        onStored: (record) => {
+          stored(record);
+          options.onStored?.(record);
+        },
+        rejected: (entry) => recordRejection(rejectedPath(stateDir, identity.key, forSession), entry),
+        receipt: (envelope) => applyReceipt(sent, envelope),
+        ...(options.unsealed === true && { admitClear: true }),
+        reports: {
+          stored: (envelope) => receipts?.stored(envelope),
+          refused: async (wire, code) => receipts?.refused(wire, code),
+        },
+      });
+    const inbound = inboundFor(session, mailbox, outbox, () => agent?.notifier?.kick());
+    const outbound = new Outbound(outbox, groups.groups, wire);
     receipts = new ReceiptSender({ identity, relays, trust: () => peerWatch.trust(), sticky, enabled: options.unsealed !== true });
-    agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, peerWatch, sticky, new SendClock(await outbox.lastTimestamp()), replay, receipts);
+    const succession =
+      options.host === undefined
+        ? undefined
+        : new Succession({
+            identity: identity.key,
+            session,
+            host: options.host,
+            stateDir,
+            relays,
+            inbound: (ended, box, sent) => inboundFor(ended, box, sent, () => succession?.kick(ended)),
+            outbound: (sent) => new Outbound(sent, groups.groups, wire),
+            senderName: (key) => agent!.senderName(key),
+          });
+    agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, peerWatch, sticky, new SendClock(await outbox.lastTimestamp()), replay, receipts, succession);
     // Read peers.json once now, so a damaged one is reported (and moved aside) at start, not at the first message.
     await peerWatch.trust().catch((err: unknown) => log.warn('peers_unreadable', { error: messageOf(err) }));
     groups.start();
     for (const relay of relays) {
-      inbound.attach(relay);
+      inbound.attach(relay, route);
       relay.start();
     }
     presence.start();
     outbound.start();
     pairing.start();
+    await succession?.start();
     return agent;
   }
 
@@ -190,13 +221,19 @@ export class Agent {
       identity: this.identity.key,
       session: this.session,
       sink,
-      senderName: async (key) => (key === this.identity.key ? 'self' : ((await this.peers()).petnameOf(key) ?? fingerprintOf(parsePublicKey(key)))),
+      senderName: (key) => this.senderName(key),
     });
     this.notifier.start();
+    this.succession?.notifyThrough(sink);
     // Pairing notices are not mail: they go to the host once, when the request arrives.
     this.pairing.notify = async (notice) => {
       await sink.deliver({ notification_id: notice.id, session: this.session, count: 0, senders: [], at: Date.now(), kind: 'pairing' }, notice.text);
     };
+  }
+
+  /** A short name for a sender key in a notice: `self`, its petname, or its fingerprint. */
+  async senderName(key: string): Promise<string> {
+    return key === this.identity.key ? 'self' : ((await this.peers()).petnameOf(key) ?? fingerprintOf(parsePublicKey(key)));
   }
 
   /** Waits until every delivery the relays pushed before answering a roster request has been handled. */
@@ -266,23 +303,43 @@ export class Agent {
     return this.sender.listPending();
   }
 
-  messageStatus(msgId: string) {
-    return messageStatus(this.outbox, this.mailbox, msgId);
+  /** One message's state: from this session's outbox or mailbox, else from those of the ended sessions it took. */
+  async messageStatus(msgId: string) {
+    try {
+      return await messageStatus(this.outbox, this.mailbox, msgId);
+    } catch (err) {
+      if (!isInterlinkError(err, 'unknown_message')) throw err;
+      for (const taken of this.succession?.taken() ?? []) {
+        const found = await messageStatus(taken.outbox, taken.mailbox, msgId).catch(() => undefined);
+        if (found !== undefined) return { ...found, session: taken.session };
+      }
+      throw err;
+    }
   }
 
+  /**
+   * Unread messages: this session's, then those of the ended sessions it took (each
+   * marked with `to_session`, the session it was signed for), progress updates last.
+   */
   async receive(limit?: number, resetNotice = false): Promise<{ messages: InboxMessage[]; more: boolean }> {
+    const taken = this.succession?.taken() ?? [];
     if (resetNotice) {
-      await this.mailbox.resetNotice();
+      await Promise.all([this.mailbox, ...taken.map((t) => t.mailbox)].map((box) => box.resetNotice()));
       this.notifier?.kick();
+      for (const t of taken) t.kick();
     }
-    const { messages, more } = await this.mailbox.fetch(limit);
-    return { messages: messages.map(inboxMessage), more };
+    const own = await this.mailbox.fetch(limit);
+    if (taken.length === 0) return { messages: own.messages.map(inboxMessage), more: own.more };
+    const others = await Promise.all(taken.map(async (t) => ({ session: t.session, fetched: await t.mailbox.fetch(limit) })));
+    return presentTogether(own, others, clampFetchLimit(limit));
   }
 
   async acknowledge(receipts: { sender: string; msg_id: string }[]) {
-    const counts = await this.mailbox.acknowledge(receipts);
+    const taken = this.succession?.taken() ?? [];
+    const counts = taken.length === 0 ? await this.mailbox.acknowledge(receipts) : await acknowledgeWhereHeld(this.mailbox, taken, receipts);
     // The reservation may have ended; anything that arrived meanwhile gets its notice now.
     this.notifier?.kick();
+    for (const t of taken) t.kick();
     await this.reportAcknowledged(receipts);
     return counts;
   }
@@ -298,7 +355,8 @@ export class Agent {
   /** Tells the senders (signed receipts) that these messages are acknowledged here. */
   private async reportAcknowledged(receipts: readonly Receipt[]): Promise<void> {
     if (receipts.length === 0) return;
-    this.receipts.acknowledged(await this.mailbox.records(receipts));
+    const boxes = [this.mailbox, ...(this.succession?.taken() ?? []).map((t) => t.mailbox)];
+    this.receipts.acknowledged((await Promise.all(boxes.map((box) => box.records(receipts)))).flat());
   }
 
   listPeers() {
@@ -341,6 +399,7 @@ export class Agent {
   /** `goodbye: false` leaves this session on the rosters (away), so peers can still address it. */
   async close(options: { goodbye?: boolean } = {}): Promise<void> {
     this.closing.abort();
+    await this.succession?.stop();
     await this.notifier?.stop();
     this.outbound.stop();
     this.pairing.stop();

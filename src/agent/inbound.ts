@@ -96,9 +96,18 @@ export class Inbound {
 
   constructor(private readonly deps: InboundDeps) {}
 
-  attach(relay: RelayClient): void {
+  /**
+   * Takes the relay's deliveries to `route` (one connection may read several: this
+   * session's and those of ended sessions it took, agent/succession.ts). Returns the
+   * detach.
+   */
+  attach(relay: RelayClient, route: string): () => void {
     const turns = new Turns();
-    relay.on('delivery', (delivery: Delivery) => this.track(relay, delivery, 0, turns));
+    const listener = (delivery: Delivery) => {
+      if (delivery.route === route) this.track(relay, delivery, 0, turns);
+    };
+    relay.on('delivery', listener);
+    return () => relay.off('delivery', listener);
   }
 
   /**

@@ -21,6 +21,8 @@ export interface InboxMessage {
   status?: Status;
   in_reply_to?: string;
   reply_to?: string;
+  /** The session the message was signed for, when that is not this one: an ended session whose mail this one took (agent/succession.ts). */
+  to_session?: string;
   receipt: Receipt;
 }
 

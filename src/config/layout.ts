@@ -12,7 +12,7 @@ export const SESSION_STORES = ['mailbox', 'outbox', 'pairing', 'failed', 'reject
 export type SessionStore = (typeof SESSION_STORES)[number];
 
 /** Every folder directly under the state root that Interlink keeps. */
-export const STATE_FOLDERS = [...SESSION_STORES, 'inbox', 'replay', 'relay'] as const;
+export const STATE_FOLDERS = [...SESSION_STORES, 'inbox', 'replay', 'relay', 'sessions'] as const;
 
 /** The config root's file names; `INTERLINK_KEY` and `INTERLINK_PEERS` may put them elsewhere. */
 const KEY_FILE = 'id.key';
@@ -88,6 +88,11 @@ export function rejectedPath(stateDir: string, identity: string, session: string
 /** The per-identity replay index, shared by every session of the identity (replay/claims.ts). */
 export function replayPath(stateDir: string, identity: string): string {
   return join(stateDir, 'replay', `${identity}${SNAPSHOT}`);
+}
+
+/** The identity's session registry: which sessions run on this machine and which ended (succession/registry.ts). */
+export function sessionsPath(stateDir: string, identity: string): string {
+  return join(stateDir, 'sessions', `${identity}${SNAPSHOT}`);
 }
 
 /** The Claude listener's inbox of one session (notices/inbox.ts). */

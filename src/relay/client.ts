@@ -105,11 +105,34 @@ export class RelayClient extends EventEmitter {
   private keyRefusal: string | undefined;
   /** Whether this connection reads (authenticates) the routes; reset on every disconnect. */
   private reading: boolean;
+  /** The routes read: the options' own, then those added by `readRoute` (an ended session's, agent/succession.ts). */
+  private readonly routes: string[];
 
   constructor(private readonly options: RelayClientOptions) {
     super();
     this.endpoint = relayEndpoint(options.url);
     this.reading = options.readOnConnect ?? true;
+    this.routes = [...options.routes];
+  }
+
+  /** Reads one more route from now on: authenticated at once if this connection reads, and on every reconnection. */
+  readRoute(route: string): void {
+    if (this.routes.includes(route)) return;
+    this.routes.push(route);
+    const challenge = this.handshake?.challenge;
+    if (this.connected && this.reading && challenge !== undefined) this.authenticateRoute(challenge, route);
+  }
+
+  /**
+   * Stops reading a route added by `readRoute`. A relay keeps delivering a route to the
+   * connection that authenticated it, so a connection that did is replaced: what it was
+   * sent and not acknowledged goes to the route's next reader.
+   */
+  stopReading(route: string): void {
+    const index = this.routes.indexOf(route);
+    if (index < 0 || this.options.routes.includes(route)) return;
+    this.routes.splice(index, 1);
+    if (this.authenticated.delete(route)) this.socket?.close(1000, 'route no longer read');
   }
 
   /**
@@ -185,7 +208,7 @@ export class RelayClient extends EventEmitter {
 
   /** Connected, and every route authenticated if this connection reads them. */
   private isReady(): boolean {
-    return this.connected && (!this.reading || this.options.routes.every((r) => this.authenticated.has(r)));
+    return this.connected && (!this.reading || this.routes.every((r) => this.authenticated.has(r)));
   }
 
   /**
@@ -446,9 +469,11 @@ export class RelayClient extends EventEmitter {
   }
 
   private authenticate(challenge: { key: string; nonce: string }): void {
-    for (const route of this.options.routes) {
-      this.write({ v: PROTOCOL_VERSION, type: 'auth', route, relay: challenge.key, sig: signAuth(this.options.key, challenge.key, challenge.nonce, route) });
-    }
+    for (const route of this.routes) this.authenticateRoute(challenge, route);
+  }
+
+  private authenticateRoute(challenge: { key: string; nonce: string }, route: string): void {
+    this.write({ v: PROTOCOL_VERSION, type: 'auth', route, relay: challenge.key, sig: signAuth(this.options.key, challenge.key, challenge.nonce, route) });
   }
 
   /** Logged once per reason; the connection closes and is tried again with backoff. */

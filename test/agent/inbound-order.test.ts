@@ -54,7 +54,7 @@ describe('inbound order', () => {
     };
     inbound = inboundWith(trust);
     const relay = new FakeRelayClient();
-    inbound.attach(relay.client);
+    inbound.attach(relay.client, `${me.key}#s1`);
     const sent = Array.from({ length: count }, (_, i) => message(senders[i % 2]!, me, { text: `m${i}` }));
     sent.forEach((envelope, i) => relay.deliver(`${me.key}#s1`, envelope, i));
     await inbound.settled();
@@ -70,7 +70,7 @@ describe('inbound order', () => {
     };
     inbound = inboundWith(trust);
     const relay = new FakeRelayClient();
-    inbound.attach(relay.client);
+    inbound.attach(relay.client, `${me.key}#s1`);
     const now = Date.now();
     const sent = [0, 1, 2].map((i) => message(senders[0]!, me, { text: `m${i}`, ts: now + i }));
     sent.forEach((envelope, i) => relay.deliver(`${me.key}#s1`, envelope, i));

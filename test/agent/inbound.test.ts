@@ -58,7 +58,7 @@ function start(deps: Partial<InboundDeps> = {}): { loop: Inbound; rejections: Re
     rejected: async (entry) => void rejections.push(entry),
     ...deps,
   });
-  loop.attach(relay.client);
+  loop.attach(relay.client, `${me.key}#s1`);
   inbound = loop;
   return { loop, rejections };
 }

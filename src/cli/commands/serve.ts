@@ -91,6 +91,7 @@ export async function serve(argv: readonly string[], config: Config): Promise<vo
       peersPath: config.peersPath,
       relayUrls: urls,
       presence,
+      host: codexMode ? 'codex' : 'claude',
       ...(tls !== undefined && { tls }),
       ...(config.benchUnsealed && { unsealed: true }),
     });
