@@ -37,7 +37,7 @@ import { recordRejection } from './rejected.js';
 import { Sender, type SendArgs, type SendReceipt } from './sending.js';
 import { isInterlinkError, messageOf } from '../errors.js';
 import type { SessionHost } from '../succession/rules.js';
-import { clampFetchLimit } from '../mailbox/rules.js';
+import { clampFetchLimit, MAX_FETCH_LIMIT } from '../mailbox/rules.js';
 import { acknowledgeWhereHeld, presentTogether } from './inherited.js';
 import { Succession } from './succession.js';
 
@@ -328,9 +328,13 @@ export class Agent {
       this.notifier?.kick();
       for (const t of taken) t.kick();
     }
-    const own = await this.mailbox.fetch(limit);
-    if (taken.length === 0) return { messages: own.messages.map(inboxMessage), more: own.more };
-    const others = await Promise.all(taken.map(async (t) => ({ session: t.session, fetched: await t.mailbox.fetch(limit) })));
+    if (taken.length === 0) {
+      const { messages, more } = await this.mailbox.fetch(limit);
+      return { messages: messages.map(inboxMessage), more };
+    }
+    // A full page from each: one sender's messages may sit in several mailboxes.
+    const own = await this.mailbox.fetch(MAX_FETCH_LIMIT);
+    const others = await Promise.all(taken.map(async (t) => ({ session: t.session, fetched: await t.mailbox.fetch(MAX_FETCH_LIMIT) })));
     return presentTogether(own, others, clampFetchLimit(limit));
   }
 

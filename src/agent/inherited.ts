@@ -5,22 +5,29 @@
  */
 import type { Receipt } from '../envelope/receipt.js';
 import type { FetchResult, Mailbox } from '../mailbox/mailbox.js';
-import { isProgress } from '../mailbox/rules.js';
+import { inDeliveryOrder, isProgress } from '../mailbox/rules.js';
 import type { AckCounts } from '../mailbox/state.js';
 import { inboxMessage, type InboxMessage } from './reading.js';
 
 /**
- * One page of unread mail from several mailboxes (pure): this session's first, then each
- * taken session's in the order given, each in its own delivery order; progress updates
- * after everything that deserves attention, as within one mailbox.
+ * One page of unread mail from several mailboxes (pure), ordered as one mailbox orders
+ * its own (mailbox/rules.ts `inDeliveryOrder`): each sender's messages in the order it
+ * signed them, whichever session they were written to — a reply to the ended session
+ * and the next one to this session read in the order they were sent — and across
+ * senders in arrival order (the time each was stored; this session's first on a tie);
+ * progress updates after everything that deserves attention. Each mailbox's page must
+ * hold its first `limit` unread in its own order.
  */
 export function presentTogether(own: FetchResult, taken: readonly { session: string; fetched: FetchResult }[], limit: number): { messages: InboxMessage[]; more: boolean } {
-  const all = [
-    ...own.messages.map((record) => inboxMessage(record)),
-    ...taken.flatMap(({ session, fetched }) => fetched.messages.map((record) => ({ ...inboxMessage(record), to_session: session }))),
-  ];
-  const ordered = [...all.filter((m) => !isProgress(m)), ...all.filter((m) => isProgress(m))];
-  return { messages: ordered.slice(0, limit), more: own.more || taken.some((t) => t.fetched.more) || ordered.length > limit };
+  const pages = [{ session: undefined, fetched: own }, ...taken];
+  const arrived = pages
+    .flatMap(({ session, fetched }) => fetched.messages.map((record) => ({ record, session })))
+    .sort((a, b) => a.record.received_at - b.record.received_at)
+    .map((entry, seq) => ({ ...entry, seq, envelope: entry.record.envelope }));
+  const ordered = inDeliveryOrder(arrived);
+  const attentionFirst = [...ordered.filter((m) => !isProgress(m.envelope)), ...ordered.filter((m) => isProgress(m.envelope))];
+  const messages = attentionFirst.slice(0, limit).map(({ record, session }) => (session === undefined ? inboxMessage(record) : { ...inboxMessage(record), to_session: session }));
+  return { messages, more: pages.some((p) => p.fetched.more) || attentionFirst.length > limit };
 }
 
 /**

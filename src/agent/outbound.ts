@@ -59,15 +59,19 @@ export class Outbound {
   ) {}
 
   start(): void {
-    for (const relay of this.groups.flat()) relay.on('connected', () => void this.kick());
+    for (const relay of this.groups.flat()) relay.on('connected', this.onConnected);
     this.loop.start(IDLE_PASS_MS);
   }
 
   /** No pass starts after this; resolves when the one under way is done. */
   stop(): Promise<void> {
     clearTimeout(this.retryTimer);
+    // An ended session's outbound loop stops while the relays run on (agent/succession.ts).
+    for (const relay of this.groups.flat()) relay.off('connected', this.onConnected);
     return this.loop.stop();
   }
+
+  private readonly onConnected = (): void => void this.kick();
 
   /** Whether an offer of this message to some relay is on its way now. */
   offering(msgId: string): boolean {

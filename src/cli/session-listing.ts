@@ -9,6 +9,8 @@ import { stat } from 'node:fs/promises';
 import { sessionPath, type SessionStore } from '../config/layout.js';
 import { errnoCode } from '../errors.js';
 import { journalPathOf } from '../store/journal.js';
+import { peekSessions, processDead } from '../succession/registry.js';
+import { heirOf, inheritance, stillInherited, viewSessions, type SessionHost } from '../succession/rules.js';
 
 export const QUIET_AFTER_MS = 3 * 24 * 60 * 60 * 1000;
 
@@ -57,4 +59,33 @@ export function partitionSessions<T extends SessionSummary>(sessions: readonly T
     (recent || holdsSomething(s) ? listed : quiet).push(s);
   }
   return { listed, quiet };
+}
+
+/** Where a session stands for `status`: live, or ended and whose live session takes its mail. */
+export interface SessionLife {
+  state: 'live' | 'ended';
+  host?: SessionHost;
+  ended_at?: number;
+  /** The live session that takes its mail now (DESIGN.md "When a session ends"); absent while none does. */
+  taken_by?: string;
+  /** Whether an ended session may still have mail to take (unread, or within the inheritance window). */
+  inherits?: boolean;
+}
+
+/**
+ * Each session's life from the registry (succession/), read without a lock or a repair.
+ * A session the registry does not know and that has a mailbox ended when its files last
+ * changed, as the heir judges it.
+ */
+export async function sessionLives(state: string, identity: string, sessions: readonly { session: string; unread: number; last_activity: number | undefined }[], now: number): Promise<Map<string, SessionLife>> {
+  const entries = await peekSessions(state, identity);
+  const view = viewSessions({ entries, mailboxes: sessions.map((s) => ({ session: s.session, unread: s.unread, changed_at: s.last_activity ?? 0 })), isDead: processDead, now });
+  const heir = heirOf(view.live);
+  const taken = new Set(heir === undefined ? [] : inheritance(view, heir, now));
+  const lives = new Map<string, SessionLife>();
+  for (const s of view.live) lives.set(s.session, { state: 'live', host: s.host });
+  for (const s of view.ended) {
+    lives.set(s.session, { state: 'ended', ended_at: s.ended_at, inherits: stillInherited(s, now), ...(taken.has(s.session) && heir !== undefined && { taken_by: heir }) });
+  }
+  return lives;
 }

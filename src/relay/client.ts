@@ -71,6 +71,9 @@ const MAX_LATE = 1024;
 
 const MAX_BACKOFF_MS = 5_000;
 
+/** Listeners per event past which Node warns of a leak: a session's loops, and two per ended session it took. */
+const MAX_LISTENERS = 96;
+
 /**
  * Events: 'delivery' (Delivery), 'connected', 'disconnected', 'authenticated' (route),
  * 'unreachable' (why, once per outage, and when the relay's key is refused).
@@ -113,6 +116,9 @@ export class RelayClient extends EventEmitter {
     this.endpoint = relayEndpoint(options.url);
     this.reading = options.readOnConnect ?? true;
     this.routes = [...options.routes];
+    // Each ended session a session takes adds a delivery and a connection listener
+    // (agent/succession.ts, at most 32), beyond Node's warning threshold of 10.
+    this.setMaxListeners(MAX_LISTENERS);
   }
 
   /** Reads one more route from now on: authenticated at once if this connection reads, and on every reconnection. */

@@ -13,7 +13,7 @@
 import { z } from 'zod';
 import { sessionsPath } from '../config/layout.js';
 import { holderIsDead, SELF, type ProcessMark } from '../store/liveness.js';
-import { readJson, updateJson } from '../store/json-store.js';
+import { peekJson, readJson, updateJson } from '../store/json-store.js';
 import { endedAt, INHERIT_MS, liveProcesses, SESSION_HOSTS, type ProcessEntry, type SessionEntry, type SessionHost } from './rules.js';
 
 /** Sessions kept in the file at most: the live ones and the most recently ended. */
@@ -41,7 +41,7 @@ const fileSchema = z.object({
 type RegistryFile = z.infer<typeof fileSchema>;
 
 const empty = (): RegistryFile => ({ v: 1, sessions: {} });
-const storeOptions = { unavailable: 'which sessions ended (their mail is taken by a live session again once each running session has beaten its heart, within 30 s)' };
+const storeOptions = { unavailable: 'the mail of sessions that ended waits for their running sessions to register again at their next heartbeat (within 30 s); sessions that ended before are taken again only if their mailboxes hold unread mail' };
 
 /** Whether the OS says a recorded process is gone (store/liveness.ts). */
 export function processDead(entry: ProcessEntry): boolean {
@@ -63,6 +63,12 @@ export function pruned(sessions: Record<string, SessionEntry>, isDead: (p: Proce
   }
   kept.sort(([, a], [, b]) => (b.ended_at ?? Infinity) - (a.ended_at ?? Infinity));
   return Object.fromEntries(kept.slice(0, MAX_ENTRIES));
+}
+
+/** The registry as it stands, for views (`status`): nothing is taken, moved or written; a missing or damaged file reads as empty. */
+export async function peekSessions(stateDir: string, identity: string): Promise<Record<string, SessionEntry>> {
+  const read = await peekJson(sessionsPath(stateDir, identity), fileSchema);
+  return read.kind === 'ok' ? read.value.sessions : {};
 }
 
 export class SessionRegistry {

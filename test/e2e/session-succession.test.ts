@@ -7,6 +7,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { runCli, userEnv } from '../helpers/cli.js';
 import { eventually, kill9, pair, peerPool, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
 import { startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
@@ -74,6 +75,13 @@ describe('mail for an ended session', () => {
       return text.includes('"session":"bob-s1"') ? text : undefined;
     }, 15_000, 'a notice in bob-s2 inbox');
     expect(inbox).toContain('unread Interlink message');
+
+    // What a person reads: `status` says bob-s1 ended and whose its mail is, and `inbox --unread` lists the reply under bob-s1.
+    const env = userEnv({ root: join(root, 'bob'), configDir: bobS2.config, stateDir: bobS2.state }, { INTERLINK_URL: relay.url });
+    const status = await runCli(['status'], env);
+    expect(status.stdout).toMatch(/session {6}bob-s1 \(ended [0-9T:.-]+Z; its mail goes to bob-s2\): 1 unread/);
+    expect(status.stdout).toMatch(/session {6}bob-s2 \(live, claude\)/);
+    expect((await runCli(['inbox', '--unread'], env)).stdout).toContain('bob-s1  alice');
 
     expect(await bobS2.call('acknowledge_messages', { messages: [taken.receipt] })).toEqual({ acknowledged: 1, already_acknowledged: 0, unknown: 0 });
     expect((await unread(bobS2)).messages).toEqual([]);

@@ -28,7 +28,7 @@ import { readPeers, type PeerTable } from '../../peers/peers.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { forTerminal } from '../printable.js';
 import { peekRejections, type Rejection } from '../../agent/rejected.js';
-import { lastActivity, partitionSessions } from '../session-listing.js';
+import { lastActivity, partitionSessions, sessionLives, type SessionLife } from '../session-listing.js';
 
 /** Sessions with a store in `dir` (layout.ts, `sessionOfFile`). */
 async function sessionsIn(dir: string): Promise<string[]> {
@@ -57,6 +57,21 @@ Sessions with nothing waiting and no activity for three days are only counted; -
 lists them too. Reads only. Exits 1 when a file it reads (peers.json, a pairing store,
 a failed-deliveries file) is damaged: everything else is still shown, and stderr says
 what is wrong with each (they are left as they are).`;
+
+/** A session's life in `status --json`: state, and for an ended one when it ended and who takes its mail. */
+function lifeFields(life: SessionLife | undefined) {
+  if (life === undefined) return {};
+  return { state: life.state, ...(life.host !== undefined && { host: life.host }), ...(life.ended_at !== undefined && { ended_at: new Date(life.ended_at).toISOString() }), taken_by: life.taken_by ?? null };
+}
+
+/** ` (live, claude)`, ` (ended <time>; its mail goes to <heir>)`, or ` (ended <time>; no live session takes its mail yet)`. */
+function lifeText(life: SessionLife | undefined): string {
+  if (life === undefined) return '';
+  if (life.state === 'live') return ` (live${life.host !== undefined ? `, ${life.host}` : ''})`;
+  const when = life.ended_at === undefined ? '' : ` ${new Date(life.ended_at).toISOString()}`;
+  if (life.taken_by !== undefined) return ` (ended${when}; its mail goes to ${life.taken_by})`;
+  return life.inherits === true ? ` (ended${when}; its mail waits for a session of this identity to start)` : ` (ended${when})`;
+}
 
 /** The zero-config relay as its pid file tells it; a stale file reads as not running. */
 async function localRelay(state: string): Promise<{ running: boolean; pid?: number; url?: string; db: string }> {
@@ -125,6 +140,7 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       });
     }
   }
+  const lives = identity ? await sessionLives(state, identity.key, sessions, Date.now()) : new Map<string, SessionLife>();
   const { listed, quiet } = partitionSessions(sessions, Date.now());
   const shown = args.values.all === true ? sessions : listed;
   const local = await localRelay(state);
@@ -140,7 +156,7 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     relay_keys: relayKeys,
     local_relay: local,
     state_dir: state,
-    sessions: shown.map((s) => ({ ...s, last_activity: s.last_activity === undefined ? null : new Date(s.last_activity).toISOString() })),
+    sessions: shown.map((s) => ({ ...s, last_activity: s.last_activity === undefined ? null : new Date(s.last_activity).toISOString(), ...lifeFields(lives.get(s.session)) })),
     quiet_sessions: args.values.all === true ? 0 : quiet.length,
     damaged: damaged.map((d) => ({ file: d.file, problem: d.problem, message: damageSentence(d) })),
   };
@@ -165,7 +181,7 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       const failed = s.failed_deliveries === 0 ? '' : `; failed Codex notices: ${s.failed_deliveries} (interlink-mcp failed-deliveries list)`;
       const pairing = s.pair_requests === 0 ? '' : `; pairing requests waiting for you: ${s.pair_requests} (interlink-mcp pair list)`;
       const rejected = s.rejected === 0 ? '' : `; refused by the gate: ${s.rejected} (interlink-mcp inbox --rejected)`;
-      lines.push(`session      ${s.session}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${failed}${pairing}${rejected}`);
+      lines.push(`session      ${s.session}${lifeText(lives.get(s.session))}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${failed}${pairing}${rejected}`);
     }
     if (data.quiet_sessions > 0) lines.push(`             and ${data.quiet_sessions} more with nothing waiting and no activity for 3 days (interlink-mcp status --all)`);
     return lines.join('\n');

@@ -86,7 +86,7 @@ export const MESSAGE_TOOLS: ToolDefinition[] = [
   tool({
     name: 'receive_messages',
     description:
-      "Fetch current unread messages: questions and results first, progress updates after them; within each, each sender's in the order it sent them, senders in the order they arrived. Nothing is consumed: call acknowledge_messages with the receipts once you have read them.",
+      "Fetch current unread messages: questions and results first, progress updates after them; within each, each sender's in the order it sent them, senders in the order they arrived. Mail to an ended session of yours that this session took comes after your own, with to_session naming the session it was written to. Nothing is consumed: call acknowledge_messages with the receipts once you have read them.",
     // Read-only for mail: it never consumes. reset_notification changes only when the next
     // notice may come, never what is read, so the hint stays honest for every call.
     annotations: LOCAL_READ,
