@@ -14,6 +14,7 @@
  * Writers: 60 cases per file in `npm test`, 10,000 per file in `npm run fuzz` (RUNS).
  * Read-only views: 300 per file in `npm test`, 100,000 per file in `npm run fuzz` (VIEW_RUNS).
  */
+import { peekSessions, SessionRegistry } from '../../src/succession/registry.js';
 import fc from 'fast-check';
 import { mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
@@ -183,6 +184,12 @@ const owners: [RegExp, string, Owner][] = [
     }
   }],
   [/^state\/inbox\//, 'Claude inbox', ({ state }) => readInboxBatch(state, SESSION)],
+  [/^state\/sessions\//, 'session registry', async ({ state }) => {
+    const registry = new SessionRegistry(state, receiverKey);
+    await registry.read();
+    await registry.beat(SESSION, 'claude');
+    await registry.leave(SESSION);
+  }],
   [/^state\/relays\.json/, 'known relays', async ({ state }) => {
     await readKnownRelays(join(state, 'relays.json'));
     await new KnownRelays(join(state, 'relays.json'), ['ws://127.0.0.1:9']).admit({ url: 'ws://127.0.0.1:9', pin: undefined }, someone.key);
@@ -235,6 +242,7 @@ const readers: [RegExp, string, Owner][] = [
     }
   }],
   [/^state\/inbox\/.*\.jsonl$/, 'Claude inbox read', ({ state }) => readInboxBatch(state, SESSION)],
+  [/^state\/sessions\//, 'session registry view', ({ state }) => peekSessions(state, receiverKey)],
   [/^state\/relays\.json/, 'known relays view', ({ state }) => readKnownRelays(join(state, 'relays.json'))],
   [/^config\/id\.key/, 'identity', ({ config }) => loadIdentity(join(config, 'id.key'))],
   [/^config\/peers\.json/, 'peers view', ({ config }) => readPeers(join(config, 'peers.json'))],
@@ -338,7 +346,7 @@ describe('every file under the state root, the config root and a relay database,
     const unowned = files.filter((file) => ownerOf(file) === undefined && !/\.(lock|io-lock|log)$/.test(file));
     expect(unowned).toEqual([]);
     // What real use wrote, so that a store that stopped writing is noticed here.
-    for (const expected of ['state/mailbox/', 'state/outbox/', 'state/replay/', 'state/inbox/', 'state/relays.json', 'state/pairing/', 'config/id.key', 'config/peers.json', 'relaydb/relay-key.json']) {
+    for (const expected of ['state/mailbox/', 'state/outbox/', 'state/replay/', 'state/inbox/', 'state/sessions/', 'state/relays.json', 'state/pairing/', 'config/id.key', 'config/peers.json', 'relaydb/relay-key.json']) {
       expect(files.some((file) => file.startsWith(expected)), expected).toBe(true);
     }
   });
