@@ -23,6 +23,7 @@ import { Pairing } from '../pairing/pairing.js';
 import { PairingStore } from '../pairing/store.js';
 import type { PeerTable } from '../peers/peers.js';
 import { RelayClient } from '../relay/client.js';
+import type { Unanswered } from '../relay/reach.js';
 import type { ClientTls } from '../relay/tls.js';
 import { KnownRelays } from '../relay/known-relays.js';
 import { RelayGroups, soleAddresses } from '../relay/relay-groups.js';
@@ -274,11 +275,11 @@ export class Agent {
    * Waits until each relay is either ready or has failed a connection attempt (or the
    * deadline passed), and says which answered and why the others did not.
    */
-  async reach(timeoutMs: number): Promise<{ answered: string[]; unanswered: { url: string; error: string | undefined }[] }> {
+  async reach(timeoutMs: number): Promise<{ answered: string[]; unanswered: Unanswered[] }> {
     const results = await Promise.all(this.relays.map(async (r) => ({ relay: r, ready: await r.ready(timeoutMs, { failFast: true }) })));
     return {
       answered: results.filter((r) => r.ready).map((r) => r.relay.url),
-      unanswered: results.filter((r) => !r.ready).map((r) => ({ url: r.relay.url, error: r.relay.unreachable })),
+      unanswered: results.filter((r) => !r.ready).map((r) => ({ url: r.relay.url, trouble: r.relay.trouble })),
     };
   }
 

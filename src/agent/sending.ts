@@ -12,6 +12,7 @@ import type { SendClock } from '../outbox/clock.js';
 import { intentOf, outboundState, type AddResult, type OutboundState, type Outbox, type OutboxRecord } from '../outbox/outbox.js';
 import type { RelayClient } from '../relay/client.js';
 import { MAX_PAYLOAD_BYTES } from '../relay/frames.js';
+import { untrustedNote } from '../relay/reach.js';
 import type { Outbound } from './outbound.js';
 import type { PeerWatch } from './peer-watch.js';
 import type { Presence } from './presence.js';
@@ -163,7 +164,7 @@ export class Sender {
   private withRelays(receipt: Omit<SendReceipt, 'relays' | 'note'>): SendReceipt {
     const connected = this.parts.relays.filter((r) => r.connected).length;
     const relays = { connected, configured: this.parts.relays.length };
-    return connected === 0 && receipt.state === 'pending' ? { ...receipt, relays, note: NO_RELAY_NOTE } : { ...receipt, relays };
+    return connected === 0 && receipt.state === 'pending' ? { ...receipt, relays, note: untrustedNote(this.parts.relays) ?? NO_RELAY_NOTE } : { ...receipt, relays };
   }
 
   private async chooseSession(key: string, hint: string | undefined): Promise<string> {

@@ -11,7 +11,8 @@ import type { Announcement, Goodbye } from '../presence/announcement.js';
 import { newNonce, signAuth, verifyWelcome } from './auth.js';
 import { relayEndpoint, type RelayEndpoint } from '../config/relay-url.js';
 import { PINS_ONLY, type RelayKeyVerdict, type RelayTrust } from './known-relays.js';
-import { connectError } from './reach.js';
+import { keyRefusalSentence, type KeyRefusal } from './key-refusal.js';
+import { connectError, type RelayTrouble } from './reach.js';
 import { relayOf } from './relay-groups.js';
 import { trustOptions, type ClientTls } from './tls.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RosterEntry } from './frames.js';
@@ -44,7 +45,7 @@ export interface RelayClientOptions {
    * host that vanished without closing TCP) and replaced.
    */
   silenceMs?: number;
-  /** Log each outage and recovery (default). A command that reports reachability itself turns it off. */
+  /** Log each outage and recovery and each key refusal (default). A command that reports them itself turns it off. */
   logOutages?: boolean;
   /** Certificates a `wss://` relay may present besides Node's CAs (INTERLINK_TLS_CA). */
   tls?: ClientTls;
@@ -105,7 +106,7 @@ export class RelayClient extends EventEmitter {
   private readonly endpoint: RelayEndpoint;
   private handshake: Handshake | undefined;
   /** Why the relay's key is refused, until a handshake is trusted again. */
-  private keyRefusal: string | undefined;
+  private keyRefusal: KeyRefusal | undefined;
   /** Whether this connection reads (authenticates) the routes; reset on every disconnect. */
   private reading: boolean;
   /** The routes read: the options' own, then those added by `readRoute` (an ended session's, agent/succession.ts). */
@@ -167,8 +168,17 @@ export class RelayClient extends EventEmitter {
   }
 
   /** Why this relay's key is refused, while it is. */
-  get untrusted(): string | undefined {
+  get untrusted(): KeyRefusal | undefined {
     return this.keyRefusal;
+  }
+
+  /**
+   * Why nothing is read here now, for a person: the failed connection attempt while one
+   * does (the present fact), else the refused key. Undefined while all is well.
+   */
+  get trouble(): RelayTrouble | undefined {
+    if (this.outage !== undefined) return { kind: 'unreachable', error: this.outage.error };
+    return this.keyRefusal === undefined ? undefined : { kind: 'untrusted', refusal: this.keyRefusal };
   }
 
   /** Open, and the relay proved a key we trust: nothing is sent to a relay before that. */
@@ -204,10 +214,13 @@ export class RelayClient extends EventEmitter {
       const finish = (value: boolean) => {
         clearTimeout(timer);
         this.off('authenticated', check);
+        this.off('connected', check);
         this.off('unreachable', failed);
         resolve(value);
       };
+      // 'connected' for a client that reads no route (relay-check.ts) or not on this connection.
       this.on('authenticated', check);
+      this.on('connected', check);
       this.on('unreachable', failed);
     });
   }
@@ -403,7 +416,7 @@ export class RelayClient extends EventEmitter {
     const frame = parseFrame(relayFrame, text);
     const socket = this.socket;
     if (frame === undefined && socket !== undefined && this.handshake !== undefined && this.handshake.challenge === undefined) {
-      return this.refuseKey(socket, `relay ${this.url} does not open with a challenge naming its key: an older relay, which cannot prove who it is; upgrade it`);
+      return this.refuseKey(socket, { reason: 'no_challenge', url: this.url });
     }
     if (frame === undefined) {
       log.warn('relay_bad_frame', { relay: this.url });
@@ -457,17 +470,17 @@ export class RelayClient extends EventEmitter {
     const challenge = handshake?.challenge;
     if (socket === undefined || handshake === undefined || challenge === undefined) return;
     if (!verifyWelcome(challenge.key, challenge.nonce, handshake.clientNonce, sig)) {
-      return this.refuseKey(socket, `relay ${this.url} does not prove the key ${challenge.key} its challenge names (its welcome signature does not verify); nothing is read there`);
+      return this.refuseKey(socket, { reason: 'unproven', url: this.url, key: challenge.key });
     }
     let verdict: RelayKeyVerdict;
     try {
       verdict = await (this.options.trust ?? PINS_ONLY).admit(this.endpoint, challenge.key);
     } catch (err) {
-      verdict = { trusted: false, message: `the key of relay ${this.url} cannot be checked (${messageOf(err)}); nothing is read there` };
+      verdict = { trusted: false, refusal: { reason: 'unchecked', url: this.url, error: messageOf(err) } };
     }
     if (this.socket !== socket || this.handshake !== handshake) return;
-    if (!verdict.trusted) return this.refuseKey(socket, verdict.message);
-    if (this.keyRefusal !== undefined) log.warn('relay_key_trusted', { relay: this.url, key: challenge.key, message: `relay ${this.url} is trusted again` });
+    if (!verdict.trusted) return this.refuseKey(socket, verdict.refusal);
+    if (this.keyRefusal !== undefined && this.options.logOutages !== false) log.warn('relay_key_trusted', { relay: this.url, key: challenge.key, message: `relay ${this.url} is trusted again` });
     this.keyRefusal = undefined;
     handshake.trusted = true;
     if (this.reading) this.authenticate(challenge);
@@ -483,9 +496,11 @@ export class RelayClient extends EventEmitter {
   }
 
   /** Logged once per reason; the connection closes and is tried again with backoff. */
-  private refuseKey(socket: WebSocket, message: string): void {
-    if (this.keyRefusal !== message) log.warn('relay_key_refused', { relay: this.url, code: 'relay_untrusted', message });
-    this.keyRefusal = message;
+  private refuseKey(socket: WebSocket, refusal: KeyRefusal): void {
+    const message = keyRefusalSentence(refusal);
+    const repeated = this.keyRefusal !== undefined && keyRefusalSentence(this.keyRefusal) === message;
+    if (!repeated && this.options.logOutages !== false) log.warn('relay_key_refused', { relay: this.url, code: 'relay_untrusted', reason: refusal.reason, message });
+    this.keyRefusal = refusal;
     // A relay that is up but refused: no point in knocking faster than the slowest retry.
     this.backoff = MAX_BACKOFF_MS;
     this.emit('unreachable', message);

@@ -16,6 +16,7 @@
 import { z } from 'zod';
 import { relayEndpoint, type RelayEndpoint } from '../config/relay-url.js';
 import { log } from '../log.js';
+import { keyRefusalSentence, type KeyRefusal } from './key-refusal.js';
 import { peekJson, updateJson } from '../store/json-store.js';
 
 const recordSchema = z.object({ key: z.string(), first_seen: z.number() });
@@ -34,29 +35,19 @@ export type RelayRefusal = z.infer<typeof refusalSchema>;
 
 const empty = (): KnownRelaysFile => ({ format: 'interlink-known-relays', version: 1, relays: {}, refused: {} });
 
-export type RelayKeyVerdict = { trusted: true; firstUse: boolean } | { trusted: false; message: string };
+export type RelayKeyVerdict = { trusted: true; firstUse: boolean } | { trusted: false; refusal: KeyRefusal };
 
 /** Trusts `key` on `endpoint` or says why not, given the other listed relays and what is recorded. */
 export function decideRelayKey(endpoint: RelayEndpoint, key: string, others: readonly RelayEndpoint[], records: Readonly<Record<string, RelayRecord>>): RelayKeyVerdict {
   const { url, pin } = endpoint;
-  if (pin !== undefined && key !== pin) {
-    return { trusted: false, message: `relay ${url} presents the key ${key}, not the key ${pin} pinned in INTERLINK_URL: it is another relay, or one passing on another's challenge; nothing is read there` };
-  }
+  if (pin !== undefined && key !== pin) return { trusted: false, refusal: { reason: 'not_pinned_key', url, key, pinned: pin } };
   // A person named this key for this URL: trusted, even where another URL pins it too.
   if (pin !== undefined) return { trusted: true, firstUse: false };
   const claimant = others.find((o) => o.url !== url && (o.pin === key || (o.pin === undefined && records[o.url]?.key === key)));
-  if (claimant !== undefined) {
-    return {
-      trusted: false,
-      message: `relay ${url} presents the key of ${claimant.url} (${key}): one of the two may pass the other's challenge on, so nothing is read at ${url}; if they are one relay (several relays on one database), pin that key on both URLs in INTERLINK_URL (#key=${key}), else pin each relay's own key to say which is which`,
-    };
-  }
+  if (claimant !== undefined) return { trusted: false, refusal: { reason: 'other_relays_key', url, key, claimant: claimant.url } };
   const known = records[url];
   if (known !== undefined && known.key !== key) {
-    return {
-      trusted: false,
-      message: `relay ${url} presents the key ${key}, not the key ${known.key} it presented since ${new Date(known.first_seen).toISOString()}: it may be another relay now; nothing is read there until a person accepts the new key with \`interlink-mcp relay forget ${url}\``,
-    };
+    return { trusted: false, refusal: { reason: 'key_changed', url, key, recorded: known.key, since: known.first_seen } };
   }
   return { trusted: true, firstUse: known === undefined };
 }
@@ -70,6 +61,11 @@ export interface RelayTrust {
 export const PINS_ONLY: RelayTrust = {
   admit: (endpoint, key) => Promise.resolve(decideRelayKey(endpoint, key, [], {})),
 };
+
+/** What a session would decide now, recording nothing: what `status` asks (relay-check.ts). */
+export function recordedTrust(file: KnownRelaysFile, listed: readonly RelayEndpoint[]): RelayTrust {
+  return { admit: (endpoint, key) => Promise.resolve(decideRelayKey(endpoint, key, listed, file.relays)) };
+}
 
 export class KnownRelays implements RelayTrust {
   private readonly listed: RelayEndpoint[];
@@ -97,8 +93,9 @@ export class KnownRelays implements RelayTrust {
 function nextFile(file: KnownRelaysFile, { url, pin }: RelayEndpoint, key: string, verdict: RelayKeyVerdict): KnownRelaysFile | undefined {
   if (!verdict.trusted) {
     const previous = file.refused[url];
-    if (previous?.key === key && previous.message === verdict.message) return undefined;
-    return { ...file, refused: { ...file.refused, [url]: { key, at: Date.now(), message: verdict.message } } };
+    const message = keyRefusalSentence(verdict.refusal);
+    if (previous?.key === key && previous.message === message) return undefined;
+    return { ...file, refused: { ...file.refused, [url]: { key, at: Date.now(), message } } };
   }
   const record = verdict.firstUse && pin === undefined;
   if (!record && file.refused[url] === undefined) return undefined;

@@ -1,9 +1,20 @@
 /**
  * Whether a relay can be reached, in the words a person reads in `status`, in the `pair`
- * commands' errors and in the server's outage log: "connection refused", not an errno;
- * "certificate not trusted" and how to trust it, not an OpenSSL code.
+ * commands' errors, in `send_message`'s note and in the server's outage log: "connection
+ * refused", not an errno; "certificate not trusted" and how to trust it, not an OpenSSL
+ * code; a relay that answers with a key the sessions refuse, in key-refusal.ts's words.
  */
-import { errnoCode } from '../errors.js';
+import { errnoCode, InterlinkError } from '../errors.js';
+import { keyRefusalSentence, type KeyRefusal } from './key-refusal.js';
+
+/** Why nothing is read at a relay now: no connection, or a key this user's sessions refuse. */
+export type RelayTrouble = { kind: 'unreachable'; error: string } | { kind: 'untrusted'; refusal: KeyRefusal };
+
+/** A relay that is not usable, and why (undefined: it gave no answer in time). */
+export interface Unanswered {
+  url: string;
+  trouble: RelayTrouble | undefined;
+}
 
 const WORDS: Record<string, string> = {
   ECONNREFUSED: 'connection refused',
@@ -42,7 +53,37 @@ export function connectError(err: Error): string {
   return err.message;
 }
 
-/** "no relay answered: ws://a (connection refused), ws://b (timed out)" */
-export function unreachableList(relays: readonly { url: string; error: string | undefined }[]): string {
-  return relays.map((r) => `${r.url} (${r.error ?? 'no answer'})`).join(', ');
+const untrusted = (r: Unanswered): boolean => r.trouble?.kind === 'untrusted';
+
+function unansweredText({ url, trouble }: Unanswered): string {
+  if (trouble?.kind === 'untrusted') return keyRefusalSentence(trouble.refusal);
+  return `${url} (${trouble?.error ?? 'no answer'})`;
+}
+
+/** "ws://a (connection refused), ws://b (timed out)"; with a refused key, "…; relay ws://c answers with a NEW key …". */
+export function unreachableList(relays: readonly Unanswered[]): string {
+  return relays.map(unansweredText).join(relays.some(untrusted) ? '; ' : ', ');
+}
+
+/** Why a command that needs a relay did nothing: none answered, or those that answered are refused. */
+export function noUsableRelay(relays: readonly Unanswered[]): InterlinkError {
+  if (relays.some(untrusted)) return new InterlinkError('relay_untrusted', `no relay can be used: ${unreachableList(relays)}. Nothing was done.`);
+  return new InterlinkError(
+    'relay_unreachable',
+    `no relay answered: ${unreachableList(relays)}. Is the relay running? Start one with \`interlink-mcp relay\`, or set INTERLINK_URL to one that runs. Nothing was done.`,
+  );
+}
+
+/** The relays a command went on without: "no answer from …", or "not with …" when a key is refused. */
+export function goingOnWithout(relays: readonly Unanswered[]): string {
+  return `${relays.some(untrusted) ? 'not with' : 'no answer from'} ${unreachableList(relays)}`;
+}
+
+/**
+ * `send_message`'s note when no relay is connected and a refused key is part of why
+ * (sending.ts keeps its own note otherwise): each relay and why, and when the message goes.
+ */
+export function untrustedNote(relays: readonly Unanswered[]): string | undefined {
+  if (!relays.some(untrusted)) return undefined;
+  return `no relay is connected: ${unreachableList(relays)}. The message waits in the outbox and goes out once a relay is trusted (see list_pending)`;
 }

@@ -66,14 +66,14 @@ describe('a forwarding relay in the list', () => {
     const { honest, forwarder } = await setUp('honest-key');
     const alice = await pool.start('alice', 'a1', `${honest.url}#key=${honest.key},${forwarder.url}`);
     await eventually(async () => (alice.stderr().includes('relay_key_refused') ? true : undefined), 20_000, 'relay_key_refused');
-    expect(alice.stderr()).toContain(`relay ${forwarder.url} presents the key of ${honest.url}`);
+    expect(alice.stderr()).toContain(`relay ${forwarder.url} answers with the key of ${honest.url}`);
     await bobWritesToAlice(alice, honest, 'pinned');
     nothingRead(forwarder);
 
     const env = userEnv({ root: join(root, 'alice'), configDir: alice.config, stateDir: alice.state }, { INTERLINK_URL: `${honest.url}#key=${honest.key},${forwarder.url}` });
     const status = JSON.parse(expectSuccess(await runCli(['status', '--json'], env))) as { relay_keys: { url: string; pinned: string | null; refused: { message: string } | null }[] };
     expect(status.relay_keys[0]).toEqual({ url: honest.url, pinned: honest.key, recorded: null, refused: null });
-    expect(status.relay_keys[1]!.refused?.message).toContain(`presents the key of ${honest.url}`);
+    expect(status.relay_keys[1]!.refused?.message).toContain(`answers with the key of ${honest.url}`);
   });
 
   it("that presents the honest relay's key recorded on first use: refused when it joins the list", async () => {

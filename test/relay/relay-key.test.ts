@@ -10,6 +10,7 @@ import { knownRelaysPath, relayKeyFile } from '../../src/config/layout.js';
 import { parseRelayUrl } from '../../src/config/relay-url.js';
 import { loadConfig } from '../../src/config/env.js';
 import { RelayClient } from '../../src/relay/client.js';
+import { keyRefusalSentence } from '../../src/relay/key-refusal.js';
 import { decideRelayKey, forgetRelay, KnownRelays, readKnownRelays } from '../../src/relay/known-relays.js';
 import { freshRelayKey, loadOrCreateRelayKey } from '../../src/relay/relay-key.js';
 import type { RelayServer } from '../../src/relay/server.js';
@@ -110,7 +111,7 @@ describe('pins in INTERLINK_URL', () => {
     const c = client(`${server.url}#key=${freshRelayKey().key}`);
     expect(await c.ready(10_000, { failFast: true })).toBe(false);
     await until('the refusal', () => c.untrusted);
-    expect(c.untrusted).toContain('not the key');
+    expect(c.untrusted).toMatchObject({ reason: 'not_pinned_key', url: server.url, key: server.key });
     expect(c.connected).toBe(false);
     expect(stderr.join('')).toContain('relay_key_refused');
     expect((await c.send('x#y', {})).accepted).toBe(false);
@@ -137,11 +138,12 @@ describe('trust on first use', () => {
     await first.close();
     const second = await relay({ port });
     await until('the refusal', () => c.untrusted, 15_000);
-    expect(c.untrusted).toContain(`not the key ${first.key}`);
+    expect(c.untrusted).toEqual({ reason: 'key_changed', url, key: second.key, recorded: first.key, since: expect.any(Number) });
+    expect(c.trouble).toEqual({ kind: 'untrusted', refusal: c.untrusted });
     expect(stderr.join('')).toContain('relay_key_refused');
     const known = await readKnownRelays(knownRelaysPath(state));
     expect(known.relays[url]?.key).toBe(first.key);
-    expect(known.refused[url]).toMatchObject({ key: second.key });
+    expect(known.refused[url]).toMatchObject({ key: second.key, message: keyRefusalSentence(c.untrusted!) });
 
     expect(await forgetRelay(knownRelaysPath(state), url)).toBe(true);
     expect(await c.ready(20_000)).toBe(true);
@@ -155,7 +157,7 @@ describe('trust on first use', () => {
     const a = { url: 'ws://a:1', pin: undefined };
     const b = { url: 'ws://b:2', pin: undefined };
     const recorded = { 'ws://a:1': { key: honest, first_seen: 0 } };
-    expect(decideRelayKey(b, honest, [a, b], recorded)).toMatchObject({ trusted: false, message: expect.stringContaining('presents the key of ws://a:1') });
+    expect(decideRelayKey(b, honest, [a, b], recorded)).toEqual({ trusted: false, refusal: { reason: 'other_relays_key', url: 'ws://b:2', key: honest, claimant: 'ws://a:1' } });
     expect(decideRelayKey(a, honest, [a, b], recorded)).toEqual({ trusted: true, firstUse: false });
     const pinned = { url: 'ws://a:1', pin: honest };
     expect(decideRelayKey(b, honest, [pinned, b], {})).toMatchObject({ trusted: false });
@@ -171,8 +173,9 @@ describe('trust on first use', () => {
     expect(decideRelayKey(a, shared, [a, b, c], {})).toEqual({ trusted: true, firstUse: false });
     expect(decideRelayKey(b, shared, [a, b, c], { 'ws://a:1': { key: shared, first_seen: 0 } })).toEqual({ trusted: true, firstUse: false });
     const refused = decideRelayKey(c, shared, [a, b, c], {});
-    expect(refused).toMatchObject({ trusted: false, message: expect.stringContaining(`pin that key on both URLs in INTERLINK_URL (#key=${shared})`) });
+    expect(refused).toMatchObject({ trusted: false, refusal: { reason: 'other_relays_key' } });
+    expect(refused.trusted ? '' : keyRefusalSentence(refused.refusal)).toContain(`pin that key on both URLs in INTERLINK_URL (#key=${shared})`);
     // A pin still holds a URL to its key.
-    expect(decideRelayKey(b, freshRelayKey().key, [a, b, c], {})).toMatchObject({ trusted: false, message: expect.stringContaining('not the key') });
+    expect(decideRelayKey(b, freshRelayKey().key, [a, b, c], {})).toMatchObject({ trusted: false, refusal: { reason: 'not_pinned_key', pinned: shared } });
   });
 });

@@ -13,7 +13,7 @@ import type { Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
 import { loadPeers, readPeers } from '../../peers/peers.js';
-import { unreachableList } from '../../relay/reach.js';
+import { goingOnWithout, noUsableRelay } from '../../relay/reach.js';
 import { readClientTls } from '../../relay/tls.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { presenceInfo } from '../presence-info.js';
@@ -42,7 +42,9 @@ means someone in between substituted a key: reject.
   cancel   withdraw a request of yours that is still open
 Runs as this identity's "cli" session (on the relay rosters so that people can ask to
 pair; agent mail never goes there); no agent session is needed. Exits 1, doing
-nothing, when no relay answers (stderr names each relay and why), and \`pair list\`
+nothing, when no relay answers or every relay that answers has a key the sessions refuse
+(stderr names each relay and why: a NEW key after a reset, and the \`interlink-mcp relay
+forget URL\` that accepts it), and \`pair list\`
 exits 1 when peers.json is damaged (it leaves the file as it is).`;
 
 const ACTIONS = ['request', 'list', 'accept', 'reject', 'confirm', 'cancel'] as const;
@@ -72,15 +74,8 @@ export async function pair(argv: readonly string[], config: Config): Promise<voi
   try {
     const { answered, unanswered } = await agent.reach(CONNECT_MS);
     // confirm and cancel change only this machine's files; the rest need a relay.
-    if (answered.length === 0 && action !== 'confirm' && action !== 'cancel') {
-      throw new InterlinkError(
-        'relay_unreachable',
-        `no relay answered: ${unreachableList(unanswered)}. Is the relay running? Start one with \`interlink-mcp relay\`, or set INTERLINK_URL to one that runs. Nothing was done.`,
-      );
-    }
-    if (unanswered.length > 0) {
-      process.stderr.write(`interlink-mcp pair: working with the relays that answered; no answer from ${unreachableList(unanswered)}\n`);
-    }
+    if (answered.length === 0 && action !== 'confirm' && action !== 'cancel') throw noUsableRelay(unanswered);
+    if (unanswered.length > 0) process.stderr.write(`interlink-mcp pair: working with the relays that answered; ${goingOnWithout(unanswered)}\n`);
     const before = (await agent.pairing.list()).outgoing;
     await agent.drain();
     const completed = await completedSince(config.peersPath, before, (await agent.pairing.list()).outgoing);

@@ -96,8 +96,10 @@ DIR; the next serve starts it again. Nothing running is not an error.
 
 relay forget URL: accepts a relay's new key. Sessions record the key each relay URL
 presents the first time (in <state>/relays.json) and refuse to read at that URL if it
-later presents another; this forgets what was recorded for URL, so the key it presents
-next is recorded instead. Running sessions pick it up when they next reconnect.
+later presents another (\`status\`, every \`pair\` command and the sessions' log then say
+"answers with a NEW key", naming both); this forgets what was recorded for URL, so the
+key it presents next is recorded instead. Running sessions pick it up when they next
+reconnect, within seconds.
 
 relay migrate: moves the queues of a stopped --db relay into the PostgreSQL database of
 --store, in one transaction: every queued message with its id and exact bytes, the key

@@ -5,9 +5,10 @@
  * sentence saying what is wrong with it and what does not work until it is fixed.
  */
 import { readdir } from 'node:fs/promises';
-import { probeRelay } from '../../agent/local-relay.js';
 import { relayEndpoint } from '../../config/relay-url.js';
+import { keyRefusalText } from '../../relay/key-refusal.js';
 import { readKnownRelays } from '../../relay/known-relays.js';
+import { checkRelays } from '../../relay/relay-check.js';
 import type { Config } from '../../config/env.js';
 import { identityDir, knownRelaysPath, localRelayDir, mailboxPath, outboxPath, pairingPath, rejectedPath, sessionFileIn, sessionOfFile, SESSION_STORES } from '../../config/layout.js';
 import { isRunning, readRelayPid } from '../../relay/pid-file.js';
@@ -48,8 +49,9 @@ async function identityOrNull(keyPath: string): Promise<Identity | undefined> {
 export const statusHelp = `usage: interlink-mcp status [--all] [--json]
 
 This identity, its peers, the relays and whether each answers (with the key each is held
-to: pinned in INTERLINK_URL or recorded on first use, and a WARNING when a session
-refused the key a relay presented), the zero-config local
+to: pinned in INTERLINK_URL or recorded on first use; a relay that answers with another
+key, a NEW one after a reset, is shown refused with what to do — for a reset on purpose
+\`interlink-mcp relay forget URL\`; and a WARNING when a session refused a key earlier), the zero-config local
 relay (running or not, its pid and store; stop it with \`interlink-mcp relay stop\`), and
 per session the unread messages, the messages no relay has accepted yet, the Codex
 notices saved as failed deliveries and the pairing requests waiting for a decision.
@@ -89,8 +91,9 @@ export async function status(argv: readonly string[], config: Config): Promise<v
   const urls = config.relays ?? [`ws://${config.localRelay}`];
   const tls = readClientTls(config.tlsCa);
   const endpoints = urls.map(relayEndpoint);
-  const relays = await Promise.all(endpoints.map((e) => probeRelay(e.url, 1_000, tls)));
   const known = await readKnownRelays(knownRelaysPath(config.stateDir));
+  // Each relay's handshake as a session makes it: a key that changed is named now (relay/relay-check.ts).
+  const relays = await checkRelays(urls, known, 1_000, tls);
   // The key each relay is held to, and a refusal a session met (relay/known-relays.ts).
   const relayKeys = endpoints.map(({ url, pin }) => ({ url, pinned: pin ?? null, recorded: known.relays[url]?.key ?? null, refused: known.refused[url] ?? null }));
   const state = config.stateDir;
@@ -170,6 +173,10 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       const same = relayKeys.filter((o) => k.pinned !== null && o.pinned === k.pinned && o.url !== k.url).map((o) => o.url);
       const shared = same.length > 0 ? ` (one relay with ${same.join(', ')})` : '';
       const key = k.pinned !== null ? `, key pinned ${k.pinned}${shared}` : k.recorded !== null ? `, key recorded ${k.recorded}` : '';
+      if (r.answers && r.refused !== undefined) {
+        lines.push(`relay        ${r.url}  ${keyRefusalText(r.refused)}`);
+        continue;
+      }
       lines.push(`relay        ${r.url}  ${r.answers ? 'answers' : `no answer (${r.error})`}${key}`);
       if (k.refused !== null) lines.push(`  WARNING    its key was refused at ${new Date(k.refused.at).toISOString()}: ${k.refused.message}`);
     }
