@@ -76,21 +76,28 @@ async function restartRelay(): Promise<void> {
   tally.relayRestarts++;
 }
 
+/** A burst of 1 to 16 messages from one session of one identity to another identity, sent at once. */
 async function send(): Promise<void> {
   const from = pick(NAMES);
   const to = pick(NAMES.filter((n) => n !== from));
   const sender = pick(live.get(from)!);
-  const n = sent.filter((s) => s.from === from && s.to === to).length;
   const mine = await sender.call<{ session_id: string }>('get_my_session_id');
-  try {
-    const receipt = await sender.call<{ msg_id: string; session: string }>('send_message', { to, text: `churn ${from}->${to} #${n}` });
-    sent.push({ msg_id: receipt.msg_id, from, fromSession: mine.session_id, to, toSession: receipt.session, n });
-    tally.sends++;
-  } catch (err) {
-    // Not told it was accepted: counted, not checked.
-    const code = /"code":"([a-z_]+)"/.exec(String(err))?.[1] ?? 'error';
-    tally.refusedAtSend.set(code, (tally.refusedAtSend.get(code) ?? 0) + 1);
-  }
+  const burst = 1 + Math.floor(random() * 16);
+  const first = sent.filter((s) => s.from === from && s.to === to).length;
+  const results = await Promise.allSettled(
+    Array.from({ length: burst }, (_, i) => sender.call<{ msg_id: string; session: string }>('send_message', { to, text: `churn ${from}->${to} #${first + i}` })),
+  );
+  // Calls are signed in the order they reach the server: the order they were made here.
+  results.forEach((result, i) => {
+    if (result.status === 'fulfilled') {
+      sent.push({ msg_id: result.value.msg_id, from, fromSession: mine.session_id, to, toSession: result.value.session, n: first + i });
+      tally.sends++;
+    } else {
+      // Not told it was taken: counted, not checked.
+      const code = /"code":"([a-z_]+)"/.exec(String(result.reason))?.[1] ?? 'error';
+      tally.refusedAtSend.set(code, (tally.refusedAtSend.get(code) ?? 0) + 1);
+    }
+  });
 }
 
 /** A session of `name` reads everything unread and acknowledges it, recording the order read. */
@@ -144,15 +151,23 @@ afterAll(async () => {
 
 describe(`churn (seed ${SEED}, ${CHURN_MS} ms)`, () => {
   it('delivers every message a sender was told was taken to a session of its identity exactly once, in order per route, and leaves nothing waiting unseen', async () => {
-    const deadline = Date.now() + CHURN_MS;
+    const started = Date.now();
+    const deadline = started + CHURN_MS;
+    // The relay restarts at least at a third and two thirds of the run, and at random besides.
+    const restarts = [started + CHURN_MS / 3, started + (2 * CHURN_MS) / 3];
     while (Date.now() < deadline) {
+      if (restarts.length > 0 && Date.now() >= restarts[0]!) {
+        restarts.shift();
+        await restartRelay();
+        continue;
+      }
       const roll = random();
       if (roll < 0.6) await send();
-      else if (roll < 0.8) {
+      else if (roll < 0.82) {
         const name = pick(NAMES);
         await read(pick(live.get(name)!), name);
-      } else if (roll < 0.9) await churnOne(pick(NAMES), false);
-      else if (roll < 0.97) await churnOne(pick(NAMES), true);
+      } else if (roll < 0.92) await churnOne(pick(NAMES), false);
+      else if (roll < 0.98) await churnOne(pick(NAMES), true);
       else await restartRelay();
     }
     // Settle: one live session per identity at least, reading until everything sent was read.
