@@ -51,14 +51,17 @@ export class Mailbox {
   private constructor(
     private readonly journal: JournalStore<MailboxState, Op, Result, MailboxData>,
     private readonly now: () => number,
+    /** The bounds this mailbox admits by (what `status` and notices name). */
+    readonly limits: Limits,
   ) {}
 
   static async open(path: string, options: MailboxOptions = {}): Promise<Mailbox> {
-    const store = await JournalStore.open(path, mailboxFormat(options.limits ?? DEFAULT_LIMITS), {
+    const limits = options.limits ?? DEFAULT_LIMITS;
+    const store = await JournalStore.open(path, mailboxFormat(limits), {
       ...(options.readOnly !== undefined && { readOnly: options.readOnly }),
       ...(options.lockTimeoutMs !== undefined && { lockTimeoutMs: options.lockTimeoutMs }),
     });
-    return new Mailbox(store, options.now ?? Date.now);
+    return new Mailbox(store, options.now ?? Date.now, limits);
   }
 
   get path(): string {

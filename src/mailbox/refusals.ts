@@ -7,7 +7,7 @@
  * most one line a minute per refused sender, however often its mail is offered.
  */
 import type { Refusal } from './format.js';
-import { type Bound, RETENTION_MS } from './rules.js';
+import { type Bound, type Limits, RETENTION_MS, senderShare } from './rules.js';
 
 /** A refusal already noted is noted again (journaled) after this long, to say it still holds. */
 export const REFUSAL_NOTE_MS = 60_000;
@@ -61,4 +61,33 @@ export class Refusals {
   list(): Refusal[] {
     return this.toData();
   }
+}
+
+const MIB = 1024 * 1024;
+
+/** What a bound is, in words: "its share of 1024 unread messages", "the mailbox's 32 MiB". */
+export function boundText(bound: Bound, limits: Limits): string {
+  const share = senderShare(limits);
+  switch (bound) {
+    case 'sender_records':
+      return `its share of ${share.records} unread messages`;
+    case 'sender_bytes':
+      return `its share of ${Math.round(share.bytes / MIB)} MiB of unread messages`;
+    case 'records':
+      return `the mailbox's ${limits.maxRecords} records`;
+    case 'bytes':
+      return `the mailbox's ${Math.round(limits.maxBytes / MIB)} MiB`;
+  }
+}
+
+/**
+ * One sentence naming the peer and the bound, and what lets its mail in again (for
+ * `status` and notices): "mail from bob is refused since <time>: bob holds its share of
+ * 1024 unread messages (sender_records); it waits on the relay until some are acknowledged".
+ */
+export function refusalSentence(refusal: Refusal, name: string, limits: Limits): string {
+  const since = new Date(refusal.since).toISOString();
+  const who = refusal.bound.startsWith('sender_') ? `${name} holds ${boundText(refusal.bound, limits)}` : `${boundText(refusal.bound, limits)} are full of unread messages`;
+  const until = refusal.bound.startsWith('sender_') ? `some of ${name}'s messages are acknowledged` : 'some messages are acknowledged';
+  return `mail from ${name} is refused since ${since}: ${who} (${refusal.bound}); it waits on the relay until ${until}`;
 }
