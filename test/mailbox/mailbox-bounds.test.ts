@@ -26,17 +26,19 @@ const key = (e: { from: string; msg_id: string }) => `${e.from} ${e.msg_id}`;
 describe('bounds: the pure rules', () => {
   const small = fc.integer({ min: 0, max: 12 });
 
-  it('admitToShare refuses exactly the arrivals that grow a sender past its share', () => {
-    fc.assert(
-      fc.property(small, small, fc.integer({ min: -3, max: 2 }), fc.integer({ min: -40, max: 40 }), fc.integer({ min: 1, max: 10 }), fc.integer({ min: 1, max: 60 }), (records, bytes, dr, db, shareRecords, shareBytes) => {
-        const limits: Limits = { maxRecords: 100, maxBytes: 1000, senderRecords: shareRecords, senderBytes: shareBytes };
-        const verdict = admitToShare({ records, bytes }, { records: dr, bytes: db }, limits);
-        const overRecords = dr > 0 && records + dr > shareRecords;
-        const overBytes = db > 0 && bytes + db > shareBytes;
-        expect(verdict).toEqual(overRecords ? { ok: false, reason: 'sender_records' } : overBytes ? { ok: false, reason: 'sender_bytes' } : { ok: true });
-      }),
-      { numRuns: 2000 },
-    );
+  it('admitToShare refuses exactly the arrivals that grow a sender past its share (exhaustively, on small numbers)', () => {
+    const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, k) => from + k);
+    for (const shareRecords of range(1, 4))
+      for (const shareBytes of range(1, 6))
+        for (const records of range(0, 6))
+          for (const bytes of range(0, 7))
+            for (const dr of range(-2, 2))
+              for (const db of range(-6, 6)) {
+                const verdict = admitToShare({ records, bytes }, { records: dr, bytes: db }, { maxRecords: 100, maxBytes: 1000, senderRecords: shareRecords, senderBytes: shareBytes });
+                const overRecords = dr > 0 && records + dr > shareRecords;
+                const overBytes = db > 0 && bytes + db > shareBytes;
+                expect(verdict).toEqual(overRecords ? { ok: false, reason: 'sender_records' } : overBytes ? { ok: false, reason: 'sender_bytes' } : { ok: true });
+              }
   });
 
   it('a share is a quarter of each bound unless set', () => {
