@@ -21,7 +21,7 @@ import { receiptKey, receiptOf } from '../envelope/receipt.js';
 import { decide, type OutstandingRequest, type RejectCode, type Verdict } from '../gate/decide.js';
 import type { Identity } from '../identity/identity.js';
 import { log } from '../log.js';
-import type { Mailbox } from '../mailbox/mailbox.js';
+import { describeRefusal, type Mailbox } from '../mailbox/mailbox.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import type { PeerTable } from '../peers/peers.js';
 import type { Delivery, RelayClient } from '../relay/client.js';
@@ -193,7 +193,7 @@ export class Inbound {
       const storing = this.deps.mailbox.store(envelope, verdict.petname !== undefined ? { peer: verdict.petname } : {});
       turn.done();
       const stored = await storing;
-      if (stored.outcome === 'full') throw new Error(`mailbox full (${stored.reason})`);
+      if (stored.outcome === 'full') throw new Error(describeRefusal(stored));
       this.remember(envelope);
       relay.ack(delivery.route, [delivery.id]);
       crashPoint('inbound.after_ack');

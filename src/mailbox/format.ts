@@ -35,6 +35,19 @@ export type StoredRecord = z.infer<typeof recordSchema>;
 const tombstoneSchema = z.object({ sender: z.string(), msg_id: z.string(), until: z.number().int() });
 export type Tombstone = z.infer<typeof tombstoneSchema>;
 
+/** A sender whose oldest tombstones the count bound took: its messages signed at or before `until` − 7 days are refused (tombstones.ts). */
+const floorSchema = z.object({ sender: z.string(), until: z.number().int() });
+export type Floor = z.infer<typeof floorSchema>;
+
+export const BOUNDS = ['records', 'bytes', 'sender_records', 'sender_bytes'] as const;
+
+/**
+ * The last time a bound refused a sender's mail, and since when it has (DESIGN.md "The
+ * mailbox": "When a bound refuses"); gone once a message of that sender is admitted.
+ */
+const refusalSchema = z.object({ sender: z.string(), bound: z.enum(BOUNDS), since: z.number().int(), at: z.number().int() });
+export type Refusal = z.infer<typeof refusalSchema>;
+
 /** The current notice reservation (DESIGN.md "Notices: waking the host"): at most one per session; `covered` holds receipt keys. */
 const reservationSchema = z.object({
   id: z.string(),
@@ -49,15 +62,25 @@ export const mailboxDataSchema = z.object({
   records: z.array(recordSchema),
   tombstones: z.array(tombstoneSchema),
   notice: reservationSchema.nullable().default(null),
+  // Added with the per-sender bounds (issue 35): a snapshot written before has neither.
+  floors: z.array(floorSchema).default([]),
+  refusals: z.array(refusalSchema).default([]),
 });
 export type MailboxData = z.infer<typeof mailboxDataSchema>;
 
-/** A stored message, exactly as admitted: replaying it reproduces the same decision. */
+/**
+ * A message offered to the mailbox, exactly as offered: replaying it reproduces the same
+ * decision. Journaled when it was stored, or when a bound refused it and that refusal is
+ * news (state.ts). `rules: 2` marks an op decided with the senders' shares; one written
+ * before them (no `rules`) was admitted without them and is replayed without them, so an
+ * upgrade never drops a message that was already acknowledged to its relay.
+ */
 const storeOpSchema = z.object({
   op: z.literal('store'),
   at: z.number().int(),
   envelope: envelopeSchema,
   peer: z.string().optional(),
+  rules: z.literal(2).optional(),
 });
 
 const ackOpSchema = z.object({

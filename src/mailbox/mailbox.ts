@@ -11,9 +11,10 @@ import { JournalStore } from '../store/journal-store.js';
 import type { JournalFormat } from '../store/journal.js';
 import type { Recovery } from '../store/json-store.js';
 import type { Receipt } from '../envelope/receipt.js';
-import { mailboxDataSchema, opSchema, type MailboxData, type NoticeOutcome, type Op, type Reservation, type StoredRecord } from './format.js';
+import { mailboxDataSchema, opSchema, type MailboxData, type NoticeOutcome, type Op, type Refusal, type Reservation, type StoredRecord } from './format.js';
 import { DEFAULT_FETCH_LIMIT, DEFAULT_LIMITS, clampFetchLimit, isProgress, type Limits } from './rules.js';
-import { MailboxState, isAcknowledged, isUnread, type AckCounts, type NoticeChange, type StoreOutcome } from './state.js';
+import { MailboxState, isAcknowledged, isUnread, type AckCounts, type BoundsReport, type NoticeChange, type StoreOutcome } from './state.js';
+import { log } from '../log.js';
 
 export interface MailboxOptions {
   limits?: Limits;
@@ -42,7 +43,7 @@ export function mailboxFormat(limits: Limits): MailboxFormat {
     fromData: (data) => MailboxState.fromData(data, limits),
     toData: (state) => state.toData(),
     apply: (state, op) => state.apply(op),
-    changes: (result) => ('outcome' in result ? result.outcome === 'stored' : 'notice' in result ? result.notice : result.acknowledged > 0),
+    changes: (result) => ('outcome' in result ? result.outcome === 'stored' || (result.outcome === 'full' && result.noted) : 'notice' in result ? result.notice : result.acknowledged > 0),
   };
 }
 
@@ -50,14 +51,17 @@ export class Mailbox {
   private constructor(
     private readonly journal: JournalStore<MailboxState, Op, Result, MailboxData>,
     private readonly now: () => number,
+    /** The bounds this mailbox admits by (what `status` and notices name). */
+    readonly limits: Limits,
   ) {}
 
   static async open(path: string, options: MailboxOptions = {}): Promise<Mailbox> {
-    const store = await JournalStore.open(path, mailboxFormat(options.limits ?? DEFAULT_LIMITS), {
+    const limits = options.limits ?? DEFAULT_LIMITS;
+    const store = await JournalStore.open(path, mailboxFormat(limits), {
       ...(options.readOnly !== undefined && { readOnly: options.readOnly }),
       ...(options.lockTimeoutMs !== undefined && { lockTimeoutMs: options.lockTimeoutMs }),
     });
-    return new Mailbox(store, options.now ?? Date.now);
+    return new Mailbox(store, options.now ?? Date.now, limits);
   }
 
   get path(): string {
@@ -69,10 +73,19 @@ export class Mailbox {
     return this.journal.recoveries;
   }
 
-  /** Commits a verified message. Resolves once it is durable (or known to be a duplicate). */
+  /**
+   * Commits a verified message. Resolves once it is durable, known to be a duplicate, or
+   * refused: `full` when a bound refused it (the refusal itself is durable when `noted`),
+   * `forgotten` when it is older than what the mailbox remembers of its sender.
+   */
   async store(envelope: Envelope, meta: { peer?: string } = {}): Promise<StoreOutcome> {
-    const op: Op = { op: 'store', at: this.now(), envelope, ...(meta.peer !== undefined && { peer: meta.peer }) };
-    return (await this.journal.submit(op)) as StoreOutcome;
+    const op: Op = { op: 'store', at: this.now(), envelope, ...(meta.peer !== undefined && { peer: meta.peer }), rules: 2 };
+    const outcome = (await this.journal.submit(op)) as StoreOutcome;
+    if (outcome.outcome === 'forgotten') {
+      // Not silent: it may be new mail that waited on a relay past everything this mailbox remembers of its sender.
+      log.warn('mailbox_refused_forgotten', { from: envelope.from, msg_id: envelope.msg_id, ts: envelope.ts });
+    }
+    return outcome;
   }
 
   /** Idempotent; counts what changed. Never touches a message not named by its receipt. */
@@ -82,9 +95,14 @@ export class Mailbox {
     return (await this.journal.submit(op)) as AckCounts;
   }
 
-  /** What a notifier decides from: the reservation and the messages that deserve a notice. */
-  async noticeState(): Promise<{ reservation: Reservation | undefined; attention: Receipt[] }> {
-    return this.journal.read((state) => ({ reservation: state.notice && structuredClone(state.notice), attention: state.attention() }));
+  /** What a notifier decides from: the reservation and the messages that deserve a notice; and the bounds refusing mail, for its text. */
+  async noticeState(): Promise<{ reservation: Reservation | undefined; attention: Receipt[]; refusals: Refusal[] }> {
+    return this.journal.read((state) => ({ reservation: state.notice && structuredClone(state.notice), attention: state.attention(), refusals: state.bounds().refusals }));
+  }
+
+  /** Each sender's unread holdings against its share, the bounds refusing mail and the senders the tombstone bound made forget (for `status`). */
+  async bounds(): Promise<BoundsReport> {
+    return this.journal.read((state) => state.bounds());
   }
 
   /** Makes the session's notice reservation; durable before the notice is handed to the host. */
@@ -183,6 +201,11 @@ export class Mailbox {
   async all(): Promise<StoredRecord[]> {
     return this.journal.read((state) => [...state.all()].map(clone));
   }
+}
+
+/** A refusal in one sentence, naming the bound and the sender (inbound's log and retry). */
+export function describeRefusal(outcome: Extract<StoreOutcome, { outcome: 'full' }>): string {
+  return `mailbox full (${outcome.reason}${outcome.reason.startsWith('sender_') ? ` of sender ${outcome.sender}` : `; refused sender ${outcome.sender}`})`;
 }
 
 function clone(record: StoredRecord): StoredRecord {

@@ -13,9 +13,23 @@ export const MAX_FETCH_LIMIT = 100;
 export interface Limits {
   maxRecords: number;
   maxBytes: number;
+  /** What one sender's unread records may hold (default: a quarter of each bound above). */
+  senderRecords?: number;
+  senderBytes?: number;
+  /** Tombstones kept at once (default: four times `maxRecords`). */
+  maxTombstones?: number;
 }
 
 export const DEFAULT_LIMITS: Limits = { maxRecords: MAX_RECORDS, maxBytes: MAX_BYTES };
+
+/** One sender's share of the mailbox (DESIGN.md "The mailbox": "One sender's share"). */
+export function senderShare(limits: Limits): Holdings {
+  return { records: limits.senderRecords ?? Math.ceil(limits.maxRecords / 4), bytes: limits.senderBytes ?? Math.ceil(limits.maxBytes / 4) };
+}
+
+export function tombstoneBound(limits: Limits): number {
+  return limits.maxTombstones ?? 4 * limits.maxRecords;
+}
 
 /** Progress is `status=update`: it never wakes the host and can be superseded. */
 export function isProgress(envelope: Pick<Envelope, 'status'>): boolean {
@@ -104,13 +118,79 @@ export function inDeliveryOrder<T extends OrderedRecord>(arrived: readonly T[]):
   });
 }
 
-export type AdmissionVerdict = { ok: true } | { ok: false; reason: 'records' | 'bytes' };
+/**
+ * What refused a message: the whole mailbox (`records`, `bytes`: full of records nothing
+ * may evict) or the sender's share of it (`sender_records`, `sender_bytes`).
+ */
+export type Bound = 'records' | 'bytes' | 'sender_records' | 'sender_bytes';
+
+export type AdmissionVerdict = { ok: true } | { ok: false; reason: Bound };
+
+/** Records and serialized bytes: what the bounds count. */
+export interface Holdings {
+  records: number;
+  bytes: number;
+}
 
 /** Admission bounds count and serialized bytes of the records a new one would join. */
-export function admit(current: { records: number; bytes: number }, incomingBytes: number, limits: Limits): AdmissionVerdict {
+export function admit(current: Holdings, incomingBytes: number, limits: Limits): AdmissionVerdict {
   if (current.records + 1 > limits.maxRecords) return { ok: false, reason: 'records' };
   if (current.bytes + incomingBytes > limits.maxBytes) return { ok: false, reason: 'bytes' };
   return { ok: true };
+}
+
+/**
+ * A sender's share bounds what its unread records hold (`held`), since only unread records
+ * cannot be evicted. `change` is what the arrival does to them: plus the new record if it
+ * is unread, minus the unread progress it supersedes. An arrival that does not grow them
+ * (an update superseding the sender's own update) always fits, so a sender at its share
+ * can still report progress and finish its tasks.
+ */
+export function admitToShare(held: Holdings, change: Holdings, limits: Limits): AdmissionVerdict {
+  const share = senderShare(limits);
+  if (change.records > 0 && held.records + change.records > share.records) return { ok: false, reason: 'sender_records' };
+  if (change.bytes > 0 && held.bytes + change.bytes > share.bytes) return { ok: false, reason: 'sender_bytes' };
+  return { ok: true };
+}
+
+/**
+ * The records to evict so that a record of `incomingBytes` fits the mailbox's bounds, or
+ * the bound it still does not fit once every candidate is gone. `candidates` are the
+ * evictable records (superseded progress, then acknowledged records, each oldest first):
+ * taken in that order, only as many as needed.
+ */
+export function victims<T extends { size: number }>(
+  current: Holdings,
+  incomingBytes: number,
+  limits: Limits,
+  candidates: Iterable<T>,
+): { ok: true; taken: T[] } | { ok: false; reason: Bound } {
+  let { records, bytes } = current;
+  const taken: T[] = [];
+  for (const candidate of candidates) {
+    if (admit({ records, bytes }, incomingBytes, limits).ok) return { ok: true, taken };
+    taken.push(candidate);
+    records--;
+    bytes -= candidate.size;
+  }
+  const verdict = admit({ records, bytes }, incomingBytes, limits);
+  return verdict.ok ? { ok: true, taken } : verdict;
+}
+
+/**
+ * Whose tombstone goes when there are too many: the sender holding the most (ties: the
+ * smaller key), so a flood forgets its own removed messages and not anyone else's.
+ */
+export function heaviestSender(counts: ReadonlyMap<string, number>): string | undefined {
+  let heaviest: string | undefined;
+  let most = 0;
+  for (const [sender, count] of counts) {
+    if (count > most || (count === most && heaviest !== undefined && sender < heaviest)) {
+      heaviest = sender;
+      most = count;
+    }
+  }
+  return heaviest;
 }
 
 export function clampFetchLimit(limit: number | undefined): number {

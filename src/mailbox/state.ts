@@ -4,11 +4,43 @@
  * which is what lets the journal be replayed after a crash.
  */
 import { receiptKey, receiptOf, type Receipt } from '../envelope/receipt.js';
-import type { AckOp, MailboxData, NoticeOutcomeOp, NoticeReserveOp, Op, RecordState, Reservation, StoreOp, StoredRecord, Tombstone } from './format.js';
-import { type Limits, RETENTION_MS, admit, inDeliveryOrder, isProgress, senderOrder, supersede, supersessionKey } from './rules.js';
+import type { AckOp, MailboxData, NoticeOutcomeOp, NoticeReserveOp, Op, RecordState, Refusal, Reservation, StoreOp, StoredRecord } from './format.js';
+import {
+  type Bound,
+  type Holdings,
+  type Limits,
+  RETENTION_MS,
+  admitToShare,
+  inDeliveryOrder,
+  isProgress,
+  senderOrder,
+  senderShare,
+  supersede,
+  supersessionKey,
+  tombstoneBound,
+  victims,
+} from './rules.js';
 import { MAX_PAST_MS } from '../gate/decide.js';
+import { Tombstones } from './tombstones.js';
+import { Refusals } from './refusals.js';
 
-export type StoreOutcome = { outcome: 'stored'; record: StoredRecord } | { outcome: 'duplicate' } | { outcome: 'full'; reason: 'records' | 'bytes' };
+export type StoreOutcome =
+  | { outcome: 'stored'; record: StoredRecord }
+  | { outcome: 'duplicate' }
+  /** Signed at or before what the mailbox still remembers of its sender (tombstones.ts): it may be a copy. */
+  | { outcome: 'forgotten' }
+  /** A bound refused it (`reason`) for `sender`; `noted` when that refusal is news and so journaled. */
+  | { outcome: 'full'; reason: Bound; sender: string; noted: boolean };
+
+/** What a mailbox holds against its bounds, for `status` and notices. */
+export interface BoundsReport {
+  /** Unread records and bytes per sender, against `share`. */
+  senders: { sender: string; unread: Holdings }[];
+  share: Holdings;
+  refusals: Refusal[];
+  /** Senders that lost tombstones to the count bound, and the floor each has. */
+  forgotten: { sender: string; until: number }[];
+}
 
 /** Whether a notice op changed anything (and so must be journaled). */
 export interface NoticeChange {
@@ -42,42 +74,65 @@ export function storeOpSize(op: StoreOp): number {
 export class MailboxState {
   /** Insertion order is arrival order (seq ascending). */
   private readonly records = new Map<string, StoredRecord>();
-  private readonly tombstones = new Map<string, Tombstone>();
-  /** supersession key → receipt keys of the records taking part. */
+  private readonly tombstones: Tombstones;
+  private readonly refusals: Refusals;
+  /**
+   * supersession key → receipt keys of the records that decide what an arrival supersedes:
+   * terminal records and progress not superseded. Superseded progress is left out: it is
+   * older than the task's unsuperseded progress or its terminal record, so it never decides
+   * anything, and a flood of updates for one task keeps this list at one entry.
+   */
   private readonly tasks = new Map<string, string[]>();
+  /** sender key → what its unread records hold: what its share bounds. */
+  private readonly held = new Map<string, Holdings>();
   private nextSeq = 0;
   private bytes = 0;
   private unread = 0;
   /**
-   * No record or tombstone can be pruned at or before this time. Kept as a lower bound
-   * (lowered whenever something becomes prunable, recomputed by each full scan), so a
-   * store skips the scan that would find nothing: pruning stays O(1) per arrival.
+   * No record, tombstone or refusal can be pruned at or before this time. Kept as a lower
+   * bound (lowered whenever something becomes prunable, recomputed by each full scan), so
+   * a store skips the scan that would find nothing: pruning stays O(1) per arrival.
    */
   private pruneNotBefore = -Infinity;
   private reservation: Reservation | undefined;
 
-  constructor(readonly limits: Limits) {}
+  constructor(
+    readonly limits: Limits,
+    data: Pick<MailboxData, 'tombstones' | 'floors' | 'refusals'> = { tombstones: [], floors: [], refusals: [] },
+  ) {
+    this.tombstones = Tombstones.fromData(data.tombstones, data.floors, tombstoneBound(limits));
+    this.refusals = Refusals.fromData(data.refusals);
+  }
 
   static fromData(data: MailboxData, limits: Limits): MailboxState {
-    const state = new MailboxState(limits);
+    const state = new MailboxState(limits, data);
     state.nextSeq = data.next_seq;
     for (const record of data.records) state.insert(record);
-    for (const t of data.tombstones) state.tombstones.set(receiptKey(t), t);
     state.reservation = data.notice ?? undefined;
     return state;
   }
 
   toData(): MailboxData {
-    return { next_seq: this.nextSeq, records: [...this.records.values()], tombstones: [...this.tombstones.values()], notice: this.reservation ?? null };
+    const { tombstones, floors } = this.tombstones.toData();
+    return { next_seq: this.nextSeq, records: [...this.records.values()], tombstones, notice: this.reservation ?? null, floors, refusals: this.refusals.toData() };
   }
 
   get stats(): { records: number; unread: number; bytes: number; tombstones: number } {
     return { records: this.records.size, unread: this.unread, bytes: this.bytes, tombstones: this.tombstones.size };
   }
 
+  /** Each sender's unread holdings against its share, the refusals in force and the forgetting senders. */
+  bounds(): BoundsReport {
+    return {
+      senders: [...this.held].map(([sender, unread]) => ({ sender, unread: { ...unread } })).sort((a, b) => (a.sender < b.sender ? -1 : a.sender > b.sender ? 1 : 0)),
+      share: senderShare(this.limits),
+      refusals: this.refusals.list(),
+      forgotten: [...this.tombstones.forgotten].map(([sender, until]) => ({ sender, until })),
+    };
+  }
+
   has(sender: string, msgId: string): boolean {
-    const key = receiptKey({ sender, msg_id: msgId });
-    return this.records.has(key) || this.tombstones.has(key);
+    return this.records.has(receiptKey({ sender, msg_id: msgId })) || this.tombstones.has(sender, msgId);
   }
 
   get(sender: string, msgId: string): StoredRecord | undefined {
@@ -88,7 +143,7 @@ export class MailboxState {
   admitted(): { from: string; msg_id: string; ts: number }[] {
     const records = [...this.records.values()].map((r) => ({ from: r.envelope.from, msg_id: r.envelope.msg_id, ts: r.envelope.ts }));
     // A tombstone's `until` is its message's ts + MAX_PAST_MS (where records are removed, below).
-    const tombstones = [...this.tombstones.values()].map((t) => ({ from: t.sender, msg_id: t.msg_id, ts: t.until - MAX_PAST_MS }));
+    const tombstones = [...this.tombstones.entries()].map((t) => ({ from: t.sender, msg_id: t.msg_id, ts: t.until - MAX_PAST_MS }));
     return [...records, ...tombstones];
   }
 
@@ -155,13 +210,28 @@ export class MailboxState {
     if (!open) this.reservation = undefined;
   }
 
+  /**
+   * Admission (DESIGN.md "The mailbox"): a duplicate or a forgotten message is refused;
+   * then the sender's share, then the mailbox's bounds, evicting superseded progress and
+   * acknowledged records if it must. Unread records are never evicted.
+   */
   store(op: StoreOp): StoreOutcome {
     const { envelope } = op;
     this.prune(op.at);
     if (this.has(envelope.from, envelope.msg_id)) return { outcome: 'duplicate' };
+    if (this.tombstones.forgets(envelope.from, envelope.ts)) return { outcome: 'forgotten' };
     const size = storeOpSize(op);
-    const admission = this.admitEvictingAcknowledged(size, op.at);
-    if (!admission.ok) return { outcome: 'full', reason: admission.reason };
+    const task = supersessionKey(envelope);
+    const members = (task === undefined ? [] : (this.tasks.get(task) ?? [])).map((k) => this.records.get(k)!);
+    const decision: { self?: string; others: string[] } = task === undefined ? { others: [] } : supersede(envelope, members.map((r) => ({ envelope: r.envelope, supersededBy: r.superseded_by })));
+    const superseded = decision.others.map((msgId) => members.find((r) => r.envelope.msg_id === msgId)!);
+    const change = this.unreadChange(size, decision.self !== undefined, superseded);
+    // An op from before the shares was admitted without them: replayed the same way.
+    const share = op.rules === 2 ? admitToShare(this.heldBy(envelope.from), change, this.limits) : ({ ok: true } as const);
+    if (!share.ok) return this.refuse(op, share.reason);
+    const room = victims({ records: this.records.size, bytes: this.bytes }, size, this.limits, this.evictable(new Set(superseded)));
+    if (!room.ok) return this.refuse(op, room.reason);
+    for (const victim of room.taken) this.remove(receiptKey(receiptOf(victim.envelope)), victim, op.at);
     const record: StoredRecord = {
       seq: this.nextSeq++,
       envelope,
@@ -169,9 +239,12 @@ export class MailboxState {
       received_at: op.at,
       size,
       states: [{ state: 'receiver_stored', at: op.at }],
+      ...(decision.self !== undefined && { superseded_by: decision.self }),
     };
-    this.applySupersession(record);
+    if (decision.self !== undefined) this.becamePrunable(record);
+    for (const older of superseded) if (this.records.has(receiptKey(receiptOf(older.envelope)))) this.markSuperseded(older, envelope.msg_id);
     this.insert(record);
+    this.refusals.admitted(envelope.from, change.records > 0);
     this.releaseNoticeIfDone();
     return { outcome: 'stored', record };
   }
@@ -179,10 +252,9 @@ export class MailboxState {
   acknowledge(op: AckOp): AckCounts {
     const counts: AckCounts = { acknowledged: 0, already_acknowledged: 0, unknown: 0 };
     for (const receipt of op.receipts) {
-      const key = receiptKey(receipt);
-      const record = this.records.get(key);
+      const record = this.records.get(receiptKey(receipt));
       if (record === undefined) {
-        if (this.tombstones.has(key)) counts.already_acknowledged++;
+        if (this.tombstones.has(receipt.sender, receipt.msg_id)) counts.already_acknowledged++;
         else counts.unknown++;
         continue;
       }
@@ -190,7 +262,7 @@ export class MailboxState {
         counts.already_acknowledged++;
         continue;
       }
-      if (isUnread(record)) this.unread--;
+      if (isUnread(record)) this.countUnread(record, -1);
       record.states.push({ state: 'receiver_acknowledged', at: op.at });
       this.becamePrunable(record);
       counts.acknowledged++;
@@ -222,91 +294,94 @@ export class MailboxState {
     const key = receiptKey(receiptOf(record.envelope));
     this.records.set(key, record);
     this.bytes += record.size;
-    if (isUnread(record)) this.unread++;
+    if (isUnread(record)) this.countUnread(record, 1);
     const task = supersessionKey(record.envelope);
-    if (task !== undefined) {
+    if (task !== undefined && record.superseded_by === undefined) {
       const members = this.tasks.get(task);
       if (members) members.push(key);
       else this.tasks.set(task, [key]);
     }
   }
 
+  private leaveTask(key: string, record: StoredRecord): void {
+    const task = supersessionKey(record.envelope);
+    if (task === undefined) return;
+    const members = this.tasks.get(task)?.filter((k) => k !== key) ?? [];
+    if (members.length > 0) this.tasks.set(task, members);
+    else this.tasks.delete(task);
+  }
+
   private remove(key: string, record: StoredRecord, now: number): void {
     this.records.delete(key);
     this.bytes -= record.size;
-    if (isUnread(record)) this.unread--;
-    const task = supersessionKey(record.envelope);
-    if (task !== undefined) {
-      const members = this.tasks.get(task)?.filter((k) => k !== key) ?? [];
-      if (members.length > 0) this.tasks.set(task, members);
-      else this.tasks.delete(task);
-    }
+    if (isUnread(record)) this.countUnread(record, -1);
+    this.leaveTask(key, record);
     // The gate refuses anything older than the freshness window, so the tombstone
     // needs to outlive the envelope's timestamp by exactly that window.
     const until = record.envelope.ts + MAX_PAST_MS;
     if (until < now) return;
-    this.tombstones.set(key, { ...receiptOf(record.envelope), until });
+    this.tombstones.lay(record.envelope.from, record.envelope.msg_id, until);
     this.pruneNotBefore = Math.min(this.pruneNotBefore, until);
+  }
+
+  /** Keeps the unread count and the sender's holdings (what its share bounds) in step. */
+  private countUnread(record: StoredRecord, sign: 1 | -1): void {
+    this.unread += sign;
+    const sender = record.envelope.from;
+    const held = this.heldBy(sender);
+    const next = { records: held.records + sign, bytes: held.bytes + sign * record.size };
+    if (next.records === 0) this.held.delete(sender);
+    else this.held.set(sender, next);
+  }
+
+  private heldBy(sender: string): Holdings {
+    return this.held.get(sender) ?? { records: 0, bytes: 0 };
+  }
+
+  /** What an arrival does to its sender's unread holdings: itself unless superseded on arrival, less the unread progress it supersedes. */
+  private unreadChange(size: number, supersededOnArrival: boolean, superseded: readonly StoredRecord[]): Holdings {
+    const change = supersededOnArrival ? { records: 0, bytes: 0 } : { records: 1, bytes: size };
+    for (const older of superseded) {
+      if (!isUnread(older)) continue;
+      change.records--;
+      change.bytes -= older.size;
+    }
+    return change;
+  }
+
+  /** What admission may evict, in order: superseded progress (and what this arrival supersedes), then acknowledged records; each oldest first. */
+  private *evictable(supersededNow: ReadonlySet<StoredRecord>): Generator<StoredRecord> {
+    for (const record of this.records.values()) if (record.superseded_by !== undefined || supersededNow.has(record)) yield record;
+    for (const record of this.records.values()) if (record.superseded_by === undefined && !supersededNow.has(record) && isAcknowledged(record)) yield record;
+  }
+
+  /** A refusal; journaled (`noted`) only when it is news, so a relay offering the message again costs no write. */
+  private refuse(op: StoreOp, reason: Bound): StoreOutcome {
+    const noted = this.refusals.note(op.envelope.from, reason, op.at);
+    if (noted) this.pruneNotBefore = Math.min(this.pruneNotBefore, op.at + RETENTION_MS);
+    return { outcome: 'full', reason, sender: op.envelope.from, noted };
   }
 
   private becamePrunable(record: StoredRecord): void {
     this.pruneNotBefore = Math.min(this.pruneNotBefore, record.received_at + RETENTION_MS);
   }
 
-  private applySupersession(record: StoredRecord): void {
-    const task = supersessionKey(record.envelope);
-    if (task === undefined) return;
-    const members = (this.tasks.get(task) ?? []).map((k) => this.records.get(k)!);
-    const views = members.map((r) => ({ envelope: r.envelope, supersededBy: r.superseded_by }));
-    const decision = supersede(record.envelope, views);
-    if (decision.self !== undefined) {
-      record.superseded_by = decision.self;
-      this.becamePrunable(record);
-    }
-    for (const msgId of decision.others) {
-      const older = members.find((r) => r.envelope.msg_id === msgId)!;
-      if (isUnread(older)) this.unread--;
-      older.superseded_by = record.envelope.msg_id;
-      this.becamePrunable(older);
-    }
+  private markSuperseded(older: StoredRecord, by: string): void {
+    if (isUnread(older)) this.countUnread(older, -1);
+    this.leaveTask(receiptKey(receiptOf(older.envelope)), older);
+    older.superseded_by = by;
+    this.becamePrunable(older);
   }
 
-  /** Acknowledged and superseded records older than the retention window leave; tombstones expire. */
+  /** Acknowledged and superseded records older than the retention window leave; tombstones and refusals expire. */
   private prune(now: number): void {
     if (now <= this.pruneNotBefore) return;
     // Recomputed from scratch; remove() lowers it again for the tombstones it leaves.
-    this.pruneNotBefore = Infinity;
-    for (const [key, t] of this.tombstones) {
-      if (t.until < now) this.tombstones.delete(key);
-      else this.pruneNotBefore = Math.min(this.pruneNotBefore, t.until);
-    }
+    this.pruneNotBefore = Math.min(this.tombstones.expire(now), this.refusals.expire(now));
     for (const [key, record] of this.records) {
       if (isUnread(record)) continue;
       if (record.received_at + RETENTION_MS < now) this.remove(key, record, now);
       else this.becamePrunable(record);
     }
-  }
-
-  /**
-   * Admission, making room if it must by evicting the oldest acknowledged records (their
-   * tombstones keep refusing replays). Unread and superseded records are never evicted.
-   */
-  private admitEvictingAcknowledged(size: number, now: number): ReturnType<typeof admit> {
-    const first = admit({ records: this.records.size, bytes: this.bytes }, size, this.limits);
-    if (first.ok) return first;
-    let records = this.records.size;
-    let bytes = this.bytes;
-    const victims: [string, StoredRecord][] = [];
-    for (const entry of this.records) {
-      if (admit({ records, bytes }, size, this.limits).ok) break;
-      if (!isAcknowledged(entry[1])) continue;
-      victims.push(entry);
-      records--;
-      bytes -= entry[1].size;
-    }
-    const verdict = admit({ records, bytes }, size, this.limits);
-    if (!verdict.ok) return first;
-    for (const [key, record] of victims) this.remove(key, record, now);
-    return verdict;
   }
 }

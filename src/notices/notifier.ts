@@ -18,6 +18,7 @@ import type { Mailbox } from '../mailbox/mailbox.js';
 import { SingleFlight } from '../single-flight.js';
 import { holdFileLock } from '../store/lock.js';
 import { renderNotice, type Notice } from './notice.js';
+import { refusalSentence } from '../mailbox/refusals.js';
 import { decideNotice } from './schedule.js';
 import { crashPoint } from '../store/crash-point.js';
 
@@ -97,7 +98,7 @@ export class Notifier {
   private async pass(): Promise<number | undefined> {
     if (!(await this.holdsLock())) return undefined;
     const { mailbox, sink, session } = this.options;
-    const { reservation, attention } = await mailbox.noticeState();
+    const { reservation, attention, refusals } = await mailbox.noticeState();
     // Taken after the read: every message the notice covers was stored by `now`, which
     // is what lets a listener judge the notice stale later (Mailbox.oldestUnreadAttention).
     const now = (this.options.now ?? Date.now)();
@@ -108,7 +109,17 @@ export class Notifier {
     crashPoint('notices.after_reserve');
     const senderKeys = [...new Set(decision.covered.map((receipt) => receipt.sender))];
     const senders = await Promise.all(senderKeys.map((key) => this.options.senderName(key)));
-    const notice: Notice = { notification_id: id, session, count: decision.covered.length, senders, at: now, mailbox: { identity: this.options.identity, session } };
+    // The bounds refusing mail are named in the notice, so the agent learns why a peer went quiet.
+    const refused = await Promise.all(refusals.map(async (r) => refusalSentence(r, await this.options.senderName(r.sender), mailbox.limits)));
+    const notice: Notice = {
+      notification_id: id,
+      session,
+      count: decision.covered.length,
+      senders,
+      at: now,
+      mailbox: { identity: this.options.identity, session },
+      ...(refused.length > 0 && { refusals: refused }),
+    };
     let outcome: NoticeOutcome;
     try {
       outcome = await sink.deliver(notice, renderNotice(notice));

@@ -52,6 +52,14 @@ export class ReplayIndex {
     return this.journal.read((state) => state.holder(from, msgId));
   }
 
+  /** Live entries against the limit; `full` when a new claim would be refused (`status` shows it). */
+  fill(): Promise<{ entries: number; limit: number; full: boolean }> {
+    return this.journal.read((state) => {
+      const { entries, limit } = state.fill(this.now());
+      return { entries, limit, full: entries >= limit };
+    });
+  }
+
   close(): Promise<void> {
     return this.journal.close();
   }

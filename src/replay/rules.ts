@@ -66,6 +66,13 @@ export class ClaimsState {
     return { latest: this.latest, entries: [...this.entries.values()].filter((e) => e.until >= this.latest) };
   }
 
+  /** Entries still inside the window at `now`, against the limit (a full index refuses new claims): for `status`. */
+  fill(now: number): { entries: number; limit: number } {
+    let entries = 0;
+    for (const entry of this.entries.values()) if (entry.until >= now) entries++;
+    return { entries, limit: this.limit };
+  }
+
   /** Who admitted it, if anyone still remembered, without claiming. */
   holder(from: string, msgId: string): string | undefined {
     return this.live(entryKey(from, msgId))?.session;

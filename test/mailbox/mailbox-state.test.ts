@@ -336,7 +336,7 @@ describe('mailbox state', () => {
     const c = message(sender, receiver, { ts: T0 });
     state.apply({ op: 'store', at: T0, envelope: a });
     state.apply({ op: 'store', at: T0, envelope: b });
-    expect(state.apply({ op: 'store', at: T0, envelope: c })).toEqual({ outcome: 'full', reason: 'records' });
+    expect(state.apply({ op: 'store', at: T0, envelope: c })).toEqual({ outcome: 'full', reason: 'records', sender: sender.key, noted: true });
     state.apply({ op: 'ack', at: T0, receipts: [{ sender: sender.key, msg_id: a.msg_id }] });
     expect(state.apply({ op: 'store', at: T0, envelope: c })).toMatchObject({ outcome: 'stored' });
     expect(state.get(sender.key, a.msg_id)).toBeUndefined();

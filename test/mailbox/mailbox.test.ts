@@ -213,10 +213,10 @@ describe('mailbox', () => {
   });
 
   it('reports a full mailbox without evicting unread mail', async () => {
-    const mailbox = await Mailbox.open(path, { limits: { maxRecords: 2, maxBytes: 1 << 20 } });
+    const mailbox = await Mailbox.open(path, { limits: { maxRecords: 2, maxBytes: 1 << 20, senderRecords: 3 } });
     await mailbox.store(message(alice, bob));
     await mailbox.store(message(alice, bob));
-    expect(await mailbox.store(message(alice, bob))).toEqual({ outcome: 'full', reason: 'records' });
+    expect(await mailbox.store(message(alice, bob))).toEqual({ outcome: 'full', reason: 'records', sender: alice.key, noted: true });
     expect((await mailbox.stats()).unread).toBe(2);
   });
 

@@ -79,6 +79,21 @@ async function setup(sink: NoticeSink = recordingSink(), senderName = petnames):
 const receipt = (m: { from: string; msg_id: string }) => ({ sender: m.from, msg_id: m.msg_id });
 
 describe('notifier', () => {
+  it('names the peer a mailbox bound refuses, and the bound, in the notice', async () => {
+    const sink = recordingSink();
+    const mailbox = await Mailbox.open(join(dir.path, 'mailbox', bob.key, 'main.json'), { now: () => now, limits: { maxRecords: 8, maxBytes: 1 << 20, senderRecords: 2 } });
+    const notifier = new Notifier({ mailbox, identity: bob.key, session: 'main', sink, senderName: petnames, now: () => now });
+    notifiers.push(notifier);
+    for (let i = 0; i < 2; i++) expect((await mailbox.store(message(alice, bob, { ts: now + i }))).outcome).toBe('stored');
+    expect(await mailbox.store(message(alice, bob, { ts: now + 2 }))).toMatchObject({ outcome: 'full', reason: 'sender_records', sender: alice.key });
+    await notifier.reconcile();
+    expect(sink.notices).toHaveLength(1);
+    const { notice, text } = sink.notices[0]!;
+    expect(notice.refusals).toHaveLength(1);
+    expect(text).toContain('mail from alice is refused');
+    expect(text).toContain('alice holds its share of 2 unread messages (sender_records)');
+  });
+
   it('sends one pointer per reservation, records inbox_queued, and notifies again only after the hold', async () => {
     const sink = recordingSink();
     const { mailbox, notifier } = await setup(sink);

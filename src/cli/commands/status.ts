@@ -30,6 +30,10 @@ import { expectPositionals, parse, print } from '../args.js';
 import { forTerminal } from '../printable.js';
 import { peekRejections, type Rejection } from '../../agent/rejected.js';
 import { lastActivity, partitionSessions, sessionLives, type SessionLife } from '../session-listing.js';
+import { refusalSentence } from '../../mailbox/refusals.js';
+import { ReplayIndex } from '../../replay/claims.js';
+import { isNewIndex } from '../../replay/seed.js';
+import { replayPath } from '../../config/layout.js';
 
 /** Sessions with a store in `dir` (layout.ts, `sessionOfFile`). */
 async function sessionsIn(dir: string): Promise<string[]> {
@@ -54,7 +58,9 @@ key, a NEW one after a reset, is shown refused with what to do — for a reset o
 \`interlink-mcp relay forget URL\`; and a WARNING when a session refused a key earlier), the zero-config local
 relay (running or not, its pid and store; stop it with \`interlink-mcp relay stop\`), and
 per session the unread messages, the messages no relay has accepted yet, the Codex
-notices saved as failed deliveries and the pairing requests waiting for a decision.
+notices saved as failed deliveries and the pairing requests waiting for a decision;
+a REFUSING line for each peer whose mail a mailbox bound refuses (its share, or the
+whole mailbox), and a line when the identity's replay index is full.
 Sessions with nothing waiting and no activity for three days are only counted; --all
 lists them too. Reads only. Exits 1 when a file it reads (peers.json, a pairing store,
 a failed-deliveries file) is damaged: everything else is still shown, and stderr says
@@ -106,6 +112,8 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     pair_requests: number | 'unreadable';
     rejected: number | 'unreadable';
     last_activity: number | undefined;
+    /** Senders a mailbox bound refuses (mailbox/refusals.ts), each named with its bound. */
+    refusing: { sender: string; peer: string; bound: string; since: string; last: string; message: string }[];
   }[] = [];
   /**
    * sender key → the largest (signed time − arrival time) over its admitted messages: the
@@ -123,6 +131,10 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       const mailbox = await Mailbox.open(mailboxPath(state, identity.key, session), { readOnly: true });
       const outbox = await Outbox.open(outboxPath(state, identity.key, session), { readOnly: true });
       const stats = await mailbox.stats();
+      const refusing = (await mailbox.bounds()).refusals.map((r) => {
+        const peer = table.petnameOf(r.sender) ?? (r.sender === identity.key ? 'self' : fingerprintOf(parsePublicKey(r.sender)));
+        return { sender: r.sender, peer, bound: r.bound, since: new Date(r.since).toISOString(), last: new Date(r.at).toISOString(), message: refusalSentence(r, peer, mailbox.limits) };
+      });
       const failedStore = FailedDeliveries.forSession(state, identity.key, session);
       const failed = await failedStore.peek();
       if ('damaged' in failed) damaged.push({ file: failedStore.path, problem: failed.damaged, unavailable: FAILED_UNAVAILABLE });
@@ -140,10 +152,12 @@ export async function status(argv: readonly string[], config: Config): Promise<v
         pair_requests: pairing.kind === 'ok' ? pairing.value.incoming.length : pairing.kind === 'missing' ? 0 : 'unreadable',
         rejected: 'damaged' in rejected ? 'unreadable' : rejected.length,
         last_activity: await lastActivity(state, identity.key, session),
+        refusing,
       });
     }
   }
   const lives = identity ? await sessionLives(state, identity.key, sessions, Date.now()) : new Map<string, SessionLife>();
+  const replayIndex = identity ? await replayFill(replayPath(state, identity.key)) : null;
   const { listed, quiet } = partitionSessions(sessions, Date.now());
   const shown = args.values.all === true ? sessions : listed;
   const local = await localRelay(state);
@@ -161,6 +175,7 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     state_dir: state,
     sessions: shown.map((s) => ({ ...s, last_activity: s.last_activity === undefined ? null : new Date(s.last_activity).toISOString(), ...lifeFields(lives.get(s.session)) })),
     quiet_sessions: args.values.all === true ? 0 : quiet.length,
+    replay_index: replayIndex,
     damaged: damaged.map((d) => ({ file: d.file, problem: d.problem, message: damageSentence(d) })),
   };
   print(args.values.json === true, data, () => {
@@ -189,11 +204,26 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       const pairing = s.pair_requests === 0 ? '' : `; pairing requests waiting for you: ${s.pair_requests} (interlink-mcp pair list)`;
       const rejected = s.rejected === 0 ? '' : `; refused by the gate: ${s.rejected} (interlink-mcp inbox --rejected)`;
       lines.push(`session      ${s.session}${lifeText(lives.get(s.session))}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${failed}${pairing}${rejected}`);
+      for (const r of s.refusing) lines.push(`  REFUSING   ${forTerminal(r.message)}`);
+    }
+    if (replayIndex?.full === true) {
+      lines.push(`replay index FULL: ${replayIndex.entries} of ${replayIndex.limit} entries still inside the 7-day window; version 2 messages wait on their relays until entries expire`);
     }
     if (data.quiet_sessions > 0) lines.push(`             and ${data.quiet_sessions} more with nothing waiting and no activity for 3 days (interlink-mcp status --all)`);
     return lines.join('\n');
   });
   if (damaged.length > 0) throw new InterlinkError('corrupt', data.damaged.map((d) => d.message).join(' '));
+}
+
+/** The identity's replay index (replay/claims.ts) against its limit; null when it has no files yet. */
+async function replayFill(path: string): Promise<{ entries: number; limit: number; full: boolean } | null> {
+  if (isNewIndex(path)) return null;
+  const index = await ReplayIndex.open(path, { readOnly: true });
+  try {
+    return await index.fill();
+  } finally {
+    await index.close();
+  }
 }
 
 export const inboxHelp = `usage: interlink-mcp inbox [--session ID] [--peer PETNAME] [--unread | --sent | --rejected] [--json]
