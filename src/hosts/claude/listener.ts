@@ -23,8 +23,6 @@ import { processIsRunning } from '../../store/liveness.js';
 import { withFileLock } from '../../store/lock.js';
 import { commitCursor, readInboxBatch, type InboxRecord } from './inbox.js';
 
-/** A lone notice younger than this is shown without looking at the mailbox (a stale one does no harm). */
-const FRESH_NOTICE_MS = 10_000;
 /** How often the inbox is looked at even if the watch said nothing. */
 const SAFETY_POLL_MS = 2_000;
 
@@ -167,11 +165,10 @@ async function listen(options: ListenerOptions): Promise<Exclude<ListenerOutcome
       if (hostGone) return 'host_gone';
       const batch = await readInboxBatch(state, session);
       // Notices whose mail was acknowledged meanwhile, and older copies of a live one, are
-      // consumed unshown: a notice only points at unread mail.
-      // One notice written moments ago points at mail that was unread then: shown at once,
-      // without reading the mailbox (the wake path). Older or several are judged first.
-      const fresh = batch.records.length === 1 && Date.now() - batch.records[0]!.at < FRESH_NOTICE_MS;
-      const shown = batch.records.length === 0 ? [] : fresh ? batch.records : liveNotices(batch.records, await oldestUnreadOf(state, batch.records));
+      // consumed unshown: a notice only points at unread mail, and a wake costs the agent a
+      // turn. Every notice is judged, however new: the notifier commits its mail before
+      // writing it, so this read sees that mail, unread or acknowledged.
+      const shown = batch.records.length === 0 ? [] : liveNotices(batch.records, await oldestUnreadOf(state, batch.records));
       if (shown.length > 0) {
         await show(shown.map((r) => r.text).join('\n\n') + '\n');
         crashPoint('listener.after_output');
