@@ -168,7 +168,9 @@ export class Agent {
       },
     });
     const outbound = new Outbound(outbox, groups.groups, options.unsealed === true ? wireOf : (envelope) => offerable(identity.signingKey, envelope));
-    receipts = new ReceiptSender({ identity, relays, trust: () => peerWatch.trust(), sticky, enabled: options.unsealed !== true });
+    receipts = new ReceiptSender({ identity, relays, trust: () => peerWatch.trust(), sticky, enabled: options.unsealed !== true, owedPath: rejectedPath(stateDir, identity.key, session) });
+    // Refusals reported before a restart whose receipt no relay took yet: due again now.
+    await receipts.resume();
     agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, peerWatch, sticky, new SendClock(await outbox.lastTimestamp()), replay, receipts);
     // Read peers.json once now, so a damaged one is reported (and moved aside) at start, not at the first message.
     await peerWatch.trust().catch((err: unknown) => log.warn('peers_unreadable', { error: messageOf(err) }));
