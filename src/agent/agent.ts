@@ -186,7 +186,9 @@ export class Agent {
       });
     const inbound = inboundFor(session, mailbox, outbox, () => agent?.notifier?.kick());
     const outbound = new Outbound(outbox, groups.groups, wire);
-    receipts = new ReceiptSender({ identity, relays, trust: () => peerWatch.trust(), sticky, enabled: options.unsealed !== true });
+    receipts = new ReceiptSender({ identity, relays, trust: () => peerWatch.trust(), sticky, enabled: options.unsealed !== true, owedPath: rejectedPath(stateDir, identity.key, session) });
+    // Refusals reported before a restart whose receipt no relay took yet: due again now.
+    await receipts.resume();
     const succession =
       options.host === undefined
         ? undefined

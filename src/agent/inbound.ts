@@ -161,7 +161,8 @@ export class Inbound {
         // A redelivery to this same session is routine (a reconnect, a second relay): quiet.
         if (verdict.code !== 'replay') {
           await this.refused(relay, wire, verdict.code, verdict.reason);
-          await this.deps.reports?.refused(wire, verdict.code).catch((err: unknown) => log.warn('receipt_failed', { error: messageOf(err) }));
+          // Owed durably before the relay forgets the message; a failure retries the delivery.
+          await this.deps.reports?.refused(wire, verdict.code);
         }
         relay.ack(delivery.route, [delivery.id]);
         return;

@@ -10,14 +10,22 @@
  * RECEIPT_INTERVAL_MS to 1.5 times that, at random (RECEIPT_JITTER; `receiptDue` in
  * receipts/receipts.ts), in receipts of at most RECEIPT_ENTRIES_SENT entries. A busy pair
  * costs the relay and the sender one receipt every few seconds, or one per 64 messages
- * when more than that wait. Receipts are kept in memory only: they report states that are
- * already durable here, so one lost in a crash leaves the sender with an older state, never
- * a false one. A receipt no relay took is offered again after the delay, ahead of entries
- * noted since, and at most MAX_WAITING entries wait; beyond that the oldest are dropped,
- * and the log says so.
+ * when more than that wait. Receipts of `receiver_stored` and `receiver_acknowledged` are
+ * kept in memory only: they report states that are already durable here, so one lost in a
+ * crash leaves the sender with an older state, never a false one. A refusal is different:
+ * the relay forgets the refused message once acknowledged, and nothing else here would
+ * tell the sender, who would stay at `bus_accepted` for good. So a `receiver_refused`
+ * receipt is owed durably (rejected.ts) before `refused` resolves, which inbound.ts awaits
+ * before acknowledging the relay; a session starting offers what is still owed (`resume`),
+ * and the debt is settled once a relay accepted the receipt. The session it goes to is the
+ * refused message's reply route, read from its sealed body (opened again here: the gate
+ * keeps nothing of what it refused), so no earlier message of that sender need have
+ * arrived in this process. A receipt no relay took is offered again after the delay, ahead
+ * of entries noted since, and at most MAX_WAITING entries wait; beyond that the oldest are
+ * dropped from memory, and the log says so (owed refusals are offered again at the next start).
  * Peers marked `clear` (the Rust Interlink) get none: they cannot read them.
  */
-import { replyToSession, signEnvelope, wireOf, type Envelope, type WireEnvelope } from '../envelope/envelope.js';
+import { isSealed, openEnvelope, replyToSession, signEnvelope, wireOf, type Envelope, type WireEnvelope } from '../envelope/envelope.js';
 import { formatRoute } from '../envelope/route.js';
 import type { RejectCode } from '../errors.js';
 import type { Identity } from '../identity/identity.js';
@@ -28,6 +36,7 @@ import { RECEIPT_KIND, receiptDue, receiptText, type ReceiptEntry } from '../rec
 import type { RelayClient } from '../relay/client.js';
 import { messageOf } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';
+import { owedReceipts, oweReceipt, receiptsSent, type OwedReceipt } from './rejected.js';
 
 /** How long a receipt waits for others to the same route: a quiet route's sender learns a state within about a second. */
 export const RECEIPT_DELAY_MS = 1_000;
@@ -70,6 +79,8 @@ export interface ReceiptSenderOptions {
   jitter?: number;
   /** False: sends nothing (the benchmark's unsealed baseline). */
   enabled?: boolean;
+  /** The session's rejected file (rejected.ts), where `receiver_refused` receipts are owed durably; without it they live in memory only. */
+  owedPath?: string;
 }
 
 interface Batch {
@@ -109,13 +120,54 @@ export class ReceiptSender {
     }
   }
 
-  /** The gate refused a message a relay had accepted; told to the sender when it is a peer (or this identity) and can act on it. */
+  /**
+   * The gate refused a message a relay had accepted; told to the sender when it is a peer
+   * (or this identity) and can act on it. Resolves once the receipt is owed durably (the
+   * caller acknowledges the relay after); throws when that write failed.
+   */
   async refused(wire: WireEnvelope, code: RejectCode, at = Date.now()): Promise<void> {
-    if (!REPORTED_REFUSALS.has(code) || wire.kind !== 'message') return;
+    if (!REPORTED_REFUSALS.has(code) || wire.kind !== 'message' || this.options.enabled === false) return;
     const { table } = await this.options.trust();
     if (wire.from !== this.options.identity.key && !table.has(wire.from)) return;
-    const session = ('text' in wire ? replyToSession(wire) : undefined) ?? this.options.sticky.get(wire.from);
-    this.note(wire.from, session, { msg_id: wire.msg_id, state: 'receiver_refused', at, code });
+    // A peer marked clear (the Rust Interlink) cannot read a receipt.
+    if (table.clear.has(wire.from)) return;
+    const session = this.replySession(wire) ?? this.options.sticky.get(wire.from);
+    if (session === undefined) {
+      log.info('receipt_unroutable', { to: wire.from, msg_id: wire.msg_id, reason: 'the refused message names no reply session that could be read' });
+      return;
+    }
+    const owed: OwedReceipt = { to: wire.from, session, msg_id: wire.msg_id, code, at };
+    if (this.options.owedPath !== undefined) await oweReceipt(this.options.owedPath, owed);
+    this.noteOwed(owed);
+  }
+
+  /** Offers the `receiver_refused` receipts still owed from earlier runs (call before the relays start delivering). */
+  async resume(): Promise<void> {
+    if (this.options.owedPath === undefined || this.options.enabled === false) return;
+    // An unreadable file must not keep the session from starting; what it owes waits for a readable one.
+    const owed = await owedReceipts(this.options.owedPath).catch((err: unknown) => {
+      log.warn('receipts_owed_unreadable', { path: this.options.owedPath, error: messageOf(err) });
+      return [];
+    });
+    for (const entry of owed) this.noteOwed(entry);
+  }
+
+  private noteOwed(owed: OwedReceipt): void {
+    this.note(owed.to, owed.session, { msg_id: owed.msg_id, state: 'receiver_refused', at: owed.at, code: owed.code });
+  }
+
+  /**
+   * The session the message asked replies to go to. A sealed body is opened again: the
+   * gate opened it before refusing (a `stale` verdict comes after the seal) but returns
+   * nothing of a refused message. Undefined when the seal does not open (`bad_seal`).
+   */
+  private replySession(wire: WireEnvelope): string | undefined {
+    if (!isSealed(wire)) return replyToSession(wire);
+    try {
+      return replyToSession(openEnvelope(this.options.identity.signingKey, wire));
+    } catch {
+      return undefined;
+    }
   }
 
   /** Sends everything waiting now, due or not; resolves when the attempt is over. */
@@ -199,7 +251,11 @@ export class ReceiptSender {
     for (const [route] of due) this.waiting.delete(route);
     for (const [route, batch] of due) {
       this.count -= batch.entries.length;
-      if (table?.clear.has(batch.to) === true) continue;
+      // Marked clear since: it cannot read a receipt, so none is owed any more.
+      if (table?.clear.has(batch.to) === true) {
+        await this.settle(batch.to, batch.entries);
+        continue;
+      }
       for (let i = 0; i < batch.entries.length; i += RECEIPT_ENTRIES_SENT) {
         const entries = batch.entries.slice(i, i + RECEIPT_ENTRIES_SENT);
         if (!(await this.offer(route, batch, entries))) {
@@ -210,9 +266,20 @@ export class ReceiptSender {
           break;
         }
         this.remember(route, Date.now());
+        await this.settle(batch.to, entries);
       }
     }
     this.bound();
+  }
+
+  /**
+   * Forgets the owed refusals among `entries` (a relay accepted them). A failure only
+   * means they are offered again at the next start: the sender applies a state once.
+   */
+  private async settle(to: string, entries: readonly ReceiptEntry[]): Promise<void> {
+    const refused = entries.filter((e) => e.state === 'receiver_refused').map((e) => ({ to, msg_id: e.msg_id }));
+    if (refused.length === 0 || this.options.owedPath === undefined) return;
+    await receiptsSent(this.options.owedPath, refused).catch((err: unknown) => log.warn('receipt_owed_unsettled', { to, count: refused.length, error: messageOf(err) }));
   }
 
   /** Notes when `route` was last sent a receipt; the oldest route is forgotten beyond SENT_ROUTES_LIMIT. */
@@ -228,6 +295,7 @@ export class ReceiptSender {
 
   /** Signs one receipt and offers it to the connected relays in turn; true once one accepted it. */
   private async offer(route: string, batch: Batch, entries: ReceiptEntry[]): Promise<boolean> {
+    crashPoint('receipts.before_send');
     let wire: WireEnvelope;
     try {
       wire = wireOf(signEnvelope(this.options.identity.signingKey, { to: batch.to, to_session: batch.session, kind: RECEIPT_KIND, text: receiptText(entries) }));

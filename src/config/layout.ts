@@ -37,6 +37,11 @@ export function stateFolders(stateDir: string): string[] {
   return STATE_FOLDERS.map((folder) => join(stateDir, folder));
 }
 
+/** `<store>/`: the identity folders of one kind of file. */
+export function storeDir(stateDir: string, store: SessionStore): string {
+  return join(stateDir, store);
+}
+
 /** `<store>/<identity>/`: one identity's files of one kind, one per session. */
 export function identityDir(stateDir: string, store: SessionStore, identity: string): string {
   return join(stateDir, store, identity);

@@ -12,6 +12,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { runCli, userEnv } from '../helpers/cli.js';
 import { eventually, pair, peerPool, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
+import { processIsRunning } from '../../src/store/liveness.js';
 import { startRelay } from '../helpers/spawn-relay.js';
 
 const HOUR = 60 * 60 * 1000;
@@ -30,9 +31,9 @@ afterEach(async () => {
   await rm(root, { recursive: true, force: true });
 });
 
-function peer(name: string, session: string, relays: string, offsetMs = 0): Promise<Peer> {
+function peer(name: string, session: string, relays: string, offsetMs = 0, extra: Record<string, string> = {}): Promise<Peer> {
   const env: Record<string, string> = offsetMs === 0 ? {} : { NODE_OPTIONS: `--import=${PRELOAD}`, INTERLINK_TEST_CLOCK_OFFSET_MS: String(offsetMs) };
-  return pool.start(name, session, relays, env);
+  return pool.start(name, session, relays, { ...env, ...extra });
 }
 
 const stop = pool.stop;
@@ -83,6 +84,54 @@ describe('a receiver back after days offline', () => {
     expect(shown).toEqual([expect.objectContaining({ msg_id: msgId, code: 'stale', sender: 'alice' })]);
     const status = await runCli(['status'], env);
     expect(status.stdout).toContain('refused by the gate: 1 (interlink-mcp inbox --rejected)');
+  });
+});
+
+interface Status {
+  history: { state: string; reported_by?: string; code?: string }[];
+}
+
+/** The refusal Bob reported to Alice in a signed receipt, once her session has it. */
+function refusalReported(alice: Peer, msgId: string): Promise<Status['history'][number]> {
+  return eventually(
+    async () => (await alice.call<Status>('message_status', { msg_id: msgId })).history.find((h) => h.state === 'receiver_refused' && h.reported_by === 'receiver'),
+    20_000,
+    'receiver_refused at the sender',
+  );
+}
+
+/**
+ * A message 170 h old when Bob reads it, with both clocks right by then: Alice sent it while
+ * her clock was 170 h behind, and both sessions start again on right clocks. Bob's new
+ * process has admitted nothing from Alice: only the sealed body names her session.
+ */
+async function staleForBob(bobEnv: Record<string, string> = {}) {
+  const { relay, alice: first, send } = await bobAway();
+  await stop(first);
+  const behind = await peer('alice', 'a1', relay.url, -170 * HOUR);
+  const sent = await behind.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'waited a week and two hours' });
+  await eventually(async () => ((await behind.call<{ state: string }>('message_status', { msg_id: sent.msg_id })).state === 'bus_accepted' ? true : undefined));
+  await stop(behind);
+  void send;
+  const alice = await peer('alice', 'a1', relay.url);
+  const bob = await peer('bob', 'b1', relay.url, 0, bobEnv);
+  return { relay, alice, bob, msgId: sent.msg_id };
+}
+
+describe('a refusal after the seal was opened is told to the sender, whatever restarted', () => {
+  it('a receiver restarted before it refuses a message 170 h old reports receiver_refused (stale)', async () => {
+    const { alice, msgId } = await staleForBob();
+    expect(await refusalReported(alice, msgId)).toMatchObject({ code: 'stale' });
+  });
+
+  it('a receiver killed after the relay forgot the refused message, before the receipt left, reports it when it starts again', async () => {
+    const { relay, alice, bob: dying, msgId } = await staleForBob({ INTERLINK_CRASH_AT: 'receipts.before_send' });
+    const pid = dying.pid()!;
+    await eventually(async () => (!processIsRunning(pid) ? true : undefined), 20_000, 'bob killed at receipts.before_send');
+    await stop(dying).catch(() => undefined);
+    // The relay was acknowledged before the crash: it has nothing to deliver again.
+    await peer('bob', 'b1', relay.url);
+    expect(await refusalReported(alice, msgId)).toMatchObject({ code: 'stale' });
   });
 });
 

@@ -98,6 +98,22 @@ describe('notices for Claude', () => {
     expect(next.stderr()).toMatch(/^1 unread Interlink message from alice/m);
   });
 
+  it('never wakes for a notice written moments ago whose only message is already acknowledged (a wake costs a model turn)', async () => {
+    const { alice, bob } = await pairedPeers('b1');
+    const env = { INTERLINK_STATE_DIR: bob.state, INTERLINK_CONFIG_DIR: bob.config };
+    const inboxFile = join(bob.state, 'inbox', 'b1.jsonl');
+    const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'read me at once', status: 'needs_input' });
+    await eventually(async () => ((await readFile(inboxFile, 'utf8').catch(() => '')).includes('notification_id') ? true : undefined), 15_000, 'the notice');
+    // The agent reads and acknowledges it right away (its turn was still running), then the Stop hook starts the listener.
+    const inbox = await bob.call<Inbox>('receive_messages');
+    expect(inbox.messages.map((m) => m.msg_id)).toEqual([sent.msg_id]);
+    await bob.call('acknowledge_messages', { messages: [inbox.messages[0]!.receipt] });
+    const listener = spawnNode(MAIN, ['wait', '--session', 'b1', '--renew-after-secs', '1'], env);
+    expect((await listener.exited).code).toBe(2);
+    expect(listener.stderr()).not.toMatch(/unread Interlink message/);
+    expect(listener.stderr()).toContain('no messages are waiting');
+  });
+
   it('does not wake for progress', async () => {
     const { alice, bob } = await pairedPeers('b1');
     const progress = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: '40% done', task_id: 't1', status: 'update' });

@@ -1,4 +1,5 @@
-/** Which inbox notices a listener shows (notices/stale.ts): a pure decision, tested exhaustively by case. */
+/** Which inbox notices a listener shows (notices/stale.ts): a pure decision, tested by case and against a reference model. */
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { InboxRecord } from '../../src/hosts/claude/inbox.js';
 import { liveNotices, mailboxKey } from '../../src/notices/stale.js';
@@ -41,5 +42,65 @@ describe('liveNotices', () => {
   it('shows the newest notice of a mailbox that could not be read (re-showing beats losing)', () => {
     const records = [notice('a1', 10, A), notice('a2', 12, A)];
     expect(ids(liveNotices(records, new Map()))).toEqual(['a2']);
+  });
+});
+
+/** The rule spelled out one mailbox at a time: the last notice (in inbox order) that still covers unread mail, if any. */
+function model(records: readonly InboxRecord[], oldest: ReadonlyMap<string, number | null>): InboxRecord[] {
+  const keep = new Set<InboxRecord>(records.filter((r) => r.mailbox === undefined));
+  for (const key of new Set(records.flatMap((r) => (r.mailbox === undefined ? [] : [mailboxKey(r.mailbox)])))) {
+    const unread = oldest.get(key);
+    const covering = records.filter((r) => r.mailbox !== undefined && mailboxKey(r.mailbox) === key && (unread === undefined || (unread !== null && unread <= r.at)));
+    if (covering.length > 0) keep.add(covering[covering.length - 1]!);
+  }
+  return records.filter((r) => keep.has(r));
+}
+
+const MAILBOXES = [A, B, undefined] as const;
+const arbitraryRecords = fc.array(
+  fc.record({ at: fc.integer({ min: 0, max: 20 }), mailbox: fc.constantFrom(...MAILBOXES) }).map(({ at, mailbox }) => ({ at, mailbox })),
+  { maxLength: 12 },
+).map((rows) => rows.map((row, i) => notice(`n${i}`, row.at, row.mailbox)));
+/** Per mailbox: unreadable (left out), nothing unread (null), or when its oldest unread message was stored. */
+const arbitraryOldest = fc
+  .record({ a: fc.option(fc.option(fc.integer({ min: 0, max: 21 }), { nil: null }), { nil: undefined }), b: fc.option(fc.option(fc.integer({ min: 0, max: 21 }), { nil: null }), { nil: undefined }) })
+  .map(({ a, b }) => {
+    const map = new Map<string, number | null>();
+    if (a !== undefined) map.set(mailboxKey(A), a);
+    if (b !== undefined) map.set(mailboxKey(B), b);
+    return map;
+  });
+
+describe('liveNotices against the reference model', () => {
+  it('shows exactly what the rule says, in inbox order', () => {
+    fc.assert(
+      fc.property(arbitraryRecords, arbitraryOldest, (records, oldest) => {
+        expect(ids(liveNotices(records, oldest))).toEqual(ids(model(records, oldest)));
+      }),
+      { numRuns: 2_000 },
+    );
+  });
+
+  it('never shows a mail notice of a mailbox with nothing unread, however new the notice (a wake costs a model turn)', () => {
+    fc.assert(
+      fc.property(arbitraryRecords, (records) => {
+        const allRead = new Map([[mailboxKey(A), null], [mailboxKey(B), null]]);
+        expect(liveNotices(records, allRead).every((r) => r.mailbox === undefined)).toBe(true);
+      }),
+    );
+  });
+
+  it('never drops every notice of a mailbox while one of them covers unread mail', () => {
+    fc.assert(
+      fc.property(arbitraryRecords, arbitraryOldest, (records, oldest) => {
+        const shown = liveNotices(records, oldest);
+        for (const mailbox of [A, B]) {
+          const key = mailboxKey(mailbox);
+          const unread = oldest.get(key);
+          const covers = records.some((r) => r.mailbox === mailbox && (unread === undefined || (unread !== null && unread <= r.at)));
+          expect(shown.filter((r) => r.mailbox === mailbox)).toHaveLength(covers ? 1 : 0);
+        }
+      }),
+    );
   });
 });

@@ -3,18 +3,22 @@
  * after the delay, a busy route at most once per interval, routes do not hold each other
  * up, a receipt no relay took is tried again with its entries in order, many entries go
  * in several receipts of at most RECEIPT_ENTRIES_SENT, `flush` sends
- * everything at once, and a peer marked clear is sent none. A fake relay connection
+ * everything at once, and a peer marked clear is sent none. A refusal is owed durably
+ * (in the rejected file) before `refused` resolves, routed by the refused message's sealed
+ * reply route, offered again by a new sender (`resume`) and settled once a relay took it. A fake relay connection
  * records each send with its time; every wait is on a condition with a deadline.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { openEnvelope, type SealedWire } from '../../src/envelope/envelope.js';
+import { join } from 'node:path';
+import { isSealed, openEnvelope, wireOf, type SealedWire } from '../../src/envelope/envelope.js';
+import { owedReceipts, oweReceipt } from '../../src/agent/rejected.js';
 import type { Identity } from '../../src/identity/identity.js';
 import { PeerTable } from '../../src/peers/peers.js';
 import { RECEIPT_ENTRIES_SENT, ReceiptSender } from '../../src/agent/receipts.js';
 import { parseReceiptText, receiptDue } from '../../src/receipts/receipts.js';
 import { FakeRelayClient } from '../helpers/fake-relay-client.js';
-import { message, newIdentity } from '../helpers/fixtures.js';
+import { message, newIdentity, tempDir } from '../helpers/fixtures.js';
 import { eventually } from '../helpers/mcp.js';
 
 const me = newIdentity(101);
@@ -144,5 +148,72 @@ describe('ReceiptSender', () => {
     expect(reported(relay, 0, alice)).toEqual([m.msg_id]);
     await receipts.close();
     expect(relay.sent).toHaveLength(1);
+  });
+});
+
+describe('ReceiptSender: refusals owed across restarts', () => {
+  const table = new PeerTable([{ petname: 'alice', key: alice.key }, { petname: 'carol', key: carol.key, clear: true }]);
+  const owing = (relay: FakeRelayClient, owedPath: string) =>
+    new ReceiptSender({ identity: me, relays: [relay.client], trust: async () => ({ table }), sticky: new Map(), delayMs: 60_000, intervalMs: 60_000, owedPath });
+
+  /** The receipt entries sent, opened as alice would. */
+  function entries(relay: FakeRelayClient): { msg_id: string; state: string; code?: string }[] {
+    return relay.sent.flatMap((s) => parseReceiptText(openEnvelope(alice.signingKey, s.envelope as unknown as SealedWire).text));
+  }
+
+  it('owes a refusal before refused() resolves, routed by the sealed reply route with no earlier message from the sender, and settles it once a relay took it', async () => {
+    const dir = await tempDir('interlink-owed-');
+    try {
+      const path = join(dir.path, 'rejected.json');
+      const relay = new TimedRelay();
+      const receipts = owing(relay, path);
+      const stale = wireOf(message(alice, me, { to_session: 'mine', reply_to: `${alice.key}#a7` }));
+      expect(isSealed(stale)).toBe(true);
+      await receipts.refused(stale, 'stale', 1234);
+      expect(await owedReceipts(path)).toEqual([{ to: alice.key, session: 'a7', msg_id: stale.msg_id, code: 'stale', at: 1234 }]);
+      await receipts.flush();
+      expect(relay.sent.map((s) => s.route)).toEqual([`${alice.key}#a7`]);
+      expect(entries(relay)).toEqual([{ msg_id: stale.msg_id, state: 'receiver_refused', at: 1234, code: 'stale' }]);
+      expect(await owedReceipts(path)).toEqual([]);
+      await receipts.close();
+    } finally {
+      await dir.remove();
+    }
+  });
+
+  it('offers what an earlier process owed when a new one resumes, and keeps owing it while no relay takes it', async () => {
+    const dir = await tempDir('interlink-owed-');
+    try {
+      const path = join(dir.path, 'rejected.json');
+      const debt = { to: alice.key, session: 'a1', msg_id: from(alice, 'a1').msg_id, code: 'stale' as const, at: 99 };
+      await oweReceipt(path, debt);
+      const relay = new TimedRelay();
+      relay.answer('queue_full');
+      const receipts = owing(relay, path);
+      await receipts.resume();
+      await receipts.flush();
+      expect(relay.sent).toHaveLength(1);
+      expect(await owedReceipts(path)).toEqual([debt]);
+      await receipts.flush();
+      expect(entries(relay).map((e) => e.msg_id)).toEqual([debt.msg_id, debt.msg_id]);
+      expect(await owedReceipts(path)).toEqual([]);
+      await receipts.close();
+    } finally {
+      await dir.remove();
+    }
+  });
+
+  it('owes nothing to a peer marked clear (it cannot read a receipt) or for a refusal it cannot act on', async () => {
+    const dir = await tempDir('interlink-owed-');
+    try {
+      const path = join(dir.path, 'rejected.json');
+      const receipts = owing(new TimedRelay(), path);
+      await receipts.refused(wireOf(message(carol, me, { reply_to: `${carol.key}#c1` })), 'stale');
+      await receipts.refused(wireOf(message(alice, me, { to_session: 'mine', reply_to: `${alice.key}#a1` })), 'replay');
+      expect(await owedReceipts(path)).toEqual([]);
+      await receipts.close();
+    } finally {
+      await dir.remove();
+    }
   });
 });

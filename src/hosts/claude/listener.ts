@@ -11,20 +11,20 @@
  * - While idle it sleeps on an inotify-style watch of the inbox directory, with a slow
  *   poll as a safety net; no busy loop.
  */
-import { watch, type FSWatcher } from 'node:fs';
+import { existsSync, watch, type FSWatcher } from 'node:fs';
+import { readdir } from 'node:fs/promises';
 import { basename } from 'node:path';
-import { inboxPaths, mailboxPath } from '../../config/layout.js';
+import { inboxPaths, mailboxPath, storeDir } from '../../config/layout.js';
 import { isInterlinkError, messageOf } from '../../errors.js';
 import { log } from '../../log.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
 import { liveNotices, mailboxKey } from '../../notices/stale.js';
 import { crashPoint } from '../../store/crash-point.js';
+import { journalPathOf } from '../../store/journal.js';
 import { processIsRunning } from '../../store/liveness.js';
 import { withFileLock } from '../../store/lock.js';
 import { commitCursor, readInboxBatch, type InboxRecord } from './inbox.js';
 
-/** A lone notice younger than this is shown without looking at the mailbox (a stale one does no harm). */
-const FRESH_NOTICE_MS = 10_000;
 /** How often the inbox is looked at even if the watch said nothing. */
 const SAFETY_POLL_MS = 2_000;
 
@@ -50,6 +50,11 @@ export interface ListenerOptions {
   host: number | undefined;
   /** Resolves once the text is out (the process's stderr, for Claude to read). */
   show: (text: string) => Promise<void>;
+}
+
+interface MailboxName {
+  identity: string;
+  session: string;
 }
 
 /** `withFileLock` takes the file a lock guards and adds `.lock` itself. */
@@ -119,24 +124,74 @@ function watchInbox(dir: string, file: string, bell: Doorbell): FSWatcher | unde
   }
 }
 
-/** What the notices' mailboxes hold unread now (see notices/stale.ts); unreadable ones are left out. */
-async function oldestUnreadOf(state: string, records: readonly InboxRecord[]): Promise<Map<string, number | null>> {
-  const oldest = new Map<string, number | null>();
-  for (const record of records) {
-    if (record.mailbox === undefined || oldest.has(mailboxKey(record.mailbox))) continue;
-    const { identity, session } = record.mailbox;
-    try {
-      const mailbox = await Mailbox.open(mailboxPath(state, identity, session), { readOnly: true });
+/**
+ * Read-only views of the mailboxes notices name, kept open for the listener's life: a
+ * view reads the whole journal once, and after that only what was appended since. A
+ * mailbox opened while the listener is idle (`warm`) costs the wake nothing but the
+ * store that woke it.
+ */
+class MailboxViews {
+  private readonly views = new Map<string, Promise<Mailbox>>();
+  private closed = false;
+
+  constructor(private readonly state: string) {}
+
+  /**
+   * Reads ahead the mailboxes this session's notices most likely name: the session's own,
+   * of each identity with one here (unless the hooks rebound the session, that is where
+   * its notices point). Found by listing the mailbox folder: the listener never reads the key.
+   */
+  async warm(session: string): Promise<void> {
+    const identities = await readdir(storeDir(this.state, 'mailbox')).catch(() => []);
+    for (const identity of identities) {
+      if (this.closed) return;
+      let path: string;
       try {
-        oldest.set(mailboxKey(record.mailbox), (await mailbox.oldestUnreadAttention()) ?? null);
-      } finally {
-        await mailbox.close();
+        path = mailboxPath(this.state, identity, session);
+      } catch {
+        continue;
       }
-    } catch (err) {
-      log.warn('listener_mailbox_unreadable', { session, message: messageOf(err) });
+      // Not yet written (a session that never received mail): nothing to read ahead of time.
+      if (!existsSync(path) && !existsSync(journalPathOf(path))) continue;
+      const mailbox = { identity, session };
+      await this.view(mailbox).then(
+        () => log.debug('listener_mailbox_read', { session }),
+        () => this.views.delete(mailboxKey(mailbox)),
+      );
     }
   }
-  return oldest;
+
+  /** What the notices' mailboxes hold unread now (see notices/stale.ts); unreadable ones are left out. */
+  async oldestUnreadOf(records: readonly InboxRecord[]): Promise<Map<string, number | null>> {
+    const oldest = new Map<string, number | null>();
+    for (const record of records) {
+      if (record.mailbox === undefined || oldest.has(mailboxKey(record.mailbox))) continue;
+      try {
+        oldest.set(mailboxKey(record.mailbox), (await (await this.view(record.mailbox)).oldestUnreadAttention()) ?? null);
+      } catch (err) {
+        this.views.delete(mailboxKey(record.mailbox));
+        log.warn('listener_mailbox_unreadable', { session: record.mailbox.session, message: messageOf(err) });
+      }
+    }
+    return oldest;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const views = [...this.views.values()];
+    this.views.clear();
+    await Promise.all(views.map(async (view) => (await view.catch(() => undefined))?.close()));
+  }
+
+  private view(mailbox: MailboxName): Promise<Mailbox> {
+    const key = mailboxKey(mailbox);
+    let view = this.views.get(key);
+    if (view === undefined) {
+      view = Mailbox.open(mailboxPath(this.state, mailbox.identity, mailbox.session), { readOnly: true });
+      this.views.set(key, view);
+    }
+    return view;
+  }
 }
 
 /** Holding the listener lock: hands over the next batch, or waits until there is one. */
@@ -159,6 +214,8 @@ async function listen(options: ListenerOptions): Promise<Exclude<ListenerOutcome
   }, options.renewMs);
   const onStop = (): void => bell.ring();
   stop.addEventListener('abort', onStop);
+  const mailboxes = new MailboxViews(state);
+  void mailboxes.warm(session);
   try {
     for (;;) {
       if (stop.aborted) return 'terminated';
@@ -167,11 +224,10 @@ async function listen(options: ListenerOptions): Promise<Exclude<ListenerOutcome
       if (hostGone) return 'host_gone';
       const batch = await readInboxBatch(state, session);
       // Notices whose mail was acknowledged meanwhile, and older copies of a live one, are
-      // consumed unshown: a notice only points at unread mail.
-      // One notice written moments ago points at mail that was unread then: shown at once,
-      // without reading the mailbox (the wake path). Older or several are judged first.
-      const fresh = batch.records.length === 1 && Date.now() - batch.records[0]!.at < FRESH_NOTICE_MS;
-      const shown = batch.records.length === 0 ? [] : fresh ? batch.records : liveNotices(batch.records, await oldestUnreadOf(state, batch.records));
+      // consumed unshown: a notice only points at unread mail, and a wake costs the agent a
+      // turn. Every notice is judged, however new: the notifier commits its mail before
+      // writing it, so this read sees that mail, unread or acknowledged.
+      const shown = batch.records.length === 0 ? [] : liveNotices(batch.records, await mailboxes.oldestUnreadOf(batch.records));
       if (shown.length > 0) {
         await show(shown.map((r) => r.text).join('\n\n') + '\n');
         crashPoint('listener.after_output');
@@ -197,6 +253,7 @@ async function listen(options: ListenerOptions): Promise<Exclude<ListenerOutcome
     clearInterval(poll);
     clearTimeout(renew);
     stop.removeEventListener('abort', onStop);
+    await mailboxes.close();
   }
 }
 

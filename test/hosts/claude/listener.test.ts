@@ -6,9 +6,10 @@ import { appendFile, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { RENEWAL_NOTICE } from '../../../src/hosts/claude/listener.js';
-import { inboxPaths } from '../../../src/config/layout.js';
+import { inboxPaths, mailboxPath } from '../../../src/config/layout.js';
+import { Mailbox } from '../../../src/mailbox/mailbox.js';
+import { message, newIdentity, tempDir } from '../../helpers/fixtures.js';
 import { appendInboxRecord, type InboxRecord } from '../../../src/hosts/claude/inbox.js';
-import { tempDir } from '../../helpers/fixtures.js';
 import { reapListeners, startListener, waitUntil, type ListenerResult } from '../../helpers/listener-process.js';
 import { spawnNode, reapAll } from '../../helpers/process.js';
 
@@ -75,6 +76,32 @@ describe('wait', () => {
     const result = await listen(['--session', 's1']).done;
     expect(result).toEqual({ code: 2, signal: null, stdout: 'INTERLINK_NOTICES\n', stderr: shown('first', 'second\nwith two lines', 'third') });
     expect(await cursorOf('s1')).toBe(await sizeOf('s1'));
+  });
+
+  it('judges a notice by what its mailbox holds at the wake, though it read that mailbox before: acknowledged mail never wakes, new mail does', async () => {
+    const me = newIdentity(6);
+    const peer = newIdentity(5);
+    const mailbox = await Mailbox.open(mailboxPath(state, me.key, 's1'));
+    try {
+      const first = message(peer, me, { text: 'first' });
+      await mailbox.store(first);
+      // Read while idle (the session's own mailbox), before the acknowledgement.
+      const listener = listen(['--session', 's1'], { INTERLINK_LOG: 'debug' });
+      await listener.waitForStderr('"listener_mailbox_read"');
+      await listener.waitForStderr('"listener_waiting"');
+      await mailbox.acknowledge([{ sender: peer.key, msg_id: first.msg_id }]);
+      const mailboxName = { identity: me.key, session: 's1' };
+      await appendInboxRecord(state, 's1', { ...notice('s1', 'about the acknowledged one'), mailbox: mailboxName });
+      await listener.waitForStderr('"listener_stale_notices"');
+      const second = message(peer, me, { text: 'second' });
+      await mailbox.store(second);
+      await appendInboxRecord(state, 's1', { ...notice('s1', 'about the unread one'), mailbox: mailboxName });
+      const result = await listener.done;
+      expect(result.code).toBe(2);
+      expect(notices(result)).toBe(shown('about the unread one'));
+    } finally {
+      await mailbox.close();
+    }
   });
 
   it('wakes when a record is appended while it waits', async () => {
