@@ -126,6 +126,7 @@ export class Succession {
   private readonly counts = new Map<string, { changed_at: number; unread: number }>();
   private sink: NoticeSink | undefined;
   private lastBeat = 0;
+  private beatFailing = false;
   private stopped = false;
   private readonly loop = new SingleFlight(
     () => this.pass(),
@@ -136,9 +137,18 @@ export class Succession {
     this.registry = new SessionRegistry(parts.stateDir, parts.identity);
   }
 
-  /** Registers this session as live (durably, before the first pass) and starts the passes. */
+  /**
+   * Registers this session as live (durably, before the first pass) and starts the
+   * passes. A registry that cannot be written does not stop the session: it is logged,
+   * and each heartbeat tries again (`beat`).
+   */
   async start(): Promise<void> {
-    await this.registry.register(this.parts.session, this.parts.host);
+    try {
+      await this.registry.register(this.parts.session, this.parts.host);
+    } catch (err) {
+      log.warn('session_registry_failed', { session: this.parts.session, path: this.registry.path, error: messageOf(err) });
+      this.beatFailing = true;
+    }
     this.lastBeat = Date.now();
     this.loop.start(PASS_MS);
   }
@@ -170,10 +180,7 @@ export class Succession {
 
   private async pass(): Promise<number | undefined> {
     const now = Date.now();
-    if (now - this.lastBeat >= HEARTBEAT_MS) {
-      await this.registry.beat(this.parts.session, this.parts.host);
-      this.lastBeat = now;
-    }
+    if (now - this.lastBeat >= HEARTBEAT_MS) await this.beat(now);
     const wanted = new Set(inheritance(await this.view(now), this.parts.session, now));
     for (const [session, taken] of this.held) {
       if (wanted.has(session)) continue;
@@ -186,6 +193,24 @@ export class Succession {
       if (taken !== undefined) this.held.set(session, taken);
     }
     return undefined;
+  }
+
+  /**
+   * Records that this session still runs. A write that fails (a full disk, a read-only
+   * root) is logged once until one succeeds, and the pass goes on: taking ended sessions'
+   * mail needs only reads. Silent for STALE_MS, this session would count as ended and
+   * another live session might take its mail alongside it, which loses nothing.
+   */
+  private async beat(now: number): Promise<void> {
+    try {
+      await this.registry.beat(this.parts.session, this.parts.host);
+      if (this.beatFailing) log.warn('session_registry_written', { session: this.parts.session, message: 'the session registry is written again' });
+      this.beatFailing = false;
+    } catch (err) {
+      if (!this.beatFailing) log.warn('session_registry_failed', { session: this.parts.session, path: this.registry.path, error: messageOf(err) });
+      this.beatFailing = true;
+    }
+    this.lastBeat = now;
   }
 
   /**
