@@ -278,6 +278,16 @@ export class Outbox {
     return this.journal.read((state) => structuredClone([...state.records.values()].filter(isPending).sort((a, b) => a.envelope.ts - b.envelope.ts)));
   }
 
+  /**
+   * What the outbound loop's order rule reads (agent/route-order.ts), in send order: the
+   * pending messages, and the accepted ones signed since `since` that the receiver has
+   * not reported (they may order a route's later messages across relays).
+   */
+  async unsettled(since: number): Promise<OutboxRecord[]> {
+    const wanted = (r: OutboxRecord) => isPending(r) || (r.accepted_by.length > 0 && r.remote === undefined && r.envelope.ts >= since);
+    return this.journal.read((state) => structuredClone([...state.records.values()].filter(wanted).sort((a, b) => a.envelope.ts - b.envelope.ts)));
+  }
+
   /** The newest signed timestamp in the outbox (0 when empty): where the send clock resumes. */
   async lastTimestamp(): Promise<number> {
     return this.journal.read((state) => [...state.records.values()].reduce((last, r) => Math.max(last, r.envelope.ts), 0));

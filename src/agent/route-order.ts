@@ -1,0 +1,56 @@
+/**
+ * The order rule of the outbound loop (DESIGN.md "Order"; docs/PROTOCOL.md "Order"): which
+ * of one route's messages may be offered to which relay now. Pure; `agent/outbound.ts`
+ * calls it with what its outbox and its offers in flight say.
+ *
+ * A relay gives a route's messages ids in the order their sends reach it and delivers
+ * them in that order, but it decides each send on its own: with two sends of one route in
+ * flight on one connection, the first can be refused (`queue_full`, `storage`,
+ * `rate_limited`) or go unanswered while the second is accepted (an acknowledgement
+ * frees a share between them; a commit batch fails and the next one does not). So a
+ * route has one message on offer at a time, its oldest pending one (the head), and the
+ * next is offered only once a relay accepted the head: the rest wait behind a refusal or
+ * a timeout instead of overtaking it. Sends to other routes are offered side by side.
+ *
+ * With several relays, a message accepted by one is in that relay's queue only: a later
+ * message offered to another relay could be delivered first. So the head goes only to a
+ * relay that holds every older message of the route, except those the receiver already
+ * reported (a signed receipt: they reached its mailbox) and those accepted only by relays
+ * no longer configured (nothing here can wait for them). A receiver that reads nothing
+ * for a while loses nothing by this: its mailbox orders what is unread by the signed `ts`.
+ */
+
+/** One message of a route, as the rule sees it. */
+export interface RouteMessage {
+  msgId: string;
+  /** The relays (RelayClient.relay) that accepted it; none while it is pending. */
+  acceptedBy: readonly string[];
+  /** Whether the receiver reported it in a signed receipt. */
+  reported: boolean;
+}
+
+export interface Offer {
+  msgId: string;
+  relay: string;
+}
+
+/**
+ * `messages`: one route's messages in send order (signed `ts`): the pending ones, and
+ * before them the accepted ones that may still order them (DESIGN.md "Order").
+ * `relays`: the configured relays, each with whether an address of it is connected.
+ * `offered(relay, msgId)`: whether an offer of that message to that relay awaits its answer.
+ */
+export function offersNow(
+  messages: readonly RouteMessage[],
+  relays: readonly { relay: string; connected: boolean }[],
+  offered: (relay: string, msgId: string) => boolean,
+): Offer[] {
+  const head = messages.findIndex((m) => m.acceptedBy.length === 0);
+  if (head < 0) return [];
+  const msgId = messages[head]!.msgId;
+  const configured = new Set(relays.map((r) => r.relay));
+  const barriers = messages.slice(0, head).filter((m) => !m.reported && m.acceptedBy.some((relay) => configured.has(relay)));
+  return relays
+    .filter((r) => r.connected && !offered(r.relay, msgId) && barriers.every((m) => m.acceptedBy.includes(r.relay)))
+    .map((r) => ({ msgId, relay: r.relay }));
+}
