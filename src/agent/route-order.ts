@@ -15,9 +15,12 @@
  * With several relays, a message accepted by one is in that relay's queue only: a later
  * message offered to another relay could be delivered first. So the head goes only to a
  * relay that holds every older message of the route, except those the receiver already
- * reported (a signed receipt: they reached its mailbox) and those accepted only by relays
- * no longer configured (nothing here can wait for them). A receiver that reads nothing
- * for a while loses nothing by this: its mailbox orders what is unread by the signed `ts`.
+ * reported (a signed receipt: they reached its mailbox) and those held only by relays not
+ * connected now or no longer configured. Those cannot be delivered before their relay is
+ * back, and waiting for it would stop the route for as long as it is away: the route goes
+ * on through the relays that answer, and the receiver's mailbox orders what it has not
+ * read by the signed `ts` (a receiver reading while that relay is away sees the message
+ * late, once it is back).
  */
 
 /** One message of a route, as the rule sees it. */
@@ -48,8 +51,8 @@ export function offersNow(
   const head = messages.findIndex((m) => m.acceptedBy.length === 0);
   if (head < 0) return [];
   const msgId = messages[head]!.msgId;
-  const configured = new Set(relays.map((r) => r.relay));
-  const barriers = messages.slice(0, head).filter((m) => !m.reported && m.acceptedBy.some((relay) => configured.has(relay)));
+  const connected = new Set(relays.filter((r) => r.connected).map((r) => r.relay));
+  const barriers = messages.slice(0, head).filter((m) => !m.reported && m.acceptedBy.some((relay) => connected.has(relay)));
   return relays
     .filter((r) => r.connected && !offered(r.relay, msgId) && barriers.every((m) => m.acceptedBy.includes(r.relay)))
     .map((r) => ({ msgId, relay: r.relay }));

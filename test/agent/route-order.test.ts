@@ -32,14 +32,18 @@ describe('offersNow', () => {
     expect(offersNow([msg('1', ['A']), msg('2')], relays, none)).toEqual([{ msgId: '2', relay: 'A' }]);
     expect(offersNow([msg('1', ['A']), msg('2', ['B']), msg('3')], relays, none)).toEqual([]);
     expect(offersNow([msg('1', ['A'], true), msg('2', ['B']), msg('3')], relays, none)).toEqual([{ msgId: '3', relay: 'B' }]);
-    // Held only by a relay no longer configured: nothing can wait for it.
+    // Held only by a relay no longer configured, or not connected now: the route goes on without it.
     expect(offersNow([msg('1', ['gone']), msg('2')], relays, none)).toEqual([
+      { msgId: '2', relay: 'A' },
+      { msgId: '2', relay: 'B' },
+    ]);
+    expect(offersNow([msg('1', ['C']), msg('2')], [...relays, { relay: 'C', connected: false }], none)).toEqual([
       { msgId: '2', relay: 'A' },
       { msgId: '2', relay: 'B' },
     ]);
   });
 
-  it('for any input: one message, the oldest pending, only to connected relays not offered it, each holding the earlier ones, and every such relay', () => {
+  it('for any input: one message, the oldest pending, only to connected relays not offered it, each holding the earlier ones a connected relay holds, and every such relay', () => {
     const route = fc.array(fc.record({ acceptedBy: fc.subarray([...RELAYS, 'gone']), reported: fc.boolean() }), { maxLength: 8 });
     const relays = fc.subarray([...RELAYS], { minLength: 1 }).chain((names) => fc.tuple(...names.map((relay) => fc.record({ relay: fc.constant(relay), connected: fc.boolean() }))));
     const offered = fc.subarray(RELAYS.flatMap((relay) => Array.from({ length: 8 }, (_, i) => `${relay} ${i}`)));
@@ -49,7 +53,7 @@ describe('offersNow', () => {
         const isOffered = (relay: string, id: string) => inFlight.includes(`${relay} ${id}`);
         const offers = offersNow(messages, configured, isOffered);
         const head = messages.findIndex((m) => m.acceptedBy.length === 0);
-        const names = new Set(configured.map((r) => r.relay));
+        const names = new Set(configured.filter((r) => r.connected).map((r) => r.relay));
         const holds = (relay: string) =>
           messages.slice(0, Math.max(head, 0)).every((m) => m.reported || !m.acceptedBy.some((r) => names.has(r)) || m.acceptedBy.includes(relay));
         const eligible = head < 0 ? [] : configured.filter((r) => r.connected && !isOffered(r.relay, String(head)) && holds(r.relay)).map((r) => r.relay);
@@ -101,9 +105,28 @@ class Model {
     else this.receipt();
   }
 
+  /**
+   * For each message, the first later message offered to a relay that lacked it while it
+   * was unreported: only allowed when no connected relay held it (its relays were away).
+   */
+  readonly overtakenBy = new Map<number, number>();
+
   offer(): void {
     const offered = (relay: string, id: string) => this.inFlight.some((f) => this.relays[f.relay]!.relay === relay && String(f.index) === id);
-    for (const o of offersNow(this.messages, this.relays, offered)) this.inFlight.push({ relay: this.relays.findIndex((r) => r.relay === o.relay), index: Number(o.msgId) });
+    for (const o of offersNow(this.messages, this.relays, offered)) {
+      const head = Number(o.msgId);
+      this.messages.slice(0, head).forEach((m, i) => {
+        if (m.reported || m.acceptedBy.length === 0 || m.acceptedBy.includes(o.relay)) return;
+        expect(this.relays.filter((r) => r.connected && m.acceptedBy.includes(r.relay))).toEqual([]);
+        if (!this.overtakenBy.has(i)) this.overtakenBy.set(i, head);
+      });
+      this.inFlight.push({ relay: this.relays.findIndex((r) => r.relay === o.relay), index: head });
+    }
+  }
+
+  /** Handed in send order, but where a message was overtaken while its relays were away, by what overtook it. */
+  inOrder(): boolean {
+    return this.handed.every((j, at) => this.handed.slice(at + 1).every((i) => i > j || (this.overtakenBy.get(i) ?? Infinity) <= j));
   }
 
   answer(pick: number, accept: boolean): void {
@@ -134,24 +157,39 @@ class Model {
   }
 }
 
+/** The model run through `steps`, then every relay up and accepting and the receiver reading everything. */
+function runModel(count: number, relays: number, steps: readonly Step[], each: (model: Model) => void): void {
+  const model = new Model(count, relays);
+  for (const s of steps) {
+    model.run(s);
+    each(model);
+  }
+  for (const relay of model.relays) relay.connected = true;
+  for (let round = 0; round < 4 * count * (relays + 1) && model.handed.length < count; round++) {
+    model.offer();
+    while (model.inFlight.length > 0) model.answer(0, true);
+    for (let r = 0; r < relays; r++) while (model.relays[r]!.queue.length > 0) model.deliver(r);
+    model.receipt();
+    each(model);
+  }
+  expect(model.handed).toEqual(Array.from({ length: count }, (_, i) => i));
+}
+
 describe('the order rule on a model of relays and a receiver', () => {
-  it('hands the receiver a route’s messages in the order sent, whatever the relays answer and whichever it reads first, and all of them once the relays accept', () => {
+  it('while every relay stays connected: hands the receiver a route’s messages in the order sent, whatever the relays answer and whichever it reads first, and all of them once the relays accept', () => {
+    const connectedSteps = fc.array(step.filter((s) => s.kind !== 'toggle'), { maxLength: 120 });
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 6 }), fc.integer({ min: 1, max: 3 }), connectedSteps, (count, relays, steps) => {
+        runModel(count, relays, steps, (model) => expect(model.handed).toEqual([...model.handed].sort((a, b) => a - b)));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('with relays going away: a message is overtaken only by what was offered while no connected relay held it, and all arrive', () => {
     fc.assert(
       fc.property(fc.integer({ min: 1, max: 6 }), fc.integer({ min: 1, max: 3 }), fc.array(step, { maxLength: 120 }), (count, relays, steps) => {
-        const model = new Model(count, relays);
-        for (const s of steps) {
-          model.run(s);
-          expect(model.handed).toEqual([...model.handed].sort((a, b) => a - b));
-        }
-        // Then every relay is up and accepts, and the receiver reads everything.
-        for (const relay of model.relays) relay.connected = true;
-        for (let round = 0; round < 4 * count * (relays + 1) && model.handed.length < count; round++) {
-          model.offer();
-          while (model.inFlight.length > 0) model.answer(0, true);
-          for (let r = 0; r < relays; r++) while (model.relays[r]!.queue.length > 0) model.deliver(r);
-          model.receipt();
-        }
-        expect(model.handed).toEqual(Array.from({ length: count }, (_, i) => i));
+        runModel(count, relays, steps, (model) => expect(model.inOrder()).toBe(true));
       }),
       { numRuns: 500 },
     );

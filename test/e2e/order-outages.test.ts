@@ -11,7 +11,8 @@
  * - a relay killed with SIGKILL and started again on its store;
  * - a relay on PostgreSQL whose database is stopped and started again;
  * - two relays refusing in turn, one holding messages the other lacks.
- * Bob reads every message exactly once, each in the order sent.
+ * Bob reads every message exactly once, each in the order sent; alice logs an episode of
+ * refusals in two lines, not one per offer.
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -91,6 +92,16 @@ async function readPages(bob: Peer, count: number, texts: string[]): Promise<str
   return texts;
 }
 
+/** The log lines of one event a serve wrote. */
+function events(p: Peer, event: string): Record<string, unknown>[] {
+  return p
+    .stderr()
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>)
+    .filter((line) => line.event === event);
+}
+
 /** Alice and bob paired through the tools, each a `serve` of its own on `relays`. */
 async function pairedOn(relays: string, bobEnv: Record<string, string> = {}): Promise<{ alice: Peer; bob: Peer }> {
   const alice = await pool.start('alice', 'a1', relays);
@@ -128,7 +139,9 @@ describe('order kept through refusals and outages', () => {
     await rm(flag);
     await send(alice, 20, 40);
     expect(await read.done).toEqual(labels(0, 40));
-    expect(alice.stderr()).toContain('storage');
+    // One episode of refusals, each message offered again and again: two lines, not one per offer.
+    expect(events(alice, 'relay_refused_send')).toEqual([expect.objectContaining({ code: 'storage' })]);
+    expect(events(alice, 'relay_accepting_again')).toEqual([expect.objectContaining({ relay: relay.url })]);
   });
 
   it('a relay killed with SIGKILL and started again on its store: what waited meanwhile arrives before what follows', async () => {
