@@ -34,6 +34,12 @@ const IDLE_PASS_MS = 30_000;
  * has not read for that long finds both in its mailbox, which orders them by `ts`.
  */
 const ORDER_BARRIER_MS = 10 * 60_000;
+/**
+ * How many of a route's messages may be on offer at once while its offers are accepted
+ * (route-order.ts); after a refusal or a timeout, one, until the route's backlog is
+ * accepted.
+ */
+const PIPELINE_WINDOW = 16;
 /** Refusals that the same bytes will meet again at that relay, however often they are offered. */
 const PERMANENT_REFUSALS: ReadonlySet<string> = new Set<RefusalCode>(['too_large', 'bad_frame']);
 
@@ -50,6 +56,21 @@ export class Outbound {
    * the order rule offers the route's next message at once instead of after that commit.
    */
   private readonly acceptedHere = new Map<string, Set<string>>();
+  /**
+   * Each route's messages as the order rule reads them (send order): the last pass's view
+   * of the outbox, plus the messages sent since. An acceptance offers the route's next
+   * message from here at once: a route waits one relay round trip per message, not a
+   * read of the outbox behind its commits as well. Each pass replaces it, so a message
+   * dropped by another process is offered at most until the next pass.
+   */
+  private routes = new Map<string, OutboxRecord[]>();
+  /**
+   * Routes with a message refused or unanswered since their backlog was last accepted:
+   * offered one message at a time (route-order.ts).
+   */
+  private readonly troubled = new Set<string>();
+  /** Messages sent while a pass read the outbox: its view may predate them. */
+  private sentDuringPass: OutboxRecord[] | undefined;
   /** msg_id → relays (RelayClient.relay) that refused it for good, with the last reason; memory only (a restart offers it again). */
   private readonly refused = new Map<string, { relays: Set<string>; reason: string }>();
   private readonly refusals = new RefusalLog();
@@ -78,6 +99,7 @@ export class Outbound {
     private readonly wire: (envelope: Envelope) => WireEnvelope = wireOf,
   ) {
     this.relayOfUrl = new Map(groups.flat().map((member) => [member.url, member.relay]));
+    outbox.onEnded((msgId) => this.forget(msgId));
   }
 
   start(): void {
@@ -100,8 +122,15 @@ export class Outbound {
    * A message was just added: its route's messages are offered as the order rule allows,
    * now rather than at the next pass (the message itself waits behind older ones).
    */
-  offer(_record: OutboxRecord): void {
-    void this.kick();
+  offer(record: OutboxRecord): void {
+    this.sentDuringPass?.push(record);
+    this.remember(record);
+    this.offerRoute(record.route);
+  }
+
+  /** A message this process ended (dropped, or failed everywhere): never offered again from memory. */
+  private forget(msgId: string): void {
+    for (const [route, records] of this.routes) this.routes.set(route, records.filter((r) => r.envelope.msg_id !== msgId));
   }
 
   /** Offers every pending message soon; resolves when the pass that does it has offered them. */
@@ -112,26 +141,47 @@ export class Outbound {
   private async pass(): Promise<number | undefined> {
     // With one relay, every accepted message is in its queue: only pending ones matter.
     const since = this.groups.length > 1 ? Date.now() - ORDER_BARRIER_MS : Number.POSITIVE_INFINITY;
-    const records = await this.outbox.unsettled(since);
-    const byRoute = new Map<string, OutboxRecord[]>();
-    for (const record of records) {
-      const route = byRoute.get(record.route);
-      if (route === undefined) byRoute.set(record.route, [record]);
-      else route.push(record);
+    const sent: OutboxRecord[] = [];
+    this.sentDuringPass = sent;
+    const records = await this.outbox.unsettled(since).finally(() => (this.sentDuringPass = undefined));
+    this.routes = new Map();
+    for (const record of [...records, ...sent]) this.remember(record);
+    this.forgetCommitted(records);
+    for (const route of this.routes.keys()) this.offerRoute(route);
+    return records.some((r) => this.routeMessage(r).acceptedBy.length === 0) ? RETRY_MS : undefined;
+  }
+
+  /** Adds a message to its route's view, in send order, once. */
+  private remember(record: OutboxRecord): void {
+    const records = this.routes.get(record.route) ?? [];
+    if (records.some((r) => r.envelope.msg_id === record.envelope.msg_id)) return;
+    let at = records.length;
+    while (at > 0 && records[at - 1]!.envelope.ts > record.envelope.ts) at--;
+    records.splice(at, 0, record);
+    this.routes.set(record.route, records);
+  }
+
+  /** Offers what the order rule allows of one route now. */
+  private offerRoute(route: string): void {
+    let records = this.routes.get(route);
+    if (records === undefined) return;
+    // With one relay, an accepted message orders nothing (it is in that relay's queue).
+    if (this.groups.length === 1) {
+      const head = records.findIndex((r) => this.routeMessage(r).acceptedBy.length === 0);
+      if (head < 0) {
+        this.routes.delete(route);
+        return;
+      }
+      records = records.slice(head);
+      this.routes.set(route, records);
     }
     const relays = this.groups.map((group) => ({ relay: group[0]!.relay, connected: group.some((member) => member.connected) }));
     const offered = (relay: string, msgId: string) => this.inFlight.has(`${relay} ${msgId}`);
-    let waiting = false;
-    for (const route of byRoute.values()) {
-      const messages = route.map((record) => this.routeMessage(record));
-      waiting ||= messages.some((m) => m.acceptedBy.length === 0);
-      for (const offer of offersNow(messages, relays, offered)) {
-        const group = this.groups.find((g) => g[0]!.relay === offer.relay)!;
-        void this.sendVia(group, route.find((record) => record.envelope.msg_id === offer.msgId)!);
-      }
+    const window = this.troubled.has(route) ? 1 : PIPELINE_WINDOW;
+    for (const offer of offersNow(records.map((record) => this.routeMessage(record)), relays, offered, window)) {
+      const group = this.groups.find((g) => g[0]!.relay === offer.relay)!;
+      void this.sendVia(group, records.find((record) => record.envelope.msg_id === offer.msgId)!);
     }
-    this.forgetCommitted(records);
-    return waiting ? RETRY_MS : undefined;
   }
 
   /** A record as the order rule sees it, with the acceptances not yet committed to the outbox. */
@@ -141,10 +191,11 @@ export class Outbound {
     return { msgId: record.envelope.msg_id, acceptedBy: [...acceptedBy], reported: (record.remote?.length ?? 0) > 0 };
   }
 
-  /** Acceptances the outbox now records itself need no longer be remembered here. */
+  /** Acceptances the outbox now records itself, or of messages no route holds, need no longer be remembered here. */
   private forgetCommitted(records: readonly OutboxRecord[]): void {
-    const stillPending = new Set(records.filter((r) => r.accepted_by.length === 0).map((r) => r.envelope.msg_id));
-    for (const msgId of this.acceptedHere.keys()) if (!stillPending.has(msgId)) this.acceptedHere.delete(msgId);
+    const committed = new Set(records.filter((r) => r.accepted_by.length > 0).map((r) => r.envelope.msg_id));
+    const held = new Set([...this.routes.values()].flat().map((r) => r.envelope.msg_id));
+    for (const msgId of this.acceptedHere.keys()) if (committed.has(msgId) || !held.has(msgId)) this.acceptedHere.delete(msgId);
   }
 
   /** Offers the message to one connected address of the relay `group`, unless one of them has it or is being offered it. */
@@ -159,15 +210,19 @@ export class Outbound {
       const outcome = await relay.send(record.route, this.wire(record.envelope), { late: (answer) => void this.answeredLate(relay, record, answer) });
       if (outcome.accepted) {
         crashPoint('outbound.after_relay_accept');
-        this.accepted(relay, msgId);
+        this.accepted(relay, record);
         await this.outbox.markAccepted(msgId, relay.url);
       }
-      else if (PERMANENT_REFUSALS.has(outcome.code)) await this.refusedForGood(relay, record, `${outcome.code}: ${outcome.message}`);
       else {
-        if (outcome.code !== 'disconnected') this.refusals.refused(relay.url, outcome.code, { msg_id: msgId, message: outcome.message });
-        this.retrySoon();
+        this.troubled.add(record.route);
+        if (PERMANENT_REFUSALS.has(outcome.code)) await this.refusedForGood(relay, record, `${outcome.code}: ${outcome.message}`);
+        else {
+          if (outcome.code !== 'disconnected') this.refusals.refused(relay.url, outcome.code, { msg_id: msgId, message: outcome.message });
+          this.retrySoon();
+        }
       }
     } catch (err) {
+      this.troubled.add(record.route);
       this.refusals.refused(relay.url, 'error', { msg_id: msgId, message: messageOf(err) });
       this.retrySoon();
     } finally {
@@ -176,13 +231,17 @@ export class Outbound {
   }
 
   /** A relay took the message: the route's next one is offered now (route-order.ts). */
-  private accepted(relay: RelayClient, msgId: string): void {
+  private accepted(relay: RelayClient, record: OutboxRecord): void {
+    const msgId = record.envelope.msg_id;
     this.refused.delete(msgId);
     this.refusals.accepted(relay.url);
     const relays = this.acceptedHere.get(msgId) ?? new Set<string>();
     relays.add(relay.relay);
     this.acceptedHere.set(msgId, relays);
-    void this.kick();
+    // The backlog behind a refusal is accepted: the route is pipelined again.
+    const backlog = this.routes.get(record.route) ?? [];
+    if (backlog.every((r) => this.routeMessage(r).acceptedBy.length > 0)) this.troubled.delete(record.route);
+    this.offerRoute(record.route);
   }
 
   /**
@@ -194,7 +253,7 @@ export class Outbound {
     if (!answer.accepted) return;
     const msgId = record.envelope.msg_id;
     log.info('relay_accepted_late', { relay: relay.url, msg_id: msgId });
-    this.accepted(relay, msgId);
+    this.accepted(relay, record);
     try {
       await this.outbox.markAccepted(msgId, relay.url);
     } catch (err) {

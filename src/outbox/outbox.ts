@@ -223,7 +223,15 @@ export function isPending(record: OutboxRecord): boolean {
 }
 
 export class Outbox {
+  /** Told each message this process took out of the send loop (`end`), once durable. */
+  private readonly endedListeners: ((msgId: string) => void)[] = [];
+
   private constructor(private readonly journal: JournalStore<OutboxState, OutboxOp, Result, OutboxData>) {}
+
+  /** Calls `listener` with each message this process ends from now on (the outbound loop forgets it). */
+  onEnded(listener: (msgId: string) => void): void {
+    this.endedListeners.push(listener);
+  }
 
   static async open(path: string, options: { readOnly?: boolean } = {}): Promise<Outbox> {
     return new Outbox(await JournalStore.open(path, outboxFormat, options));
@@ -262,7 +270,9 @@ export class Outbox {
 
   /** Takes a pending message out of the send loop for good; durable when it resolves. */
   async end(msgId: string, state: 'delivery_failed' | 'canceled', reason: string): Promise<EndResult> {
-    return (await this.journal.submit({ op: 'end', at: Date.now(), msg_id: msgId, state, reason })) as EndResult;
+    const result = (await this.journal.submit({ op: 'end', at: Date.now(), msg_id: msgId, state, reason })) as EndResult;
+    if (result.ended) for (const listener of this.endedListeners) listener(msgId);
+    return result;
   }
 
   async get(msgId: string): Promise<OutboxRecord | undefined> {
