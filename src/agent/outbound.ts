@@ -1,9 +1,10 @@
 /**
  * Drains the outbox: each route's pending messages are offered in the order they were
- * sent, one at a time, by the order rule (agent/route-order.ts): the oldest pending
- * message of a route goes to every connected relay that holds the route's earlier
- * messages, until one accepts it; then it is `bus_accepted` and the next is offered at
- * once. Routes are offered side by side. A relay reached at several addresses (URLs that
+ * sent, by the order rule (agent/route-order.ts): the oldest pending message of a route
+ * goes to every connected relay that holds the route's earlier messages, until one
+ * accepts it; then it is `bus_accepted`. Up to PIPELINE_WINDOW follow it on one
+ * connection while the route's offers are accepted; after a refusal or a timeout, the
+ * next only once the one before was accepted. Routes are offered side by side. A relay reached at several addresses (URLs that
  * pin one key, relay/relay-groups.ts) is one relay here: the message is offered to one
  * connected address of it, the one the recipient's session reads through when it can
  * (`sendingMember`), and once one of them accepted it, it is not offered to the others.
