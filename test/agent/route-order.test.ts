@@ -27,6 +27,20 @@ describe('offersNow', () => {
     expect(offersNow([msg('1', ['A'])], up('A'), none)).toEqual([]);
   });
 
+  it('with a window, pipelines the pending run behind the head to the first relay that takes the head, in send order', () => {
+    const messages = [msg('1'), msg('2'), msg('3'), msg('4', ['A']), msg('5')];
+    expect(offersNow(messages, up('A', 'B'), none, 3)).toEqual([
+      { msgId: '1', relay: 'A' },
+      { msgId: '1', relay: 'B' },
+      { msgId: '2', relay: 'A' },
+      { msgId: '3', relay: 'A' },
+    ]);
+    // Already on their way: only what is not; never past a message accepted out of turn.
+    const onTheirWay = (relay: string, id: string) => relay === 'A' && (id === '1' || id === '2');
+    expect(offersNow(messages, up('A'), onTheirWay, 10)).toEqual([{ msgId: '3', relay: 'A' }]);
+    expect(offersNow(messages, up('A'), none, 1)).toEqual([{ msgId: '1', relay: 'A' }]);
+  });
+
   it('offers the next message only to relays holding every earlier one the receiver has not reported', () => {
     const relays = up('A', 'B');
     expect(offersNow([msg('1', ['A']), msg('2')], relays, none)).toEqual([{ msgId: '2', relay: 'A' }]);
