@@ -223,7 +223,15 @@ export function isPending(record: OutboxRecord): boolean {
 }
 
 export class Outbox {
+  /** Told each message this process took out of the send loop (`end`), once durable. */
+  private readonly endedListeners: ((msgId: string) => void)[] = [];
+
   private constructor(private readonly journal: JournalStore<OutboxState, OutboxOp, Result, OutboxData>) {}
+
+  /** Calls `listener` with each message this process ends from now on (the outbound loop forgets it). */
+  onEnded(listener: (msgId: string) => void): void {
+    this.endedListeners.push(listener);
+  }
 
   static async open(path: string, options: { readOnly?: boolean } = {}): Promise<Outbox> {
     return new Outbox(await JournalStore.open(path, outboxFormat, options));
@@ -262,7 +270,9 @@ export class Outbox {
 
   /** Takes a pending message out of the send loop for good; durable when it resolves. */
   async end(msgId: string, state: 'delivery_failed' | 'canceled', reason: string): Promise<EndResult> {
-    return (await this.journal.submit({ op: 'end', at: Date.now(), msg_id: msgId, state, reason })) as EndResult;
+    const result = (await this.journal.submit({ op: 'end', at: Date.now(), msg_id: msgId, state, reason })) as EndResult;
+    if (result.ended) for (const listener of this.endedListeners) listener(msgId);
+    return result;
   }
 
   async get(msgId: string): Promise<OutboxRecord | undefined> {
@@ -276,6 +286,16 @@ export class Outbox {
   /** In the order they were signed, which is the order they were sent in. */
   async pending(): Promise<OutboxRecord[]> {
     return this.journal.read((state) => structuredClone([...state.records.values()].filter(isPending).sort((a, b) => a.envelope.ts - b.envelope.ts)));
+  }
+
+  /**
+   * What the outbound loop's order rule reads (agent/route-order.ts), in send order: the
+   * pending messages, and the accepted ones signed since `since` that the receiver has
+   * not reported (they may order a route's later messages across relays).
+   */
+  async unsettled(since: number): Promise<OutboxRecord[]> {
+    const wanted = (r: OutboxRecord) => isPending(r) || (r.accepted_by.length > 0 && r.remote === undefined && r.envelope.ts >= since);
+    return this.journal.read((state) => structuredClone([...state.records.values()].filter(wanted).sort((a, b) => a.envelope.ts - b.envelope.ts)));
   }
 
   /** The newest signed timestamp in the outbox (0 when empty): where the send clock resumes. */

@@ -103,6 +103,25 @@ describe('outbound loop', () => {
     expect([sentIds(a).length, sentIds(b).length]).toEqual([2, 2]);
   });
 
+  it("holds a route's newer messages behind an older one the relay refused or left unanswered, offers them in send order once it is accepted, and offers other routes meanwhile", async () => {
+    const a = new FakeRelayClient('ws://a');
+    a.answer('queue_full', 'timeout');
+    const loop = outboundVia(a);
+    loop.start();
+    const first = await queued('first');
+    loop.offer(first);
+    await answered(loop, first.envelope.msg_id);
+    // A send while the first waits for its retry: offered no sooner than the first.
+    const second = await queued('second');
+    loop.offer(second);
+    const other = (await outbox.add(message(me, peer, { text: 'other route' }), `${peer.key}#other`)).record;
+    loop.offer(other);
+    await eventually(async () => (outboundState(await record(second.envelope.msg_id)) === 'bus_accepted' ? true : undefined), 10_000, 'the second accepted');
+    const ids = sentIds(a).filter((id) => id !== other.envelope.msg_id);
+    expect(ids).toEqual([first.envelope.msg_id, first.envelope.msg_id, first.envelope.msg_id, second.envelope.msg_id]);
+    expect(sentIds(a).indexOf(other.envelope.msg_id)).toBeLessThan(sentIds(a).indexOf(second.envelope.msg_id));
+  });
+
   it('offers a message a send offered itself again within a second when the relay refused it for now, though the loop was idle', async () => {
     const a = new FakeRelayClient('ws://a');
     const loop = outboundVia(a);

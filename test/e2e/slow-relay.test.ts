@@ -180,11 +180,11 @@ describe.concurrent('a relay that answers slowly', () => {
     for (const text of sent) ids.push((await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text })).msg_id);
     expect(await arrived(bob, sent.length)).toEqual(sent);
 
-    // The log says what happened: the relay did not answer in time.
+    // The log says what happened, once per episode (agent/refusal-log.ts): the relay did not answer in time.
     const timeouts = await eventually(
       async () => {
         const lines = alice.stderr().split('\n').filter((line) => line.includes('"event":"relay_refused_send"'));
-        return lines.length >= sent.length ? lines : undefined;
+        return lines.length >= 1 ? lines : undefined;
       },
       20_000,
       'the timeouts in the log',
