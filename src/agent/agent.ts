@@ -41,6 +41,7 @@ import type { SessionHost } from '../succession/rules.js';
 import { clampFetchLimit, MAX_FETCH_LIMIT } from '../mailbox/rules.js';
 import { acknowledgeWhereHeld, presentTogether } from './inherited.js';
 import { Succession } from './succession.js';
+import { signGoodbye } from '../presence/announcement.js';
 
 export type { InboxMessage } from './reading.js';
 export type { SendArgs, SendReceipt } from './sending.js';
@@ -201,6 +202,10 @@ export class Agent {
             inbound: (ended, box, sent) => inboundFor(ended, box, sent, () => succession?.kick(ended)),
             outbound: (sent) => new Outbound(sent, groups.groups, wire),
             senderName: (key) => agent!.senderName(key),
+            goodbye: (ended) => {
+              const goodbye = signGoodbye(identity.signingKey, ended);
+              for (const relay of relays) void relay.goodbye(goodbye);
+            },
           });
     agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, peerWatch, sticky, new SendClock(await outbox.lastTimestamp()), replay, receipts, succession);
     // Read peers.json once now, so a damaged one is reported (and moved aside) at start, not at the first message.

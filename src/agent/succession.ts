@@ -44,6 +44,13 @@ export interface HeirParts {
   /** An outbound loop that sends what the ended session's outbox still holds. */
   outbound: (outbox: Outbox) => Outbound;
   senderName: (key: string) => Promise<string>;
+  /**
+   * Takes an ended session off the relays' rosters: a goodbye signed with the identity's
+   * key, as the session would have said on a clean exit. A killed session's last
+   * announcement would otherwise show it live for up to 90 s, and peers would address it
+   * (or find two live sessions and have to choose) instead of the live one.
+   */
+  goodbye: (session: string) => void;
 }
 
 /** One ended session whose mail this session holds. */
@@ -88,6 +95,7 @@ export class Inheritance {
     const detach = parts.relays.map((relay) => inbound.attach(relay, route));
     const taken = new Inheritance(session, mailbox, outbox, inbound, outbound, detach, route, parts, lease);
     for (const relay of parts.relays) relay.readRoute(route);
+    parts.goodbye(session);
     outbound.start();
     if (sink !== undefined) taken.notify(sink);
     log.info('session_mail_taken', { session: parts.session, ended: session });

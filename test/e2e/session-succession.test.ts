@@ -95,6 +95,12 @@ describe('mail for an ended session', () => {
     kill9(bobS1);
     const bobS2 = await pool.start('bob', 'bob-s2', relay.url);
     expect(await shown(bobS2, 'first, stored before the crash')).toMatchObject({ msg_id: first.msg_id, to_session: 'bob-s1' });
+    // The killed session's last announcement no longer shows it live: bob-s2 said goodbye for it.
+    await eventually(async () => {
+      const found = await alice.call<{ identities: { sessions: { session: string }[] }[] }>('discover', { peer: 'bob' });
+      const sessions = found.identities.flatMap((i) => i.sessions.map((s) => s.session));
+      return sessions.includes('bob-s2') && !sessions.includes('bob-s1') ? true : undefined;
+    }, 15_000, 'bob-s1 off the roster');
 
     // bob-s1 comes back: its mail is its own again, and bob-s2 stops showing it.
     const back = await pool.start('bob', 'bob-s1', relay.url);
