@@ -29,6 +29,7 @@ import { RelayGroups, soleAddresses } from '../relay/relay-groups.js';
 import { ReplayIndex } from '../replay/claims.js';
 import { isNewIndex, seedFromMailboxes } from '../replay/seed.js';
 import { Inbound } from './inbound.js';
+import { newestSessions, storedSightings } from './known-sessions.js';
 import { Outbound } from './outbound.js';
 import { PeerWatch } from './peer-watch.js';
 import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
@@ -101,7 +102,7 @@ export class Agent {
     private readonly receipts: ReceiptSender,
   ) {
     this.route = formatRoute({ key: options.identity.key, session: options.session });
-    this.sender = new Sender({ identity: options.identity, session: options.session, route: this.route, outbox, outbound, relays, presence, peers: peerWatch, sticky, clock, unsealed: options.unsealed === true });
+    this.sender = new Sender({ identity: options.identity, session: options.session, route: this.route, outbox, mailbox, outbound, relays, presence, peers: peerWatch, sticky, clock, unsealed: options.unsealed === true });
   }
 
   static async start(options: AgentOptions): Promise<Agent> {
@@ -142,7 +143,8 @@ export class Agent {
       roster: () => presence.roster({ fresh: true }),
       name: options.presence.name,
     });
-    const sticky = new Map<string, string>();
+    // Seeded from the stores, so a restarted session routes to a peer it met before even with no relay answering.
+    const sticky = newestSessions(await storedSightings(mailbox, outbox), route);
     let agent: Agent | undefined;
     // Made below, once the relays exist; used only after deliveries start.
     let receipts: ReceiptSender | undefined;
@@ -267,7 +269,7 @@ export class Agent {
   }
 
   messageStatus(msgId: string) {
-    return messageStatus(this.outbox, this.mailbox, msgId);
+    return messageStatus(this.outbox, this.mailbox, msgId, () => this.presence.sighting());
   }
 
   async receive(limit?: number, resetNotice = false): Promise<{ messages: InboxMessage[]; more: boolean }> {

@@ -9,6 +9,11 @@
  *   5. the sticky session even though it is gone (its queue waits on the relay);
  *   otherwise an error listing the candidates.
  *
+ * With no roster answer at all (no relay answers), the roster says nothing about who is
+ * there: a hint is taken as an exact id, else the sticky session (known from this
+ * identity's own history: mailbox, outbox, what arrived since start) is used and the
+ * message waits in the outbox until a relay answers; with neither, `no_relay`.
+ *
  * The `cli` session (the `pair` command's, DESIGN.md "Pairing") is never chosen: it is on
  * the rosters so that people can be asked to pair, and no agent reads its mail.
  */
@@ -19,9 +24,21 @@ export interface SessionView {
   state: PresenceState;
 }
 
+export type RouteReason = 'exact' | 'prefix' | 'offline_exact' | 'sticky' | 'single_live' | 'single_away' | 'sticky_gone' | 'sticky_unanswered';
+
 export type RouteDecision =
-  | { ok: true; session: string; reason: 'exact' | 'prefix' | 'offline_exact' | 'sticky' | 'single_live' | 'single_away' | 'sticky_gone' }
-  | { ok: false; reason: 'ambiguous' | 'no_session' | 'pairing_session'; candidates: SessionView[] };
+  | { ok: true; session: string; reason: RouteReason }
+  | { ok: false; reason: 'ambiguous' | 'no_session' | 'pairing_session' | 'no_relay'; candidates: SessionView[] };
+
+export interface RouteInput {
+  hint?: string;
+  /** The session the peer last wrote from, or this session last wrote to (the sticky table). */
+  sticky?: string;
+  /** The peer's sessions on the rosters that answered. */
+  sessions: readonly SessionView[];
+  /** Whether any relay answered a roster request: without an answer the roster is unknown, not empty. */
+  answered: boolean;
+}
 
 /** The session `interlink-mcp pair` runs as; reserved, so no agent session takes the id. */
 export const PAIRING_SESSION = 'cli';
@@ -41,8 +58,8 @@ export function presenceState(ageMs: number): PresenceState | undefined {
   return undefined;
 }
 
-export function chooseSession(input: { hint?: string; sticky?: string; sessions: readonly SessionView[] }): RouteDecision {
-  const sessions = input.sessions.filter((s) => isMailSession(s.session));
+export function chooseSession(input: RouteInput): RouteDecision {
+  const sessions = input.answered ? input.sessions.filter((s) => isMailSession(s.session)) : [];
   const sticky = input.sticky !== undefined && isMailSession(input.sticky) ? input.sticky : undefined;
   const { hint } = input;
   if (hint !== undefined) {
@@ -54,6 +71,7 @@ export function chooseSession(input: { hint?: string; sticky?: string; sessions:
     // Not on the roster: store-and-forward to that exact id; the relay keeps it.
     return { ok: true, session: hint, reason: 'offline_exact' };
   }
+  if (!input.answered) return sticky !== undefined ? { ok: true, session: sticky, reason: 'sticky_unanswered' } : { ok: false, reason: 'no_relay', candidates: [] };
   if (sticky !== undefined && sessions.some((s) => s.session === sticky)) return { ok: true, session: sticky, reason: 'sticky' };
   const live = sessions.filter((s) => s.state === 'live');
   if (live.length === 1) return { ok: true, session: live[0]!.session, reason: 'single_live' };
@@ -61,4 +79,14 @@ export function chooseSession(input: { hint?: string; sticky?: string; sessions:
   if (live.length === 0 && away.length === 1) return { ok: true, session: away[0]!.session, reason: 'single_away' };
   if (sessions.length === 0 && sticky !== undefined) return { ok: true, session: sticky, reason: 'sticky_gone' };
   return { ok: false, reason: sessions.length === 0 ? 'no_session' : 'ambiguous', candidates: [...sessions] };
+}
+
+/**
+ * Whether more roster answers could change a decision: one made without the peer on the
+ * roster. A session that just started waits for them a few seconds (its relays, and a
+ * peer that started with it, may not have answered or announced yet); a decision that
+ * found the peer on the roster, or that no new session can make unambiguous, is final.
+ */
+export function awaitsRoster(decision: RouteDecision): boolean {
+  return decision.ok ? ['offline_exact', 'sticky_gone', 'sticky_unanswered'].includes(decision.reason) : decision.reason === 'no_session' || decision.reason === 'no_relay';
 }

@@ -29,6 +29,8 @@ import { expectPositionals, parse, print } from '../args.js';
 import { forTerminal } from '../printable.js';
 import { peekRejections, type Rejection } from '../../agent/rejected.js';
 import { lastActivity, partitionSessions } from '../session-listing.js';
+import { awaitingOf, type RosterSighting } from '../../agent/awaiting.js';
+import { readRosters } from '../rosters.js';
 
 /** Sessions with a store in `dir` (layout.ts, `sessionOfFile`). */
 async function sessionsIn(dir: string): Promise<string[]> {
@@ -51,7 +53,9 @@ This identity, its peers, the relays and whether each answers (with the key each
 to: pinned in INTERLINK_URL or recorded on first use, and a WARNING when a session
 refused the key a relay presented), the zero-config local
 relay (running or not, its pid and store; stop it with \`interlink-mcp relay stop\`), and
-per session the unread messages, the messages no relay has accepted yet, the Codex
+per session the unread messages, the messages no relay has accepted yet, the sent
+messages a relay holds for a session that is on no relay roster (awaiting_session, asked
+of the relays that answer), the Codex
 notices saved as failed deliveries and the pairing requests waiting for a decision.
 Sessions with nothing waiting and no activity for three days are only counted; --all
 lists them too. Reads only. Exits 1 when a file it reads (peers.json, a pairing store,
@@ -84,6 +88,8 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     unread: number;
     stored: number;
     pending: number;
+    awaiting_session: number;
+    awaiting_since: number | undefined;
     failed_deliveries: number | 'unreadable';
     pair_requests: number | 'unreadable';
     rejected: number | 'unreadable';
@@ -99,6 +105,9 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     const seen = offsets.get(key);
     if (seen === undefined || ts - at > seen.offset) offsets.set(key, { offset: ts - at });
   };
+  // Asked once, and only when some session holds an accepted message with no report yet.
+  let rosters: Promise<RosterSighting> | undefined;
+  const sighting = (me: Identity) => (rosters ??= readRosters({ urls, key: me.signingKey, records: known.relays, ...(tls !== undefined && { tls }), timeoutMs: 1_000 }));
   if (identity) {
     const names = new Set((await Promise.all(SESSION_STORES.map((store) => sessionsIn(identityDir(state, store, identity.key))))).flat());
     for (const session of [...names].sort()) {
@@ -113,11 +122,17 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       if (pairing.kind === 'damaged') damaged.push({ file: pairingFile, problem: pairing.reason, unavailable: PAIRING_UNAVAILABLE });
       const rejected = await peekRejections(rejectedPath(state, identity.key, session));
       for (const record of await mailbox.all()) observe(record.envelope.from, record.received_at, record.envelope.ts);
+      const sent = await outbox.all();
+      const accepted = sent.filter((r) => shownState(r) === 'bus_accepted');
+      const rosterView = accepted.length === 0 ? undefined : await sighting(identity);
+      const awaiting = rosterView === undefined ? [] : accepted.flatMap((r) => awaitingOf(r, rosterView) ?? []);
       sessions.push({
         session,
         unread: stats.unread,
         stored: stats.records,
-        pending: (await outbox.all()).filter(isPending).length,
+        pending: sent.filter(isPending).length,
+        awaiting_session: awaiting.length,
+        awaiting_since: awaiting.length === 0 ? undefined : Math.min(...awaiting.map((a) => a.since_at)),
         failed_deliveries: 'failures' in failed ? failed.failures.length : 'unreadable',
         pair_requests: pairing.kind === 'ok' ? pairing.value.incoming.length : pairing.kind === 'missing' ? 0 : 'unreadable',
         rejected: 'damaged' in rejected ? 'unreadable' : rejected.length,
@@ -140,7 +155,11 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     relay_keys: relayKeys,
     local_relay: local,
     state_dir: state,
-    sessions: shown.map((s) => ({ ...s, last_activity: s.last_activity === undefined ? null : new Date(s.last_activity).toISOString() })),
+    sessions: shown.map((s) => ({
+      ...s,
+      awaiting_since: s.awaiting_since === undefined ? null : new Date(s.awaiting_since).toISOString(),
+      last_activity: s.last_activity === undefined ? null : new Date(s.last_activity).toISOString(),
+    })),
     quiet_sessions: args.values.all === true ? 0 : quiet.length,
     damaged: damaged.map((d) => ({ file: d.file, problem: d.problem, message: damageSentence(d) })),
   };
@@ -165,7 +184,8 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       const failed = s.failed_deliveries === 0 ? '' : `; failed Codex notices: ${s.failed_deliveries} (interlink-mcp failed-deliveries list)`;
       const pairing = s.pair_requests === 0 ? '' : `; pairing requests waiting for you: ${s.pair_requests} (interlink-mcp pair list)`;
       const rejected = s.rejected === 0 ? '' : `; refused by the gate: ${s.rejected} (interlink-mcp inbox --rejected)`;
-      lines.push(`session      ${s.session}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${failed}${pairing}${rejected}`);
+      const awaiting = s.awaiting_session === 0 ? '' : `; ${s.awaiting_session} sent waiting on a relay for a session on no roster since ${s.awaiting_since} (awaiting_session: a live session of the recipient's identity takes them when one runs)`;
+      lines.push(`session      ${s.session}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${awaiting}${failed}${pairing}${rejected}`);
     }
     if (data.quiet_sessions > 0) lines.push(`             and ${data.quiet_sessions} more with nothing waiting and no activity for 3 days (interlink-mcp status --all)`);
     return lines.join('\n');
