@@ -68,9 +68,10 @@ describe('routing through session churn', () => {
     const b1 = await pool.start('bob', 'bob-s1', r.url);
     await pair(a1, b1);
     await Promise.all([pool.stop(a1), pool.stop(b1)]);
-    // New sessions of both (new windows): nothing in their stores, nothing on the rosters yet.
-    const [alice, bob] = await Promise.all([pool.start('alice', 'alice-s2', r.url), pool.start('bob', 'bob-s2', r.url)]);
-    const receipt = await bob.call<Receipt>('send_message', { to: 'alice', text: 'first second' });
+    // New sessions of both (new windows): nothing in their stores. Bob sends the moment he is
+    // up, while Alice's session is still starting, so no roster has it when he asks.
+    const bob = await pool.start('bob', 'bob-s2', r.url);
+    const [alice, receipt] = await Promise.all([pool.start('alice', 'alice-s2', r.url), bob.call<Receipt>('send_message', { to: 'alice', text: 'first second' })]);
     expect(receipt.session).toBe('alice-s2');
     await receives(alice, 'first second');
   });
