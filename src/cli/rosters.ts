@@ -28,11 +28,26 @@ function recordedOnly(urls: readonly string[], records: Readonly<Record<string, 
   };
 }
 
-/** The sessions on the rosters of the relays that answer within `timeoutMs`, verified. */
-export async function readRosters(options: { urls: readonly string[]; key: SigningKey; records: Readonly<Record<string, RelayRecord>>; tls?: ClientTls; timeoutMs: number }): Promise<RosterSighting> {
+/**
+ * The verified sessions on the rosters of the relays in `ask` that answer within
+ * `timeoutMs`. Only relays with a pinned or recorded key are asked: one never met has no
+ * key to hold it to, and a read-only command does not record one.
+ */
+export async function readRosters(options: {
+  urls: readonly string[];
+  ask: readonly string[];
+  key: SigningKey;
+  records: Readonly<Record<string, RelayRecord>>;
+  tls?: ClientTls;
+  timeoutMs: number;
+}): Promise<RosterSighting> {
   const trust = recordedOnly(options.urls, options.records);
+  const known = options.ask.filter((url) => {
+    const endpoint = relayEndpoint(url);
+    return endpoint.pin !== undefined || options.records[endpoint.url] !== undefined;
+  });
   const answers = await Promise.all(
-    options.urls.map(async (url) => {
+    known.map(async (url) => {
       const client = new RelayClient({ url, key: options.key, routes: [], readOnConnect: false, logOutages: false, trust, requestTimeoutMs: options.timeoutMs, ...(options.tls !== undefined && { tls: options.tls }) });
       try {
         client.start();

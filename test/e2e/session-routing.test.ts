@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { runCli, userEnv } from '../helpers/cli.js';
+import { LyingRelay } from '../helpers/lying-relay.js';
 import { eventually, pair, peerPool, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
 import { freePort, startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
@@ -18,6 +19,7 @@ import { freePort, startRelay, type RelayProcess } from '../helpers/spawn-relay.
 let root: string;
 const pool = peerPool(() => root);
 const relays: RelayProcess[] = [];
+const lying: LyingRelay[] = [];
 
 beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), 'interlink-routing-'));
@@ -25,6 +27,7 @@ beforeEach(async () => {
 afterEach(async () => {
   await pool.closeAll();
   await Promise.all(relays.splice(0).map((r) => r.child.kill()));
+  await Promise.all(lying.splice(0).map((r) => r.close()));
   await reapAll();
   await rm(root, { recursive: true, force: true });
 });
@@ -53,6 +56,18 @@ interface Status {
   history: { state: string; at: number }[];
 }
 
+/** Whether a roster entry's announcement is the session `session` of `key`. */
+function routeOf(announcement: unknown, key: string, session: string): boolean {
+  if (typeof announcement !== 'object' || announcement === null) return false;
+  return 'key' in announcement && announcement.key === key && 'session' in announcement && announcement.session === session;
+}
+
+/** Whether a promise has settled, without waiting for it. */
+async function settled(promise: Promise<unknown>): Promise<boolean> {
+  const pending = Symbol('pending');
+  return (await Promise.race([promise.then(() => true, () => true), Promise.resolve(pending)])) !== pending;
+}
+
 async function texts(p: Peer): Promise<string[]> {
   return (await p.call<{ messages: { text: string }[] }>('receive_messages')).messages.map((m) => m.text);
 }
@@ -68,12 +83,37 @@ describe('routing through session churn', () => {
     const b1 = await pool.start('bob', 'bob-s1', r.url);
     await pair(a1, b1);
     await Promise.all([pool.stop(a1), pool.stop(b1)]);
-    // New sessions of both (new windows): nothing in their stores. Bob sends the moment he is
-    // up, while Alice's session is still starting, so no roster has it when he asks.
-    const bob = await pool.start('bob', 'bob-s2', r.url);
-    const [alice, receipt] = await Promise.all([pool.start('alice', 'alice-s2', r.url), bob.call<Receipt>('send_message', { to: 'alice', text: 'first second' })]);
+    // New sessions of both (new windows): nothing in their stores, and Bob sends the moment both are up.
+    const [alice, bob] = await Promise.all([pool.start('alice', 'alice-s2', r.url), pool.start('bob', 'bob-s2', r.url)]);
+    const receipt = await bob.call<Receipt>('send_message', { to: 'alice', text: 'first second' });
     expect(receipt.session).toBe('alice-s2');
     await receives(alice, 'first second');
+  });
+
+  it('decides only after the roster that answered without the peer is asked again, in the first seconds', async () => {
+    // A relay whose roster does not show Alice's new session until Bob's send has asked
+    // for it once: the answer a session gets before its peer announced.
+    const r = await LyingRelay.start();
+    lying.push(r);
+    const a1 = await pool.start('alice', 'alice-s1', r.url);
+    const b1 = await pool.start('bob', 'bob-s1', r.url);
+    const { aKey } = await pair(a1, b1);
+    await Promise.all([pool.stop(a1), pool.stop(b1)]);
+    let shown = false;
+    let asked = 0;
+    r.rewriteRoster = (entries) => {
+      asked++;
+      // This relay keeps sessions that said goodbye: alice-s1 never shows, alice-s2 once shown.
+      return entries.filter((e) => !routeOf(e.announcement, aKey, 'alice-s1') && (shown || !routeOf(e.announcement, aKey, 'alice-s2')));
+    };
+    const [alice, bob] = await Promise.all([pool.start('alice', 'alice-s2', r.url), pool.start('bob', 'bob-s2', r.url)]);
+    const before = asked;
+    const sending = bob.call<Receipt>('send_message', { to: 'alice', text: 'after asking again' });
+    // The send's first roster answer went out without Alice (or the send already ended).
+    await eventually(async () => (asked > before || (await settled(sending)) ? true : undefined));
+    shown = true;
+    expect((await sending).session).toBe('alice-s2');
+    await receives(alice, 'after asking again');
   });
 
   it('queues a send to a peer known from the stores while no relay answers, and delivers it when the relay is back', async () => {

@@ -107,7 +107,9 @@ export async function status(argv: readonly string[], config: Config): Promise<v
   };
   // Asked once, and only when some session holds an accepted message with no report yet.
   let rosters: Promise<RosterSighting> | undefined;
-  const sighting = (me: Identity) => (rosters ??= readRosters({ urls, key: me.signingKey, records: known.relays, ...(tls !== undefined && { tls }), timeoutMs: 1_000 }));
+  // A relay whose key a session refused is shown with its WARNING below, not asked.
+  const answering = urls.filter((_, i) => relays[i]!.answers && relayKeys[i]!.refused === null);
+  const sighting = (me: Identity) => (rosters ??= readRosters({ urls, ask: answering, key: me.signingKey, records: known.relays, ...(tls !== undefined && { tls }), timeoutMs: 1_000 }));
   if (identity) {
     const names = new Set((await Promise.all(SESSION_STORES.map((store) => sessionsIn(identityDir(state, store, identity.key))))).flat());
     for (const session of [...names].sort()) {
