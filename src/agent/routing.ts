@@ -82,11 +82,15 @@ export function chooseSession(input: RouteInput): RouteDecision {
 }
 
 /**
- * Whether more roster answers could change a decision: one made without the peer on the
- * roster. A session that just started waits for them a few seconds (its relays, and a
- * peer that started with it, may not have answered or announced yet); a decision that
- * found the peer on the roster, or that no new session can make unambiguous, is final.
+ * Whether a session that just started should ask the rosters again before taking this
+ * decision: its relays may not have answered yet, and a peer that started with it may not
+ * have announced yet. A decision made before any roster answered waits for one; after
+ * one, a decision that found none of the peer's sessions (`no_session`, `sticky_gone`)
+ * waits for the peer to show. One that found the peer on the roster, that more sessions
+ * cannot make unambiguous, or that names an exact session (the target stays the same
+ * whoever shows) is final.
  */
-export function awaitsRoster(decision: RouteDecision): boolean {
-  return decision.ok ? ['offline_exact', 'sticky_gone', 'sticky_unanswered'].includes(decision.reason) : decision.reason === 'no_session' || decision.reason === 'no_relay';
+export function awaitsRoster(decision: RouteDecision, answered: boolean): boolean {
+  if (!answered) return decision.ok || decision.reason === 'no_relay';
+  return decision.ok ? decision.reason === 'sticky_gone' : decision.reason === 'no_session';
 }

@@ -219,7 +219,7 @@ export class Sender {
       const sticky = this.parts.sticky.get(key);
       const decision = chooseSession({ sessions, answered: view.answered > 0, ...(hint !== undefined && { hint }), ...(sticky !== undefined && { sticky }) });
       const left = deadline - Date.now();
-      if (!awaitsRoster(decision) || left <= 0 || !presence.reaching()) return { decision, view };
+      if (!awaitsRoster(decision, view.answered > 0) || left <= 0 || !presence.reaching()) return { decision, view };
       await delay(Math.min(ROSTER_POLL_MS, left));
     }
   }

@@ -87,14 +87,14 @@ describe('routing', () => {
     expect(chooseSession({ answered: false, hint: 'cli', sessions: [] })).toMatchObject({ ok: false, reason: 'pairing_session' });
   });
 
-  it('waits for roster answers exactly when the peer was not found on a roster', () => {
+  it('asks the rosters again exactly while none answered, or while none of the peer\'s sessions is on them and no exact one was named', () => {
     fc.assert(
       fc.property(fc.option(nameArb, { nil: undefined }), fc.option(nameArb, { nil: undefined }), rosterArb, fc.boolean(), (hint, sticky, sessions, answered) => {
         const decision = chooseSession({ sessions, answered, ...(hint !== undefined && { hint }), ...(sticky !== undefined && { sticky }) });
-        const chosenOnRoster = decision.ok && answered && sessions.some((s) => s.session === decision.session);
-        // Found on a roster, or refused for a reason more sessions cannot remove: final.
-        const final = chosenOnRoster || (!decision.ok && (decision.reason === 'ambiguous' || decision.reason === 'pairing_session'));
-        expect(awaitsRoster(decision)).toBe(!final);
+        const mail = sessions.filter((s) => s.session !== 'cli');
+        // Answered: only `no_session` and `sticky_gone`, which need no hint and none of the peer's sessions on the roster.
+        const expected = answered ? hint === undefined && mail.length === 0 : hint !== 'cli';
+        expect(awaitsRoster(decision, answered)).toBe(expected);
       }),
       { numRuns: 4_000 },
     );
