@@ -206,9 +206,10 @@ export class Sender {
   }
 
   /**
-   * The routing rule over the roster as the relays answer it. In the first seconds of the
-   * session a decision made without the peer on a roster is made again as answers come,
-   * while a relay may still answer, until FIRST_ROSTER_WAIT_MS after start.
+   * The routing rule over the roster as the relays answer it. Until FIRST_ROSTER_WAIT_MS
+   * after start, while a relay may still answer, a decision `awaitsRoster` calls early
+   * (no roster answer yet, or none of the peer's sessions on it) is made again as answers
+   * come.
    */
   private async decide(key: string, hint: string | undefined): Promise<{ decision: RouteDecision; view: RosterView }> {
     const { presence, identity } = this.parts;
@@ -231,8 +232,10 @@ export class Sender {
       return { note: `no relay answers (${this.unanswered()}): the message goes to session ${session}, the one ${to} last used with this session, when a relay answers` };
     }
     if (reason === 'sticky_gone') return { note: `${to} was last met at session ${session}: ${awaitingNote(session)}` };
-    if (reason !== 'offline_exact' || (await this.knownSession(key, session))) return {};
-    const rosters = view.answered > 0 ? 'it is on no relay roster' : 'no relay answers to say whether it is on a roster';
+    if (reason !== 'offline_exact') return {};
+    const answered = view.answered > 0;
+    if (await this.knownSession(key, session)) return answered ? { note: awaitingNote(session) } : {};
+    const rosters = answered ? 'it is on no relay roster' : 'no relay answers to say whether it is on a roster';
     return { note: `session ${session} of ${to} was never seen: ${rosters}, and none of this session's messages came from or went to it; the relay keeps the message for that exact id until a session of that id, or one taking its mail, reads it (check the id)` };
   }
 
