@@ -129,9 +129,13 @@ export class Presence {
     return view;
   }
 
-  /** What `awaiting_session` is computed from: a fresh roster and this session's sightings. */
+  /**
+   * What `awaiting_session` is computed from: the roster (at most ROSTER_CACHE_MS old, so
+   * an agent polling message_status does not ask the relays each time) and this session's
+   * sightings.
+   */
   async sighting(): Promise<RosterSighting> {
-    const view = await this.rosterView({ fresh: true });
+    const view = await this.rosterView();
     return { answered: view.answered > 0, present: new Set(view.entries.map((e) => formatRoute(e))), lastSeen: this.sightings };
   }
 
