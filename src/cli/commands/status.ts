@@ -186,7 +186,10 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       const failed = s.failed_deliveries === 0 ? '' : `; failed Codex notices: ${s.failed_deliveries} (interlink-mcp failed-deliveries list)`;
       const pairing = s.pair_requests === 0 ? '' : `; pairing requests waiting for you: ${s.pair_requests} (interlink-mcp pair list)`;
       const rejected = s.rejected === 0 ? '' : `; refused by the gate: ${s.rejected} (interlink-mcp inbox --rejected)`;
-      const awaiting = s.awaiting_session === 0 ? '' : `; ${s.awaiting_session} sent waiting on a relay for a session on no roster since ${s.awaiting_since} (awaiting_session: a live session of the recipient's identity takes them when one runs)`;
+      const awaiting =
+        s.awaiting_since === undefined
+          ? ''
+          : `; ${s.awaiting_session} sent waiting on a relay for a session on no roster since ${new Date(s.awaiting_since).toISOString()} (awaiting_session: a live session of the recipient's identity takes them when one runs)`;
       lines.push(`session      ${s.session}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${awaiting}${failed}${pairing}${rejected}`);
     }
     if (data.quiet_sessions > 0) lines.push(`             and ${data.quiet_sessions} more with nothing waiting and no activity for 3 days (interlink-mcp status --all)`);
