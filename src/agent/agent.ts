@@ -30,6 +30,7 @@ import { RelayGroups, soleAddresses } from '../relay/relay-groups.js';
 import { ReplayIndex } from '../replay/claims.js';
 import { isNewIndex, seedFromMailboxes } from '../replay/seed.js';
 import { Inbound } from './inbound.js';
+import { newestSessions, storedSightings } from './known-sessions.js';
 import { Outbound } from './outbound.js';
 import { PeerWatch } from './peer-watch.js';
 import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
@@ -114,7 +115,7 @@ export class Agent {
     private readonly succession: Succession | undefined,
   ) {
     this.route = formatRoute({ key: options.identity.key, session: options.session });
-    this.sender = new Sender({ identity: options.identity, session: options.session, route: this.route, outbox, outbound, relays, presence, peers: peerWatch, sticky, clock, unsealed: options.unsealed === true });
+    this.sender = new Sender({ identity: options.identity, session: options.session, route: this.route, outbox, mailbox, outbound, relays, presence, peers: peerWatch, sticky, clock, unsealed: options.unsealed === true });
   }
 
   static async start(options: AgentOptions): Promise<Agent> {
@@ -155,7 +156,8 @@ export class Agent {
       roster: () => presence.roster({ fresh: true }),
       name: options.presence.name,
     });
-    const sticky = new Map<string, string>();
+    // Seeded from the stores, so a restarted session routes to a peer it met before even with no relay answering.
+    const sticky = newestSessions(await storedSightings(mailbox, outbox), route);
     let agent: Agent | undefined;
     // Made below, once the relays exist; used only after deliveries start.
     let receipts: ReceiptSender | undefined;
@@ -314,11 +316,11 @@ export class Agent {
   /** One message's state: from this session's outbox or mailbox, else from those of the ended sessions it took. */
   async messageStatus(msgId: string) {
     try {
-      return await messageStatus(this.outbox, this.mailbox, msgId);
+      return await messageStatus(this.outbox, this.mailbox, msgId, () => this.presence.sighting());
     } catch (err) {
       if (!isInterlinkError(err, 'unknown_message')) throw err;
       for (const taken of this.succession?.taken() ?? []) {
-        const found = await messageStatus(taken.outbox, taken.mailbox, msgId).catch(() => undefined);
+        const found = await messageStatus(taken.outbox, taken.mailbox, msgId, () => this.presence.sighting()).catch(() => undefined);
         if (found !== undefined) return { ...found, session: taken.session };
       }
       throw err;

@@ -14,6 +14,7 @@ import { log } from '../log.js';
 import { signAnnouncementV2, signGoodbye, verifiedAnnouncement, type Announcement, type AnnouncementV2 } from '../presence/announcement.js';
 import { nameTag, openDetails, sealDetails, type Details } from '../presence/private.js';
 import type { RelayClient } from '../relay/client.js';
+import type { RosterSighting } from './awaiting.js';
 import { presenceState, type PresenceState } from './routing.js';
 import { messageOf } from '../errors.js';
 
@@ -41,7 +42,14 @@ export interface RosterSession {
   state: PresenceState;
 }
 
+/** The merged roster, and how many relays answered for it. */
+export interface RosterView {
+  entries: RosterSession[];
+  answered: number;
+}
+
 const OPENED_LIMIT = 4096;
+const SIGHTINGS_LIMIT = 4096;
 
 function readersId(readers: Iterable<string>): string {
   return [...new Set(readers)].sort().join(' ');
@@ -49,7 +57,9 @@ function readersId(readers: Iterable<string>): string {
 
 export class Presence {
   private timer: NodeJS.Timeout | undefined;
-  private cached: { at: number; entries: RosterSession[] } | undefined;
+  private cached: { at: number; view: RosterView } | undefined;
+  /** route → when this session last saw it on a roster, in sighting order (awaiting.ts). */
+  private readonly sightings = new Map<string, number>();
   /** sig → the details it opened to (undefined: not for this identity): each announcement is opened once. */
   private readonly opened = new Map<string, Details | undefined>();
   /** The readers the last announcement was sealed for (sorted, joined): a change announces again. */
@@ -86,8 +96,18 @@ export class Presence {
 
   /** Verified sessions from every reachable relay; the freshest sighting of each wins. */
   async roster(options: { fresh?: boolean } = {}): Promise<RosterSession[]> {
-    if (!options.fresh && this.cached && Date.now() - this.cached.at < ROSTER_CACHE_MS) return this.cached.entries;
-    const answers = await Promise.all(this.relays.filter((r) => r.connected).map((r) => r.roster()));
+    return (await this.rosterView(options)).entries;
+  }
+
+  /**
+   * The merged roster and how many relays answered for it: with none, the roster is
+   * unknown, not empty (routing.ts, awaiting.ts).
+   */
+  async rosterView(options: { fresh?: boolean } = {}): Promise<RosterView> {
+    if (!options.fresh && this.cached && Date.now() - this.cached.at < ROSTER_CACHE_MS) return this.cached.view;
+    const answered = await Promise.all(this.relays.filter((r) => r.connected).map((r) => r.rosterAnswer()));
+    const answers = answered.filter((a) => a !== undefined);
+    const now = Date.now();
     const readers = new Set(await this.readers());
     // A peer added or removed since the last announcement (here, or by another process):
     // announce again now rather than at the next interval, so a new peer reads the details.
@@ -99,12 +119,41 @@ export class Presence {
       const state = presenceState(entry.age_ms);
       if (state === undefined) continue;
       const id = formatRoute(a);
+      this.noteSighting(id, now);
       const seen = best.get(id);
       if (seen === undefined || entry.age_ms < seen.age_ms) best.set(id, this.view(a, entry.age_ms, state, readers));
     }
     const entries = [...best.values()].sort((x, y) => x.age_ms - y.age_ms);
-    this.cached = { at: Date.now(), entries };
-    return entries;
+    const view = { entries, answered: answers.length };
+    this.cached = { at: Date.now(), view };
+    return view;
+  }
+
+  /**
+   * What `awaiting_session` is computed from: the roster (at most ROSTER_CACHE_MS old, so
+   * an agent polling message_status does not ask the relays each time) and this session's
+   * sightings.
+   */
+  async sighting(): Promise<RosterSighting> {
+    const view = await this.rosterView();
+    return { answered: view.answered > 0, present: new Set(view.entries.map((e) => formatRoute(e))), lastSeen: this.sightings };
+  }
+
+  /** When this session last saw `route` on a roster, if it did since start. */
+  lastSeen(route: string): number | undefined {
+    return this.sightings.get(route);
+  }
+
+  /** Whether a relay may still answer soon: one is connected, or one has not yet failed an attempt nor had its key refused. */
+  reaching(): boolean {
+    return this.relays.some((r) => r.connected || (!r.stopped && r.unreachable === undefined && r.untrusted === undefined));
+  }
+
+  /** When this session last saw a route on a roster; the oldest sighting goes first past the bound. */
+  private noteSighting(route: string, at: number): void {
+    this.sightings.delete(route);
+    this.sightings.set(route, at);
+    if (this.sightings.size > SIGHTINGS_LIMIT) this.sightings.delete(this.sightings.keys().next().value!);
   }
 
   /** Stops announcing without a goodbye: the session stays on the rosters as away. */

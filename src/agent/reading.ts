@@ -10,6 +10,7 @@ import type { StoredRecord } from '../mailbox/format.js';
 import type { Mailbox } from '../mailbox/mailbox.js';
 import { currentState } from '../mailbox/state.js';
 import { shownState, type OutboxRecord, type Outbox } from '../outbox/outbox.js';
+import { AWAITING_SESSION, awaitingOf, type Awaiting, type RosterSighting } from './awaiting.js';
 
 export interface InboxMessage {
   sender: string;
@@ -68,10 +69,27 @@ export function outboundHistory(record: OutboxRecord): HistoryEntry[] {
   ];
 }
 
-/** One message's state and history, from this session's outbox or mailbox. */
-export async function messageStatus(outbox: Outbox, mailbox: Mailbox, msgId: string): Promise<{ msg_id: string; direction: 'outbound' | 'inbound'; state: string; history: HistoryEntry[] }> {
+export interface MessageStatus {
+  msg_id: string;
+  direction: 'outbound' | 'inbound';
+  state: string;
+  history: HistoryEntry[];
+  /** With `awaiting_session`: the session the relay holds the message for, since when, and who takes it. */
+  awaiting?: Awaiting;
+}
+
+/**
+ * One message's state and history, from this session's outbox or mailbox. An accepted
+ * message with no report yet is asked about against the rosters (`sighting`): one waiting
+ * for a session on no roster shows as `awaiting_session` (awaiting.ts), never recorded.
+ */
+export async function messageStatus(outbox: Outbox, mailbox: Mailbox, msgId: string, sighting?: () => Promise<RosterSighting>): Promise<MessageStatus> {
   const outbound = await outbox.get(msgId);
-  if (outbound) return { msg_id: msgId, direction: 'outbound', state: shownState(outbound), history: outboundHistory(outbound) };
+  if (outbound) {
+    const shown = { msg_id: msgId, direction: 'outbound' as const, state: shownState(outbound) as string, history: outboundHistory(outbound) };
+    const awaiting = shown.state === 'bus_accepted' && sighting !== undefined ? awaitingOf(outbound, await sighting()) : undefined;
+    return awaiting === undefined ? shown : { ...shown, state: AWAITING_SESSION, awaiting };
+  }
   const inbound = await mailbox.findByMsgId(msgId);
   if (inbound) return { msg_id: msgId, direction: 'inbound', state: currentState(inbound), history: inbound.states };
   throw new InterlinkError('unknown_message', `no message ${msgId} in this session's outbox or mailbox`);

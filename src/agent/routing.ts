@@ -9,6 +9,11 @@
  *   5. the sticky session even though it is gone (its queue waits on the relay);
  *   otherwise an error listing the candidates.
  *
+ * With no roster answer at all (no relay answers), the roster says nothing about who is
+ * there: a hint is taken as an exact id, else the sticky session (known from this
+ * identity's own history: mailbox, outbox, what arrived since start) is used and the
+ * message waits in the outbox until a relay answers; with neither, `no_relay`.
+ *
  * The `cli` session (the `pair` command's, DESIGN.md "Pairing") is never chosen: it is on
  * the rosters so that people can be asked to pair, and no agent reads its mail.
  */
@@ -19,9 +24,21 @@ export interface SessionView {
   state: PresenceState;
 }
 
+export type RouteReason = 'exact' | 'prefix' | 'offline_exact' | 'sticky' | 'single_live' | 'single_away' | 'sticky_gone' | 'sticky_unanswered';
+
 export type RouteDecision =
-  | { ok: true; session: string; reason: 'exact' | 'prefix' | 'offline_exact' | 'sticky' | 'single_live' | 'single_away' | 'sticky_gone' }
-  | { ok: false; reason: 'ambiguous' | 'no_session' | 'pairing_session'; candidates: SessionView[] };
+  | { ok: true; session: string; reason: RouteReason }
+  | { ok: false; reason: 'ambiguous' | 'no_session' | 'pairing_session' | 'no_relay'; candidates: SessionView[] };
+
+export interface RouteInput {
+  hint?: string;
+  /** The session the peer last wrote from, or this session last wrote to (the sticky table). */
+  sticky?: string;
+  /** The peer's sessions on the rosters that answered. */
+  sessions: readonly SessionView[];
+  /** Whether any relay answered a roster request: without an answer the roster is unknown, not empty. */
+  answered: boolean;
+}
 
 /** The session `interlink-mcp pair` runs as; reserved, so no agent session takes the id. */
 export const PAIRING_SESSION = 'cli';
@@ -41,8 +58,8 @@ export function presenceState(ageMs: number): PresenceState | undefined {
   return undefined;
 }
 
-export function chooseSession(input: { hint?: string; sticky?: string; sessions: readonly SessionView[] }): RouteDecision {
-  const sessions = input.sessions.filter((s) => isMailSession(s.session));
+export function chooseSession(input: RouteInput): RouteDecision {
+  const sessions = input.answered ? input.sessions.filter((s) => isMailSession(s.session)) : [];
   const sticky = input.sticky !== undefined && isMailSession(input.sticky) ? input.sticky : undefined;
   const { hint } = input;
   if (hint !== undefined) {
@@ -54,6 +71,7 @@ export function chooseSession(input: { hint?: string; sticky?: string; sessions:
     // Not on the roster: store-and-forward to that exact id; the relay keeps it.
     return { ok: true, session: hint, reason: 'offline_exact' };
   }
+  if (!input.answered) return sticky !== undefined ? { ok: true, session: sticky, reason: 'sticky_unanswered' } : { ok: false, reason: 'no_relay', candidates: [] };
   if (sticky !== undefined && sessions.some((s) => s.session === sticky)) return { ok: true, session: sticky, reason: 'sticky' };
   const live = sessions.filter((s) => s.state === 'live');
   if (live.length === 1) return { ok: true, session: live[0]!.session, reason: 'single_live' };
@@ -61,4 +79,18 @@ export function chooseSession(input: { hint?: string; sticky?: string; sessions:
   if (live.length === 0 && away.length === 1) return { ok: true, session: away[0]!.session, reason: 'single_away' };
   if (sessions.length === 0 && sticky !== undefined) return { ok: true, session: sticky, reason: 'sticky_gone' };
   return { ok: false, reason: sessions.length === 0 ? 'no_session' : 'ambiguous', candidates: [...sessions] };
+}
+
+/**
+ * Whether a session that just started should ask the rosters again before taking this
+ * decision: its relays may not have answered yet, and a peer that started with it may not
+ * have announced yet. A decision made before any roster answered waits for one; after
+ * one, a decision that found none of the peer's sessions (`no_session`, `sticky_gone`)
+ * waits for the peer to show. One that found the peer on the roster, that more sessions
+ * cannot make unambiguous, or that names an exact session (the target stays the same
+ * whoever shows) is final.
+ */
+export function awaitsRoster(decision: RouteDecision, answered: boolean): boolean {
+  if (!answered) return decision.ok || decision.reason === 'no_relay';
+  return decision.ok ? decision.reason === 'sticky_gone' : decision.reason === 'no_session';
 }

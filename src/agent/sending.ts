@@ -3,11 +3,13 @@
  * commit to the outbox, hand to the outbound loop; and what a sender may ask of its own
  * unsent messages (DESIGN.md "The agent: one session").
  */
+import { setTimeout as delay } from 'node:timers/promises';
 import { unsafeNameReason } from '../config/paths.js';
 import { MAX_TEXT_BYTES, signEnvelope, wireOf, type Status } from '../envelope/envelope.js';
 import { formatRoute, parseRoute } from '../envelope/route.js';
 import { InterlinkError, isInterlinkError } from '../errors.js';
 import type { Identity } from '../identity/identity.js';
+import type { Mailbox } from '../mailbox/mailbox.js';
 import type { SendClock } from '../outbox/clock.js';
 import { intentOf, outboundState, type AddResult, type OutboundState, type Outbox, type OutboxRecord } from '../outbox/outbox.js';
 import type { RelayClient } from '../relay/client.js';
@@ -15,9 +17,11 @@ import { MAX_PAYLOAD_BYTES } from '../relay/frames.js';
 import { untrustedNote } from '../relay/reach.js';
 import type { Outbound } from './outbound.js';
 import type { PeerWatch } from './peer-watch.js';
-import type { Presence } from './presence.js';
+import type { Presence, RosterView } from './presence.js';
 import { taskFields } from './reading.js';
-import { chooseSession, PAIRING_SESSION } from './routing.js';
+import { awaitingNote } from './awaiting.js';
+import { storedSightings } from './known-sessions.js';
+import { awaitsRoster, chooseSession, PAIRING_SESSION, type RouteDecision } from './routing.js';
 import { Turns } from './turns.js';
 
 export interface SendArgs {
@@ -44,6 +48,20 @@ export interface SendReceipt {
 
 const NO_RELAY_NOTE = 'no relay is connected: the message waits in the outbox and goes out when a relay answers (see list_pending)';
 
+/**
+ * How long after start a send waits for roster answers before routing without the peer
+ * on a roster: the relays, and a peer that started at the same moment, answer and
+ * announce within a second or two of starting.
+ */
+export const FIRST_ROSTER_WAIT_MS = 5_000;
+const ROSTER_POLL_MS = 250;
+
+/** The routing decision and what a receipt says about it. */
+interface Routed {
+  session: string;
+  note?: string;
+}
+
 export interface SenderParts {
   identity: Identity;
   session: string;
@@ -54,7 +72,9 @@ export interface SenderParts {
   relays: readonly RelayClient[];
   presence: Presence;
   peers: PeerWatch;
-  /** The session each peer last wrote from (inbound keeps it current). */
+  /** This session's mailbox: what a session hint is checked against (known-sessions.ts). */
+  mailbox: Mailbox;
+  /** The session each peer last wrote from (inbound keeps it current; seeded at start from the stores, known-sessions.ts). */
   sticky: ReadonlyMap<string, string>;
   clock: SendClock;
   /** The benchmark's unsealed baseline: sign clear version 3 envelopes. */
@@ -63,6 +83,8 @@ export interface SenderParts {
 
 export class Sender {
   private readonly turns = new Turns();
+  /** Until FIRST_ROSTER_WAIT_MS after this, a send waits for the peer to show on a roster. */
+  private readonly startedAt = Date.now();
 
   constructor(private readonly parts: SenderParts) {}
 
@@ -82,6 +104,7 @@ export class Sender {
     const turn = this.turns.take();
     let adding: Promise<AddResult>;
     let session: string;
+    let routed: Routed;
     let idempotency: { key: string; intent: string } | undefined;
     try {
       if (Buffer.byteLength(args.text, 'utf8') > MAX_TEXT_BYTES) {
@@ -96,7 +119,8 @@ export class Sender {
         const existing = await outbox.byIdempotencyKey(idempotency.key);
         if (existing) return this.replay(existing, idempotency.intent, args.to);
       }
-      session = await this.chooseSession(target.key, args.session);
+      routed = await this.route(target.key, args.to, args.session);
+      session = routed.session;
       await turn.ready;
       // Sealed to the recipient (version 4); a peer a person marked clear (the Rust
       // Interlink) gets the clear version 2 it reads, whose session is not signed.
@@ -124,7 +148,7 @@ export class Sender {
     const result = await adding;
     if (result.outcome !== 'added') return this.replay(result.record, idempotency?.intent, args.to);
     this.parts.outbound.offer(result.record);
-    return this.withRelays({ msg_id: result.record.envelope.msg_id, to: args.to, session, state: 'pending', duplicate: false });
+    return this.withRelays({ msg_id: result.record.envelope.msg_id, to: args.to, session, state: 'pending', duplicate: false }, routed.note);
   }
 
   cancelTask(args: { to: string; task_id: string; reason?: string; session?: string }): Promise<SendReceipt> {
@@ -161,24 +185,70 @@ export class Sender {
   }
 
   /** A receipt says whether anything can carry the message now, so `pending` is not a mystery. */
-  private withRelays(receipt: Omit<SendReceipt, 'relays' | 'note'>): SendReceipt {
+  private withRelays(receipt: Omit<SendReceipt, 'relays' | 'note'>, routeNote?: string): SendReceipt {
     const connected = this.parts.relays.filter((r) => r.connected).length;
     const relays = { connected, configured: this.parts.relays.length };
-    return connected === 0 && receipt.state === 'pending' ? { ...receipt, relays, note: untrustedNote(this.parts.relays) ?? NO_RELAY_NOTE } : { ...receipt, relays };
+    const notes = [routeNote, connected === 0 && receipt.state === 'pending' ? (untrustedNote(this.parts.relays) ?? NO_RELAY_NOTE) : undefined].filter((n) => n !== undefined);
+    return notes.length > 0 ? { ...receipt, relays, note: notes.join('; ') } : { ...receipt, relays };
   }
 
-  private async chooseSession(key: string, hint: string | undefined): Promise<string> {
-    const roster = await this.parts.presence.roster();
-    const sessions = roster.filter((r) => r.key === key && !(key === this.parts.identity.key && r.session === this.parts.session));
-    const sticky = this.parts.sticky.get(key);
-    const decision = chooseSession({ sessions, ...(hint !== undefined && { hint }), ...(sticky !== undefined && { sticky }) });
-    if (decision.ok) return decision.session;
+  /** The target session, after waiting (in the first seconds only) for the rosters to say where the peer is. */
+  private async route(key: string, to: string, hint: string | undefined): Promise<Routed> {
+    const { decision, view } = await this.decide(key, hint);
+    if (decision.ok) return { session: decision.session, ...(await this.routeNote(decision, view, key, to)) };
     const list = decision.candidates.map((c) => `${c.session} (${c.state})`).join(', ');
     const reasons = {
       no_session: 'no agent session of that peer is on any relay roster; pass `session` to queue for a known session id',
+      no_relay: `no relay answers (${this.unanswered()}), and no session of that peer is known from this session's messages; pass \`session\` to queue for a known session id, or send again when a relay answers`,
       ambiguous: `several sessions could be meant: ${list}; pass \`session\``,
       pairing_session: `session ${PAIRING_SESSION} belongs to the \`interlink-mcp pair\` command and reads no mail; pass the session id of an agent`,
     };
     throw new InterlinkError('no_route', reasons[decision.reason], { candidates: decision.candidates });
+  }
+
+  /**
+   * The routing rule over the roster as the relays answer it. Until FIRST_ROSTER_WAIT_MS
+   * after start, while a relay may still answer, a decision `awaitsRoster` calls early
+   * (no roster answer yet, or none of the peer's sessions on it) is made again as answers
+   * come.
+   */
+  private async decide(key: string, hint: string | undefined): Promise<{ decision: RouteDecision; view: RosterView }> {
+    const { presence, identity } = this.parts;
+    const deadline = this.startedAt + FIRST_ROSTER_WAIT_MS;
+    for (let fresh = false; ; fresh = true) {
+      const view = await presence.rosterView({ fresh });
+      const sessions = view.entries.filter((r) => r.key === key && !(key === identity.key && r.session === this.parts.session));
+      const sticky = this.parts.sticky.get(key);
+      const decision = chooseSession({ sessions, answered: view.answered > 0, ...(hint !== undefined && { hint }), ...(sticky !== undefined && { sticky }) });
+      const left = deadline - Date.now();
+      if (!awaitsRoster(decision, view.answered > 0) || left <= 0 || !presence.reaching()) return { decision, view };
+      await delay(Math.min(ROSTER_POLL_MS, left));
+    }
+  }
+
+  /** What the receipt says about a route the rosters did not confirm. */
+  private async routeNote(decision: RouteDecision & { ok: true }, view: RosterView, key: string, to: string): Promise<{ note?: string }> {
+    const { session, reason } = decision;
+    if (reason === 'sticky_unanswered') {
+      return { note: `no relay answers (${this.unanswered()}): the message goes to session ${session}, the one ${to} last used with this session, when a relay answers` };
+    }
+    if (reason === 'sticky_gone') return { note: `${to} was last met at session ${session}: ${awaitingNote(session)}` };
+    if (reason !== 'offline_exact') return {};
+    const answered = view.answered > 0;
+    if (await this.knownSession(key, session)) return answered ? { note: awaitingNote(session) } : {};
+    const rosters = answered ? 'it is on no relay roster' : 'no relay answers to say whether it is on a roster';
+    return { note: `session ${session} of ${to} was never seen: ${rosters}, and none of this session's messages came from or went to it; the relay keeps the message for that exact id until a session of that id, or one taking its mail, reads it (check the id)` };
+  }
+
+  /** Whether this session has met the peer's session: on a roster since start, or in its mailbox or outbox. */
+  private async knownSession(key: string, session: string): Promise<boolean> {
+    const route = formatRoute({ key, session });
+    if (this.parts.sticky.get(key) === session || this.parts.presence.lastSeen(route) !== undefined) return true;
+    return (await storedSightings(this.parts.mailbox, this.parts.outbox)).some((s) => s.key === key && s.session === session);
+  }
+
+  /** Why the relays do not answer, for a refusal's sentence. */
+  private unanswered(): string {
+    return this.parts.relays.map((r) => `${r.url}: ${r.unreachable ?? r.untrusted ?? 'no roster answer'}`).join('; ');
   }
 }

@@ -40,6 +40,8 @@ export async function lastActivity(state: string, identity: string, session: str
 export interface SessionSummary {
   unread: number;
   pending: number;
+  /** Sent messages waiting on a relay for a session that is on no roster (agent/awaiting.ts). */
+  awaiting_session?: number;
   failed_deliveries: number | 'unreadable';
   pair_requests: number | 'unreadable';
   last_activity: number | undefined;
@@ -47,7 +49,7 @@ export interface SessionSummary {
 
 /** Something in the session needs a person or an agent (an unreadable file counts). */
 function holdsSomething(s: SessionSummary): boolean {
-  return s.unread > 0 || s.pending > 0 || s.failed_deliveries !== 0 || s.pair_requests !== 0;
+  return s.unread > 0 || s.pending > 0 || (s.awaiting_session ?? 0) > 0 || s.failed_deliveries !== 0 || s.pair_requests !== 0;
 }
 
 /** Splits sessions into those `status` lists and the quiet ones it only counts. */

@@ -97,7 +97,7 @@ export class RelayClient extends EventEmitter {
   private readonly sends = new Map<string, Pending<SendOutcome>>();
   /** Sends that timed out on this connection, by ref: a slow relay's answer still counts (send's `late`). */
   private readonly lateSends = new Map<string, (outcome: SendOutcome) => void>();
-  private readonly rosters = new Map<string, Pending<RosterEntry[]>>();
+  private readonly rosters = new Map<string, Pending<RosterEntry[] | undefined>>();
   private readonly authenticated = new Set<string>();
   private reconnectTimer: NodeJS.Timeout | undefined;
   private silenceTimer: NodeJS.Timeout | undefined;
@@ -265,10 +265,18 @@ export class RelayClient extends EventEmitter {
     });
   }
 
-  /** The relay's roster entries (unverified: the caller verifies each announcement). */
-  roster(): Promise<RosterEntry[]> {
+  /** The relay's roster entries (unverified: the caller verifies each announcement); empty when it did not answer. */
+  async roster(): Promise<RosterEntry[]> {
+    return (await this.rosterAnswer()) ?? [];
+  }
+
+  /**
+   * The relay's roster entries, or undefined when it did not answer (not connected, a
+   * timeout, a refusal): an empty roster and no answer mean different things to routing.
+   */
+  rosterAnswer(): Promise<RosterEntry[] | undefined> {
     const ref = this.ref();
-    return this.request(this.rosters, ref, { v: PROTOCOL_VERSION, type: 'roster', ref }, () => []);
+    return this.request(this.rosters, ref, { v: PROTOCOL_VERSION, type: 'roster', ref }, () => undefined);
   }
 
   close(): void {
@@ -407,7 +415,7 @@ export class RelayClient extends EventEmitter {
     }
     for (const [ref, pending] of this.rosters) {
       clearTimeout(pending.timer);
-      pending.resolve([]);
+      pending.resolve(undefined);
       this.rosters.delete(ref);
     }
   }
@@ -445,9 +453,9 @@ export class RelayClient extends EventEmitter {
         } else if (frame.ref !== undefined && this.lateSends.has(frame.ref)) {
           this.answeredLate(frame.ref, { accepted: false, code: frame.code, message: frame.message });
         } else if (frame.ref !== undefined && this.rosters.has(frame.ref)) {
-          // A busy relay refuses a roster `rate_limited`: this relay's roster is empty for now, as on a timeout.
+          // A busy relay refuses a roster `rate_limited`: no answer from this relay for now, as on a timeout.
           log.info('relay_roster_refused', { relay: this.url, code: frame.code, message: frame.message });
-          this.settle(this.rosters, frame.ref, []);
+          this.settle(this.rosters, frame.ref, undefined);
         } else {
           log.warn('relay_refused', { relay: this.url, code: frame.code, message: frame.message });
         }

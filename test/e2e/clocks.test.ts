@@ -53,7 +53,8 @@ async function bobAway() {
   await stop(bob);
   const send = async (text: string) => {
     const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text });
-    await eventually(async () => ((await alice.call<{ state: string }>('message_status', { msg_id: sent.msg_id })).state === 'bus_accepted' ? true : undefined));
+    // Accepted while Bob's session is on no roster: awaiting_session.
+    await eventually(async () => ((await alice.call<{ state: string }>('message_status', { msg_id: sent.msg_id })).state === 'awaiting_session' ? true : undefined));
     return sent.msg_id;
   };
   return { relay, alice, send };

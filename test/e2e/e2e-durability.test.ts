@@ -104,7 +104,8 @@ describe('durability end to end', () => {
     open.splice(open.indexOf(bob), 1);
     const sent = await sendMany(alice, 50, 'queued');
     for (const id of sent) {
-      await eventually(async () => ((await alice.call<{ state: string }>('message_status', { msg_id: id })).state === 'bus_accepted' ? true : undefined));
+      // Accepted while Bob's session is on no roster: awaiting_session.
+      await eventually(async () => ((await alice.call<{ state: string }>('message_status', { msg_id: id })).state === 'awaiting_session' ? true : undefined));
     }
     await relay.child.kill('SIGKILL');
     const again = await startRelay({ port, db });

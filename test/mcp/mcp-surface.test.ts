@@ -93,8 +93,8 @@ describe('tools/list', () => {
     // Reading mail never consumes it; conversation_history can (consume), so it is not read-only.
     expect(withHint('readOnlyHint')).toEqual(['discover', 'get_my_session_id', 'list_pair_requests', 'list_peers', 'list_pending', 'message_status', 'receive_messages']);
     expect(withHint('destructiveHint')).toEqual(['cancel_pending', 'failed_deliveries', 'reject_pair', 'remove_peer']);
-    // What reaches other machines through the relays: messages, pairing, presence.
-    expect(withHint('openWorldHint')).toEqual(['accept_pair', 'cancel_task', 'discover', 'request_pair', 'send_message', 'set_summary']);
+    // What reaches other machines through the relays: messages, pairing, presence (message_status asks the rosters).
+    expect(withHint('openWorldHint')).toEqual(['accept_pair', 'cancel_task', 'discover', 'message_status', 'request_pair', 'send_message', 'set_summary']);
     expect(withHint('idempotentHint')).not.toContain('send_message');
     expect(tools.find((t) => t.name === 'set_summary')?.description).toMatch(/anyone who can reach the relay/);
     expect(tools.find((t) => t.name === 'bind_codex_session')?.description).toMatch(/operator setup.*never on a peer's request/i);

@@ -58,7 +58,41 @@ async function slowRelay(delayMs: number): Promise<{ url: string }> {
   return { url: `ws://127.0.0.1:${port}` };
 }
 
+/** Greets, then answers each roster request with an empty roster, or refuses it `rate_limited`. */
+async function rosterRelay(answer: 'empty' | 'refuse'): Promise<{ url: string }> {
+  const server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+  servers.push(server);
+  await once(server, 'listening');
+  server.on('connection', (socket) => {
+    socket.on('error', () => undefined);
+    greet(socket);
+    socket.on('message', (data) => {
+      const frame = JSON.parse(data.toString()) as { type: string; ref?: string };
+      if (frame.type !== 'roster') return;
+      const reply = answer === 'empty' ? { type: 'roster', ref: frame.ref, entries: [] } : { type: 'refused', ref: frame.ref, code: 'rate_limited', message: 'busy' };
+      socket.send(JSON.stringify({ v: PROTOCOL_VERSION, ...reply }));
+    });
+  });
+  const address = server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : 0;
+  return { url: `ws://127.0.0.1:${port}` };
+}
+
 describe('relay client', () => {
+  it('tells an empty roster from none: a refused or unsent roster request is no answer', async () => {
+    const offline = new RelayClient({ url: 'ws://127.0.0.1:9', key: generateSigningKey(), routes: [] });
+    expect(await offline.rosterAnswer()).toBeUndefined();
+    expect(await offline.roster()).toEqual([]);
+    for (const [answer, expected] of [['empty', []], ['refuse', undefined]] as const) {
+      // A connection that reads no route is ready once the relay is trusted.
+      const client = new RelayClient({ url: (await rosterRelay(answer)).url, key: generateSigningKey(), routes: [], readOnConnect: false });
+      clients.push(client);
+      client.start();
+      expect(await client.ready(10_000)).toBe(true);
+      expect(await client.rosterAnswer()).toEqual(expected);
+    }
+  });
+
   it("times a send out, and passes the relay's answer that came after to `late`, once", async () => {
     const relay = await slowRelay(300);
     const client = new RelayClient({ url: relay.url, key: generateSigningKey(), routes: [], requestTimeoutMs: 100 });

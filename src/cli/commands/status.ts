@@ -34,6 +34,8 @@ import { refusalSentence } from '../../mailbox/refusals.js';
 import { ReplayIndex } from '../../replay/claims.js';
 import { isNewIndex } from '../../replay/seed.js';
 import { replayPath } from '../../config/layout.js';
+import { awaitingOf, type RosterSighting } from '../../agent/awaiting.js';
+import { readRosters } from '../rosters.js';
 
 /** Sessions with a store in `dir` (layout.ts, `sessionOfFile`). */
 async function sessionsIn(dir: string): Promise<string[]> {
@@ -57,10 +59,13 @@ to: pinned in INTERLINK_URL or recorded on first use; a relay that answers with 
 key, a NEW one after a reset, is shown refused with what to do — for a reset on purpose
 \`interlink-mcp relay forget URL\`; and a WARNING when a session refused a key earlier), the zero-config local
 relay (running or not, its pid and store; stop it with \`interlink-mcp relay stop\`), and
-per session the unread messages, the messages no relay has accepted yet, the Codex
-notices saved as failed deliveries and the pairing requests waiting for a decision;
-a REFUSING line for each peer whose mail a mailbox bound refuses (its share, or the
-whole mailbox), and a line when the identity's replay index is full.
+per session the unread messages, the messages no relay has accepted yet, the sent
+messages a relay holds for a session that is on no relay roster (awaiting_session, asked
+of the relays that answer), the Codex notices saved as failed deliveries and the pairing
+requests waiting for a decision; whether each session is live or ended, and which live
+session takes an ended one's mail; a REFUSING line for each peer whose mail a mailbox
+bound refuses (its share, or the whole mailbox), and a line when the identity's replay
+index is full.
 Sessions with nothing waiting and no activity for three days are only counted; --all
 lists them too. Reads only. Exits 1 when a file it reads (peers.json, a pairing store,
 a failed-deliveries file) is damaged: everything else is still shown, and stderr says
@@ -108,6 +113,8 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     unread: number;
     stored: number;
     pending: number;
+    awaiting_session: number;
+    awaiting_since: number | undefined;
     failed_deliveries: number | 'unreadable';
     pair_requests: number | 'unreadable';
     rejected: number | 'unreadable';
@@ -125,6 +132,11 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     const seen = offsets.get(key);
     if (seen === undefined || ts - at > seen.offset) offsets.set(key, { offset: ts - at });
   };
+  // Asked once, and only when some session holds an accepted message with no report yet.
+  let rosters: Promise<RosterSighting> | undefined;
+  // A relay whose key a session refused is shown with its WARNING below, not asked.
+  const answering = urls.filter((_, i) => relays[i]!.answers && relayKeys[i]!.refused === null);
+  const sighting = (me: Identity) => (rosters ??= readRosters({ urls, ask: answering, key: me.signingKey, records: known.relays, ...(tls !== undefined && { tls }), timeoutMs: 1_000 }));
   if (identity) {
     const names = new Set((await Promise.all(SESSION_STORES.map((store) => sessionsIn(identityDir(state, store, identity.key))))).flat());
     for (const session of [...names].sort()) {
@@ -143,11 +155,17 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       if (pairing.kind === 'damaged') damaged.push({ file: pairingFile, problem: pairing.reason, unavailable: PAIRING_UNAVAILABLE });
       const rejected = await peekRejections(rejectedPath(state, identity.key, session));
       for (const record of await mailbox.all()) observe(record.envelope.from, record.received_at, record.envelope.ts);
+      const sent = await outbox.all();
+      const accepted = sent.filter((r) => shownState(r) === 'bus_accepted');
+      const rosterView = accepted.length === 0 ? undefined : await sighting(identity);
+      const awaiting = rosterView === undefined ? [] : accepted.flatMap((r) => awaitingOf(r, rosterView) ?? []);
       sessions.push({
         session,
         unread: stats.unread,
         stored: stats.records,
-        pending: (await outbox.all()).filter(isPending).length,
+        pending: sent.filter(isPending).length,
+        awaiting_session: awaiting.length,
+        awaiting_since: awaiting.length === 0 ? undefined : Math.min(...awaiting.map((a) => a.since_at)),
         failed_deliveries: 'failures' in failed ? failed.failures.length : 'unreadable',
         pair_requests: pairing.kind === 'ok' ? pairing.value.incoming.length : pairing.kind === 'missing' ? 0 : 'unreadable',
         rejected: 'damaged' in rejected ? 'unreadable' : rejected.length,
@@ -173,7 +191,12 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     relay_keys: relayKeys,
     local_relay: local,
     state_dir: state,
-    sessions: shown.map((s) => ({ ...s, last_activity: s.last_activity === undefined ? null : new Date(s.last_activity).toISOString(), ...lifeFields(lives.get(s.session)) })),
+    sessions: shown.map((s) => ({
+      ...s,
+      awaiting_since: s.awaiting_since === undefined ? null : new Date(s.awaiting_since).toISOString(),
+      last_activity: s.last_activity === undefined ? null : new Date(s.last_activity).toISOString(),
+      ...lifeFields(lives.get(s.session)),
+    })),
     quiet_sessions: args.values.all === true ? 0 : quiet.length,
     replay_index: replayIndex,
     damaged: damaged.map((d) => ({ file: d.file, problem: d.problem, message: damageSentence(d) })),
@@ -203,7 +226,11 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       const failed = s.failed_deliveries === 0 ? '' : `; failed Codex notices: ${s.failed_deliveries} (interlink-mcp failed-deliveries list)`;
       const pairing = s.pair_requests === 0 ? '' : `; pairing requests waiting for you: ${s.pair_requests} (interlink-mcp pair list)`;
       const rejected = s.rejected === 0 ? '' : `; refused by the gate: ${s.rejected} (interlink-mcp inbox --rejected)`;
-      lines.push(`session      ${s.session}${lifeText(lives.get(s.session))}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${failed}${pairing}${rejected}`);
+      const awaiting =
+        s.awaiting_since === undefined
+          ? ''
+          : `; ${s.awaiting_session} sent waiting on a relay for a session on no roster since ${new Date(s.awaiting_since).toISOString()} (awaiting_session: a live session of the recipient's identity takes them when one runs)`;
+      lines.push(`session      ${s.session}${lifeText(lives.get(s.session))}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${awaiting}${failed}${pairing}${rejected}`);
       for (const r of s.refusing) lines.push(`  REFUSING   ${forTerminal(r.message)}`);
     }
     if (replayIndex?.full === true) {

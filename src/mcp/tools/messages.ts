@@ -24,7 +24,7 @@ export const MESSAGE_TOOLS: ToolDefinition[] = [
   tool({
     name: 'send_message',
     description:
-      'Sign a message to a peer (petname) or to "self" (your other sessions) and queue it durably. Returns state "pending" (no relay has it yet) or, for a repeated idempotency_key, the original receipt. A delivery state is never evidence that the peer read or did anything.',
+      'Sign a message to a peer (petname) or to "self" (your other sessions) and queue it durably. Returns state "pending" (no relay has it yet) or, for a repeated idempotency_key, the original receipt. A `note` says when the target session was never seen (on no roster, in none of your messages), when it is on no roster now (the relay holds the message for it), or when no relay answers (the message goes out when one does). A delivery state is never evidence that the peer read or did anything.',
     // Not idempotent: each call without idempotency_key is a new message. Open world: it
     // goes through relays to other identities and machines.
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
@@ -32,7 +32,7 @@ export const MESSAGE_TOOLS: ToolDefinition[] = [
       .object({
         to: peerName.describe('petname from list_peers, or "self"'),
         text: z.string().describe(`message body, ${TEXT_LIMIT}`),
-        session: sessionId.optional().describe('target session: exact id or unique prefix; default: the session that peer last wrote from, else its only live one'),
+        session: sessionId.optional().describe('target session: exact id or unique prefix; default: the session that peer last wrote from (or you last wrote to), else its only live one'),
         task_id: taskId.optional().describe('ties progress, questions and results of one piece of work together'),
         status: z
           .enum(STATUSES)
@@ -62,8 +62,9 @@ export const MESSAGE_TOOLS: ToolDefinition[] = [
   tool({
     name: 'message_status',
     description:
-      'Delivery state of a message you sent (outbound) or received (inbound), with the time of each state. For a message you sent, entries with "reported_by": "receiver" are states the receiver reported in signed receipts (receiver_stored, receiver_acknowledged, or receiver_refused with its code), at the receiver\'s clock; `state` is the furthest state known.',
-    annotations: LOCAL_READ,
+      'Delivery state of a message you sent (outbound) or received (inbound), with the time of each state. For a message you sent, entries with "reported_by": "receiver" are states the receiver reported in signed receipts (receiver_stored, receiver_acknowledged, or receiver_refused with its code), at the receiver\'s clock; `state` is the furthest state known. State "awaiting_session" (asked of the relays\' rosters now, not recorded): a relay holds the message for a session that is on no roster; `awaiting` says which, since when (`since_at`), and that a live session of the recipient\'s identity takes it when one runs.',
+    // Changes nothing, but asks the relays for their rosters (awaiting_session).
+    annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: true },
     input: z.object({ msg_id: z.string().describe('the msg_id send_message returned, or of a received message') }).strict(),
     run: (agent, args) => agent.messageStatus(args.msg_id),
   }),
