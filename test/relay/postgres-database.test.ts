@@ -7,6 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { InterlinkError } from '../../src/errors.js';
 import { DatabaseCalls } from '../../src/relay/postgres/health.js';
+import { replicationOf } from '../../src/relay/postgres/replication.js';
 import { connect, databaseError, DEFAULT_POOL_SIZE, guarded, isOutage, isPostgresUrl, redactedUrl, type Sql } from '../../src/relay/postgres/database.js';
 
 describe('the PostgreSQL store: its connection string and its failures', () => {
@@ -78,30 +79,38 @@ describe('the PostgreSQL store: its connection string and its failures', () => {
       await expect(calls.call(() => Promise.reject(Object.assign(new Error('dup'), { code: '23505' })))).rejects.toMatchObject({ code: 'storage' });
       expect(calls.down).toBeUndefined();
 
+      expect(commits).toHaveLength(0);
+
+      // A call that fails as an outage would asks the health row at once; its failure takes the database down.
       await expect(calls.call(() => Promise.reject(Object.assign(new Error('x'), { code: 'ECONNREFUSED' })))).rejects.toThrow(/unreachable \(ECONNREFUSED\)/);
+      expect([commits.length, calls.down]).toEqual([1, undefined]);
+      commits[0]!.reject(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }));
+      await until(() => calls.down !== undefined);
       expect(calls.down?.message).toMatch(/unreachable \(ECONNREFUSED\)/);
       expect(down).toHaveLength(1);
       let ran = 0;
       for (let i = 0; i < 5; i++) await expect(calls.call(() => Promise.resolve(ran++))).rejects.toThrow(/unreachable \(ECONNREFUSED\)/);
       expect(ran).toBe(0);
-      expect(commits).toHaveLength(1);
+      expect(commits).toHaveLength(2);
 
-      // The commit fails: made again a second later, still one at a time.
-      commits[0]!.reject(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }));
-      await until(() => commits.length === 2);
-      // A standby refuses the write: not back yet.
-      commits[1]!.reject(Object.assign(new Error('read-only'), { code: '25006' }));
+      // The probe's commit fails: made again a second later, still one at a time.
+      commits[1]!.reject(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }));
       await until(() => commits.length === 3);
+      // A standby refuses the write: not back yet.
+      commits[2]!.reject(Object.assign(new Error('read-only'), { code: '25006' }));
+      await until(() => commits.length === 4);
       expect([back, calls.down !== undefined]).toEqual([0, true]);
-      commits[2]!.resolve();
+      commits[3]!.resolve();
       await until(() => back === 1);
       expect(calls.down).toBeUndefined();
       await expect(calls.call(() => Promise.resolve('again'))).resolves.toBe('again');
 
-      // No answer in time is an outage too.
+      // A call with no answer in time asks too; a database that commits the health row is slow there, not down.
       await expect(calls.call(() => new Promise(() => undefined))).rejects.toThrow(/did not answer within 0.05 s/);
-      expect(calls.down?.message).toMatch(/did not answer within 0.05 s/);
-      expect(down).toHaveLength(2);
+      expect(commits).toHaveLength(5);
+      commits[4]!.resolve();
+      await new Promise((r) => setTimeout(r, 20));
+      expect([calls.down, down.length]).toEqual([undefined, 1]);
     } finally {
       calls.close();
     }
@@ -131,6 +140,28 @@ describe('the PostgreSQL store: its connection string and its failures', () => {
     } finally {
       calls.close();
     }
+  });
+
+  it('takes a slow database that still commits for slow, not down: the beat waits while other commits return, and only a stretch with none is a stall', async () => {
+    const calls = new DatabaseCalls(() => new Promise<void>(() => undefined), { deadlineMs: 60_000, stallMs: 500 });
+    try {
+      calls.beat(10);
+      // Sends keep committing, each well within the stall bound, for three times that bound.
+      const until3 = Date.now() + 1_500;
+      while (Date.now() < until3) {
+        calls.committed();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(calls.down).toBeUndefined();
+      await until(() => calls.down !== undefined);
+      expect(calls.down?.message).toMatch(/did not commit within 0.5 s/);
+    } finally {
+      calls.close();
+    }
+  });
+
+  it('reads what accepted means from synchronous_standby_names: a standby named, or the primary alone', () => {
+    expect(['standby1', 'FIRST 1 (a, b)', ' ', ''].map(replicationOf)).toEqual(['synchronous', 'synchronous', 'single', 'single']);
   });
 });
 

@@ -40,9 +40,13 @@ export function stallError(stallMs: number): InterlinkError {
 
 /**
  * The relay's calls to its database. Each runs under the deadline (`guarded`). A beat
- * commits the relay's health row every second; once a beat or a call finds the database
- * down (no commit within `STALL_MS`, no answer within the deadline, the connection lost, a
- * standby, a shutdown), the calls under way are answered with that reason at once (their
+ * commits the relay's health row every half second, and at once when a call fails as an
+ * outage would (no answer within the deadline, the connection lost, a standby, a
+ * shutdown): only the health row decides, so one connection of the pool that failed — one
+ * that was still looking for a primary through a failover when the promoted one answered
+ * — refuses its own call and does not take the relay down. Once the beat finds the
+ * database down (its commit failed, or no commit returned within `STALL_MS`), the calls
+ * under way are answered with that reason at once (their
  * queries are left to finish: `guarded` says why), later calls are refused at once
  * instead of being queued in the driver, and a single probe commits the health row again
  * every second; the first commit ends the outage. So an outage of any length leaves at
@@ -56,6 +60,8 @@ export class DatabaseCalls {
   private probing = false;
   private beating = false;
   private probeTimer: NodeJS.Timeout | undefined;
+  /** When a synchronous commit last returned (a batch of sends, the health row). */
+  private lastCommitAt = 0;
   private beatTimer: NodeJS.Timeout | undefined;
   private closed = false;
   /** How to answer each call under way at once, should the database go down meanwhile. */
@@ -89,6 +95,11 @@ export class DatabaseCalls {
     this.backListeners.push(listener);
   }
 
+  /** A synchronous commit returned: the database makes progress, however slowly. */
+  committed(): void {
+    this.lastCommitAt = performance.now();
+  }
+
   /** Starts the beat: a commit of the health row every `everyMs`. */
   beat(everyMs = BEAT_EVERY_MS): void {
     this.beatTimer = setInterval(() => this.beatOnce(), everyMs);
@@ -102,7 +113,7 @@ export class DatabaseCalls {
       this.underWay.add(cut);
       guarded(work, this.deadlineMs)
         .then(resolve, (err: unknown) => {
-          if (isOutage(err)) this.wentDown(databaseError(err));
+          if (isOutage(err)) this.beatOnce();
           reject(err);
         })
         .finally(() => this.underWay.delete(cut));
@@ -115,21 +126,44 @@ export class DatabaseCalls {
     clearInterval(this.beatTimer);
   }
 
-  /** One beat at a time: a beat that stalls counts once, and the probe takes over. */
+  /**
+   * One beat at a time: a beat that stalls counts once, and the probe takes over. A beat
+   * is stalled when no commit at all returned for `stallMs` while it waited: a database
+   * that commits others' transactions slowly (a loaded disk) is slow, not down.
+   */
   private beatOnce(): void {
     if (this.beating || this.outage !== undefined || this.closed) return;
     this.beating = true;
-    const stalled = setTimeout(() => this.wentDown(stallError(this.stallMs)), this.stallMs);
-    stalled.unref();
-    Promise.resolve(this.commitHealth())
-      .then(
-        () => undefined,
-        (err: unknown) => this.wentDown(databaseError(err)),
-      )
-      .finally(() => {
+    // A beat found stalled is given up (its query is left to the driver): what it does later says nothing.
+    let current = true;
+    const giveUp = () => {
+      current = false;
+      this.beating = false;
+    };
+    let stalled: NodeJS.Timeout | undefined;
+    const watch = (since: number) => {
+      stalled = setTimeout(() => {
+        if (this.lastCommitAt > since) return watch(this.lastCommitAt);
+        giveUp();
+        this.wentDown(stallError(this.stallMs));
+      }, this.stallMs - (performance.now() - since));
+      stalled.unref();
+    };
+    watch(performance.now());
+    Promise.resolve(this.commitHealth()).then(
+      () => {
+        if (!current) return;
         clearTimeout(stalled);
-        this.beating = false;
-      });
+        giveUp();
+        this.committed();
+      },
+      (err: unknown) => {
+        if (!current) return;
+        clearTimeout(stalled);
+        giveUp();
+        this.wentDown(databaseError(err));
+      },
+    );
   }
 
   private wentDown(why: InterlinkError): void {

@@ -31,6 +31,7 @@ import { SOURCE_KEY_BYTES, sourceGroup, type Share } from '../shares.js';
 import { AckBatches, type Acknowledgement } from './acks.js';
 import { connect, databaseError, guarded, int8, redactedUrl, type Sql } from './database.js';
 import { DatabaseCalls } from './health.js';
+import { ReplicationWatch } from './replication.js';
 import { formatNotices, parseNotice, type NoticedMessage } from './notice.js';
 import { createRelayTables, relayKeyMeta } from './schema.js';
 
@@ -168,6 +169,8 @@ export class PostgresStore implements QueueStore {
   readonly calls: DatabaseCalls;
   /** The schema's channel, which every relay of it hears (roster changes, and relays of earlier releases). */
   private readonly channel: string;
+  /** Whether a commit waits for a synchronous standby now: what `accepted` means (replication.ts). */
+  readonly replication: ReplicationWatch;
 
   private constructor(
     readonly sql: Sql,
@@ -178,6 +181,7 @@ export class PostgresStore implements QueueStore {
     private readonly sourceKey: Buffer,
   ) {
     this.calls = new DatabaseCalls(() => this.commitHealth());
+    this.replication = new ReplicationWatch(sql, this.calls);
     this.channel = channelOf(schema);
     this.noticeKey = createHmac('sha256', sourceKey).update('interlink-relay-notice').digest();
     // Acknowledgements the outage may have lost are made again, readers' rows whose writes
@@ -253,6 +257,7 @@ export class PostgresStore implements QueueStore {
     this.every(STATS_EVERY_MS, () => void this.refresh().catch((err: unknown) => log.debug('relay_db_stats_failed', { error: databaseError(err).message })));
     this.every(READERS_BEAT_MS, () => void this.beat().catch((err: unknown) => log.debug('relay_db_beat_failed', { error: databaseError(err).message })));
     this.calls.beat();
+    await this.replication.check();
   }
 
   /**
@@ -493,6 +498,7 @@ export class PostgresStore implements QueueStore {
           ${connection?.messages ?? null}, ${connection?.bytes ?? null})`,
     );
     this.acks.confirm(mark);
+    this.calls.committed();
     if (rows.length !== sends.length) throw new InterlinkError('storage', `the relay database answered ${rows.length} of ${sends.length} sends`);
     // Each route's readers come with its first message of the call.
     const readers = new Map<string, string[]>();
@@ -601,6 +607,7 @@ export class PostgresStore implements QueueStore {
     await this.calls.call(() => this.sql`DELETE FROM relay_readers WHERE instance = ${this.instance}`).catch(() => undefined);
     await this.calls.call(() => this.sql`DELETE FROM relay_meta WHERE name = ${healthRow(this.instance)}`).catch(() => undefined);
     this.calls.close();
+    this.replication.stop();
     for (const timer of this.timers) clearInterval(timer);
     await this.unlisten?.().catch(() => undefined);
     await this.sql.end({ timeout: 5 });
