@@ -167,8 +167,9 @@ describe('EIO under the relay', () => {
       'each message refused twice',
     );
     expect(new Set(refusals.map((l) => l.code))).toEqual(new Set(['storage']));
+    // The first failure is logged in full; the repeats are counted (relay_repeated, every 10 s: repeated-log.ts).
     const failed = logged(relay.child.stderr(), 'relay_commit_failed');
-    expect(failed.length).toBeGreaterThanOrEqual(2 * sent.length);
+    expect(failed.length).toBeGreaterThanOrEqual(1);
     expect(String(failed[0]!.error)).toContain(`${join(root, 'relay-db')}`);
     expect(String(failed[0]!.error)).toContain('(EIO: i/o error)');
     for (const msg_id of ids) expect((await alice.call<{ state: string }>('message_status', { msg_id })).state).toBe('pending');
