@@ -6,12 +6,12 @@
  * sessions listing another address of the relay move there. Each test starts a cluster
  * of its own and relays in this process.
  */
-import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import postgres from 'postgres';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RelayServer } from '../../src/relay/server.js';
 import { closeAllPgClusters, postgresBinDir, startPgCluster, type PgNode } from '../helpers/postgres.js';
 import { closedAfterEach } from '../helpers/relay-harness.js';
+import { StallingProxy } from '../helpers/stalling-proxy.js';
 import { newReader, TestClient, upgradeRefusal } from '../helpers/relay-test-client.js';
 
 // CI installs PostgreSQL (.ci/run), so there a missing install fails these tests instead of skipping them.
@@ -176,53 +176,3 @@ describe.skipIf(missing)('a relay on PostgreSQL through a failover and a stall',
     expect((await again.waitForDeliveries(2, reader.route, 20_000)).map((d) => d.id).at(-1)).toBe(id);
   }, TEST_TIMEOUT_MS);
 });
-
-/** A TCP proxy to a PostgreSQL port that can stop passing bytes either way while keeping every connection open. */
-class StallingProxy {
-  private stalled = false;
-  private readonly sockets = new Set<Socket>();
-
-  private constructor(
-    private readonly server: Server,
-    readonly port: number,
-  ) {}
-
-  static async start(target: number): Promise<StallingProxy> {
-    const server = createServer();
-    const port = await new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as { port: number }).port)));
-    const proxy = new StallingProxy(server, port);
-    server.on('connection', (client) => proxy.pipe(client, createConnection({ host: '127.0.0.1', port: target })));
-    return proxy;
-  }
-
-  private pipe(client: Socket, upstream: Socket): void {
-    for (const [from, to] of [
-      [client, upstream],
-      [upstream, client],
-    ] as const) {
-      this.sockets.add(from);
-      from.on('error', () => to.destroy());
-      from.on('close', () => {
-        this.sockets.delete(from);
-        to.destroy();
-      });
-      from.on('data', (chunk) => to.write(chunk));
-      if (this.stalled) from.pause();
-    }
-  }
-
-  stall(): void {
-    this.stalled = true;
-    for (const socket of this.sockets) socket.pause();
-  }
-
-  flow(): void {
-    this.stalled = false;
-    for (const socket of this.sockets) socket.resume();
-  }
-
-  async close(): Promise<void> {
-    for (const socket of this.sockets) socket.destroy();
-    await new Promise<void>((r) => this.server.close(() => r()));
-  }
-}
