@@ -261,10 +261,10 @@ export class ConnectionSet {
     return { connections: this.connections.size, blocked, peakBufferedBytes: this.peakBufferedBytes };
   }
 
-  /** Asks every peer to close, waits CLOSE_GRACE_MS for the handshakes, then cuts off the rest. */
-  async closeAll(): Promise<void> {
+  /** Asks every peer to close (with `code` and `reason`), waits CLOSE_GRACE_MS for the handshakes, then cuts off the rest. */
+  async closeAll(code = 1001, reason = 'relay shutting down'): Promise<void> {
     const connections = [...this.connections];
-    for (const conn of connections) conn.ws.close(1001, 'relay shutting down');
+    for (const conn of connections) conn.ws.close(code, reason);
     const allClosed = Promise.all(connections.map((c) => c.closed));
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([allClosed, new Promise<void>((r) => (timer = setTimeout(r, CLOSE_GRACE_MS)))]);

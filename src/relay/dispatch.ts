@@ -24,6 +24,7 @@ import { RosterReplies } from './roster-replies.js';
 import type { RelayKey } from './relay-key.js';
 import { messageOf } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';
+import { RepeatedEvents } from './repeated-log.js';
 
 /** Unacknowledged deliveries per connection and route. */
 export const DEFAULT_DELIVERY_WINDOW = 256;
@@ -80,6 +81,8 @@ export class Dispatcher {
   private readonly watching = new Map<string, Promise<void>>();
   /** Each connection's last announcement or goodbye still being stored (a shared roster only). */
   private readonly rosterWrites = new WeakMap<Connection, Promise<void>>();
+  /** Store failures, which repeat with every frame while an outage lasts: logged with counts. */
+  readonly failures: RepeatedEvents;
 
   constructor(
     private readonly storage: QueueStore,
@@ -88,6 +91,7 @@ export class Dispatcher {
     private readonly now: () => number,
   ) {
     this.rosterReplies = new RosterReplies(roster, now);
+    this.failures = new RepeatedEvents(now);
     storage.subscribe({
       arrived: (route) => this.pumpRoute(route),
       committed: (route, message, follows) => this.committed(route, message, follows),
@@ -250,7 +254,7 @@ export class Dispatcher {
       commit.then(
         (result) => this.afterEnqueue(conn, ref, to, payload, result, origin),
         (err: unknown) => {
-          log.error('relay_commit_failed', { error: messageOf(err) });
+          this.failures.note('error', 'relay_commit_failed', { error: messageOf(err) });
           conn.refuse(ref, 'storage', `the relay could not store the message (${messageOf(err)}); send it again`);
         },
       ),
@@ -292,8 +296,8 @@ export class Dispatcher {
           }
         },
         (err: unknown) => {
-          log.error('relay_commit_failed', { error: messageOf(err) });
-          conn.refuse(undefined, 'storage', `the relay could not record the acknowledgement (${messageOf(err)}); the messages stay queued`);
+          this.failures.note('error', 'relay_commit_failed', { error: messageOf(err) });
+          conn.refuse(undefined, 'storage', `the relay could not record the acknowledgement (${messageOf(err)}); the messages stay queued (a relay on PostgreSQL records it once its database commits again)`);
         },
       ),
     );
@@ -313,7 +317,7 @@ export class Dispatcher {
     };
     if (typeof outcome === 'string') return answer(outcome);
     const written = outcome.then(answer, (err: unknown) => {
-      log.error('relay_roster_failed', { error: messageOf(err) });
+      this.failures.note('error', 'relay_roster_failed', { error: messageOf(err) });
       conn.refuse(undefined, 'storage', `the relay could not store ${what} (${messageOf(err)}); send it again`);
     });
     const earlier = this.rosterWrites.get(conn);
@@ -387,7 +391,7 @@ export class Dispatcher {
         (err: unknown) => {
           sub.reading = false;
           sub.unread = true;
-          log.warn('relay_read_failed', { route: sub.route, error: messageOf(err) });
+          this.failures.note('warn', 'relay_read_failed', { route: sub.route, error: messageOf(err) });
           // The store's resync (once it is reachable again) reads every route anew.
         },
       ),

@@ -76,6 +76,11 @@ export interface QueueStore {
   unwatch?(route: string): void;
   /** The connection closed: what the store kept for it alone can go (its queued messages stay). */
   closed?(origin: Origin): void;
+  /**
+   * A store whose database is elsewhere: `down` runs each time it is found unable to
+   * commit (with why, as a sentence), `back` once it commits again.
+   */
+  onOutage?(down: (why: string) => void, back: () => void): void;
   /** After the last commit settled. */
   release(): Promise<void>;
 }

@@ -52,6 +52,8 @@ export class RelayMetrics {
   private readonly storeReadsTotal: Counter;
   private readonly commitSeconds: Histogram;
   private readonly rss: Gauge;
+  private readonly storeUpGauge: Gauge;
+  private readonly storeOutagesTotal: Counter;
   private readonly uptime: Gauge;
   /** The state and counter totals when the previous summary was taken. */
   private last: { gauges: RelayGauges; totals: Counts } | undefined;
@@ -73,6 +75,9 @@ export class RelayMetrics {
     for (const code of REFUSAL_CODES) this.refusedTotal.inc({ code }, 0);
     this.storeReadsTotal = r.counter(`${PREFIX}store_reads_total`, 'Reads of the queue store for deliveries (on PostgreSQL, one query each).');
     this.commitSeconds = r.histogram(`${PREFIX}commit_seconds`, 'Time from submitting a queue change to its commit (with --db, including the fdatasync).', COMMIT_BUCKETS);
+    this.storeUpGauge = r.gauge(`${PREFIX}store_up`, 'Whether the queue store commits (0 while a database is found unable to commit in time).');
+    this.storeUpGauge.set(1);
+    this.storeOutagesTotal = r.counter(`${PREFIX}store_outages_total`, 'Times the queue store was found unable to commit in time.');
     this.rss = r.gauge(`${PREFIX}resident_memory_bytes`, 'Resident set size of the relay process.');
     this.uptime = r.gauge(`${PREFIX}uptime_seconds`, 'Seconds since the relay process started.');
   }
@@ -99,6 +104,12 @@ export class RelayMetrics {
 
   storeRead(): void {
     this.storeReadsTotal.inc();
+  }
+
+  /** The store was found unable to commit (false), or commits again (true). */
+  storeUp(up: boolean): void {
+    this.storeUpGauge.set(up ? 1 : 0);
+    if (!up) this.storeOutagesTotal.inc();
   }
 
   committed(seconds: number): void {

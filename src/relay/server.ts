@@ -110,6 +110,9 @@ function hostForUrl(host: string): string {
   return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
 }
 
+/** WebSocket close code 1013, "try again later": the relay's store does not commit. */
+const STORE_DOWN_CLOSE_CODE = 1013;
+
 /** Answers an upgrade the relay will not take with a 503 and a line saying why, then closes. */
 function refuseUpgrade(socket: Duplex, message: string): void {
   const body = `interlink relay: ${message}\n`;
@@ -180,6 +183,8 @@ export class RelayServer {
   /** The expiry pass under way, which shutdown waits for before releasing the store. */
   private expiring: Promise<void> = Promise.resolve();
   private closing: Promise<void> | undefined;
+  /** Why the store cannot commit, while it cannot: connections are closed and upgrades refused meanwhile. */
+  private storeDown: string | undefined;
 
   private constructor(
     private readonly options: RelayOptions,
@@ -202,11 +207,19 @@ export class RelayServer {
       maxConnections: options.maxConnections ?? DEFAULT_MAX_CONNECTIONS,
       maxConnectionsPerAddress: options.maxConnectionsPerAddress ?? DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
     });
+    storage.onOutage?.(
+      (why) => this.onStoreDown(why),
+      () => this.onStoreBack(),
+    );
     this.wss.on('error', (err) => log.error('relay_ws_error', { error: err.message }));
     http.on('upgrade', (req, socket, head) => {
       socket.on('error', (err) => log.debug('relay_upgrade_error', { error: err.message }));
       if (this.closing) {
         socket.destroy();
+        return;
+      }
+      if (this.storeDown !== undefined) {
+        refuseUpgrade(socket, `${this.storeDown}; try another address of this relay, or again shortly`);
         return;
       }
       // Counted from the upgrade until the socket closes, so upgrades in progress count too.
@@ -297,6 +310,30 @@ export class RelayServer {
     return this.closing;
   }
 
+  /**
+   * The store cannot commit: every connection is closed and new ones are refused until it
+   * commits again. A session that lists several addresses of this relay then reads and
+   * sends through another (relay-groups.ts elects among the connected ones), instead of
+   * being held here with every send refused; one that lists only this relay keeps its
+   * messages in its outbox, as for any relay that does not answer. The refusals of the
+   * sends under way go out first.
+   */
+  private onStoreDown(why: string): void {
+    this.storeDown = why;
+    this.metrics.storeUp(false);
+    setImmediate(() => {
+      if (this.storeDown === undefined || this.closing) return;
+      log.warn('relay_connections_closed', { connections: this.connections.stats().connections, message: `${why}: every connection is closed, and new ones are refused until it commits again` });
+      void this.connections.closeAll(STORE_DOWN_CLOSE_CODE, "the relay's database does not commit");
+    });
+  }
+
+  private onStoreBack(): void {
+    this.storeDown = undefined;
+    this.dispatcher.failures.summarize();
+    this.metrics.storeUp(true);
+  }
+
   /** Drops what waited longer than the maximum age: a route nobody reads goes with its messages. */
   private async expireOld(): Promise<void> {
     if (this.closing) return;
@@ -319,6 +356,7 @@ export class RelayServer {
     clearInterval(this.heartbeat);
     clearInterval(this.expiry);
     clearInterval(this.summary);
+    this.dispatcher.failures.stop();
     await this.expiring;
     const httpClosed = new Promise<void>((r) => this.http.close(() => r()));
     this.http.closeAllConnections();

@@ -1,12 +1,16 @@
 /**
- * Relays on replicated PostgreSQL under faults (issue 17; DESIGN.md "The relay": "Where the
- * queues live"): a primary with a synchronous standby, two relay processes on it, and
+ * Relays on replicated PostgreSQL under faults (issues 17 and 35; DESIGN.md "The relay":
+ * "Where the queues live"), following docs/SCALING.md "Failover runbook" step by step: a
+ * primary with a synchronous standby whose own synchronous_standby_names is cleared (step
+ * 1), two relay processes on it, and
  * sessions in separate `serve` processes with both relays in INTERLINK_URL, their one key
  * pinned on each (one relay at two addresses, relay/relay-groups.ts), half of them sending
  * to the other half. Then, while messages flow: kill -9 one relay process and check that
  * every message answered so far is read through the other; later kill -9 the primary,
  * check that the relay left refuses sends with a sentence that names the database, promote
- * the standby, and start the killed relay again.
+ * the standby (step 3) and start the killed relay again; while no standby is attached the
+ * relays accept on the promoted primary alone (step 4); then a new standby is made from it
+ * and named synchronous (step 5), and a message accepted after that is on it.
  *
  * Checked at the end: every message `send_message` answered is read by its receiver, none
  * under two msg_ids, every page lists each sender's messages in the order sent, and the
@@ -25,7 +29,8 @@ import { mapLimit } from '../helpers/cli.js';
 import { startPeer } from '../helpers/mcp.js';
 import { closeAllPgClusters, postgresBinDir, startPgCluster } from '../helpers/postgres.js';
 import { reapAll } from '../helpers/process.js';
-import { newReader, TestClient } from '../helpers/relay-test-client.js';
+import postgres from 'postgres';
+import { newReader, TestClient, upgradeRefusal } from '../helpers/relay-test-client.js';
 import { freePort, startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
 import { pairedRoot, sleep, Traffic } from '../helpers/traffic.js';
 
@@ -56,8 +61,26 @@ interface Relay {
   process: RelayProcess | undefined;
 }
 
-/** Sends one probe message straight to a relay: its reply says whether the relay can store now. */
+/** Runs `statements` on `url` over a connection of its own. */
+async function onNode(url: string, ...statements: string[]): Promise<postgres.Row[]> {
+  const sql = postgres(url, { max: 1, connect_timeout: 5, onnotice: () => undefined });
+  try {
+    let rows: postgres.Row[] = [];
+    for (const statement of statements) rows = [...(await sql.unsafe(statement))];
+    return rows;
+  } finally {
+    await sql.end({ timeout: 1 });
+  }
+}
+
+/**
+ * Sends one probe message straight to a relay: its reply says whether the relay can store
+ * now; a relay whose database does not commit lets no connection in (`unavailable`, with
+ * its 503's body).
+ */
 async function probe(url: string): Promise<{ type: string; code?: string; message?: string }> {
+  const refusal = await upgradeRefusal(url);
+  if (refusal !== undefined) return { type: 'unavailable', message: refusal };
   const client = await TestClient.connect(url);
   try {
     return await client.send(newReader('probe').route, { probe: true }, 'probe', 30_000);
@@ -68,7 +91,10 @@ async function probe(url: string): Promise<{ type: string; code?: string; messag
 
 describe.skipIf(missing)('relays on replicated PostgreSQL', () => {
   it(`${SESSIONS} sessions, ${MESSAGES} messages per sender, two relays on a primary with a synchronous standby; a relay and then the primary killed, the standby promoted: nothing lost, nothing stored twice, pages in order`, async () => {
+    // Step 1: the standby, cleared of the primary's synchronous_standby_names, is the primary's synchronous standby.
     const cluster = await startPgCluster({ standby: true, synchronous: true });
+    await onNode(cluster.standby!.url(), "ALTER SYSTEM SET synchronous_standby_names = ''", 'SELECT pg_reload_conf()');
+    expect(await cluster.syncState(cluster.primary, 'standby')).toBe('sync');
     await cluster.createDatabase('relay');
     const store = cluster.url('relay');
     const startOn = (port: number) => startRelay({ port, args: ['--store', store], startTimeoutMs: START_TIMEOUT_MS });
@@ -88,7 +114,7 @@ describe.skipIf(missing)('relays on replicated PostgreSQL', () => {
       traffic.readers[i]!.peer = await serve('bob', traffic.readers[i]!.session);
     });
 
-    const seen = { refusalWhileDown: '', acceptedAgainAfterMs: NaN, primaryDownMs: NaN, readThroughOtherRelayMs: NaN };
+    const seen = { refusalWhileDown: '', acceptedAgainAfterMs: NaN, primaryDownMs: NaN, readThroughOtherRelayMs: NaN, acceptedAlone: false, onNewStandby: false };
     const faults = async (): Promise<void> => {
       await traffic.progress(0.25);
       const [first, second] = relays as [Relay, Relay];
@@ -98,12 +124,14 @@ describe.skipIf(missing)('relays on replicated PostgreSQL', () => {
       // Every session reads and sends through the relay left, without the killed one coming back.
       seen.readThroughOtherRelayMs = await traffic.untilRead(60_000);
 
+      // Step 2: the primary goes; the relay left refuses, naming its database.
       await traffic.progress(0.5);
       await cluster.primary.kill9();
       const killedAt = Date.now();
       const refused = await probe(`ws://127.0.0.1:${second.port}`);
       seen.refusalWhileDown = `${refused.type} ${refused.code ?? ''}: ${refused.message ?? ''}`;
       await sleep(1_000);
+      // Step 3: promote, and nothing else.
       await cluster.standby!.promote();
       seen.primaryDownMs = Date.now() - killedAt;
       first.process = await startOn(first.port);
@@ -116,14 +144,55 @@ describe.skipIf(missing)('relays on replicated PostgreSQL', () => {
         await sleep(200);
       }
       seen.acceptedAgainAfterMs = Date.now() - killedAt;
+      // Step 4: no standby is attached, and the promoted primary accepts alone.
+      seen.acceptedAlone = (await onNode(cluster.standby!.url(), 'SELECT count(*)::int AS n FROM pg_stat_replication'))[0]?.n === 0;
     };
 
     await traffic.run(senders, faults, DRAIN_MS);
 
+    // Step 5: a new standby made from the promoted primary, its own setting cleared, then named there.
+    const promoted = cluster.standby!;
+    const standby2 = await cluster.addStandby(promoted, 'standby2');
+    await onNode(standby2.url(), "ALTER SYSTEM SET synchronous_standby_names = ''", 'SELECT pg_reload_conf()');
+    await onNode(promoted.url(), "ALTER SYSTEM SET synchronous_standby_names = 'standby2'", 'SELECT pg_reload_conf()');
+    const syncDeadline = Date.now() + 60_000;
+    while ((await cluster.syncState(promoted, 'standby2')) !== 'sync') {
+      if (Date.now() > syncDeadline) throw new Error('standby2 did not become the synchronous standby of the promoted primary');
+      await sleep(100);
+    }
+    const accepted = await probe(`ws://127.0.0.1:${relays[1]!.port}`);
+    expect(accepted.type).toBe('accepted');
+    // The relays said that accepted meant one machine, and say when it means two again.
+    const said = (event: string) => relays[1]!.process!.child.stderr().includes(`"event":"${event}"`);
+    expect(said('relay_db_unreplicated')).toBe(true);
+    while (!said('relay_db_replicated')) {
+      if (Date.now() > syncDeadline + 30_000) throw new Error('the relay did not say that its database names a synchronous standby again');
+      await sleep(200);
+    }
+    const acceptedId = 'id' in accepted ? Number(accepted.id) : NaN;
+    // Accepted on two machines again: the new standby has the message (it replays what it flushed).
+    const replayDeadline = Date.now() + 30_000;
+    while (!seen.onNewStandby) {
+      seen.onNewStandby = (await onNode(standby2.url('relay'), `SELECT count(*)::int AS n FROM relay_messages WHERE id = ${acceptedId}`))[0]?.n === 1;
+      if (!seen.onNewStandby && Date.now() > replayDeadline) throw new Error(`standby2 does not have message ${acceptedId}, which the relay accepted`);
+      if (!seen.onNewStandby) await sleep(100);
+    }
+
     const report = { sessions: SESSIONS, ...traffic.report(), ...seen };
     console.log(`relays on replicated PostgreSQL: ${JSON.stringify(report)}`);
 
-    expect(seen.refusalWhileDown).toMatch(/^refused storage: .*the relay's database/);
+    expect(seen.refusalWhileDown).toMatch(/^(refused storage: .*|unavailable : 503: interlink relay: )the relay's database/);
+    expect(seen.acceptedAlone).toBe(true);
+    expect(seen.onNewStandby).toBe(true);
+    // Outage logs come with counts: each repeated failure is written in full at most once per outage.
+    for (const relay of relays) {
+      const lines = relay.process!.child.stderr().split('\n');
+      const count = (event: string) => lines.filter((line) => line.includes(`"event":"${event}"`)).length;
+      const outages = count('relay_db_down');
+      for (const event of ['relay_commit_failed', 'relay_read_failed', 'relay_roster_failed']) expect([event, count(event)]).toEqual([event, Math.min(count(event), outages + 1)]);
+      const downs = lines.filter((line) => line.includes('"event":"relay_db_down"')).map((line) => /"error":"([^"]*)"/.exec(line)?.[1]);
+      console.log(`relay on ${relay.port}: ${lines.length} log lines, ${outages} outages (${downs.join(' | ')}), ${count('relay_repeated')} relay_repeated lines`);
+    }
     expect(traffic.answeredCount).toBe(PAIRS * MESSAGES);
     expect(traffic.lost().slice(0, 10)).toEqual([]);
     expect(traffic.storedTwice().slice(0, 10)).toEqual([]);

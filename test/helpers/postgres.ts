@@ -55,6 +55,14 @@ export interface PgCluster {
   url(db?: string): string;
   /** CREATE DATABASE on the node that accepts writes (name must match /^[a-z_][a-z0-9_]*$/) */
   createDatabase(name: string): Promise<void>;
+  /**
+   * A new standby made from `from` with pg_basebackup -R through a replication slot named
+   * `name` (also its cluster_name), streaming once this resolves; asynchronous until a
+   * person names it in `from`'s synchronous_standby_names (docs/SCALING.md, runbook step 5).
+   */
+  addStandby(from: PgNode, name: string): Promise<PgNode>;
+  /** The sync_state of the standby `name` in `primary`'s pg_stat_replication once it streams, else undefined */
+  syncState(primary: PgNode, name: string): Promise<string | undefined>;
   /** Stops every node and removes the temp dir; safe to call twice */
   close(): Promise<void>;
 }
@@ -134,6 +142,12 @@ function clusterOf(sandbox: Sandbox, primary: Node, standby: Node | undefined): 
       if (!DATABASE_NAME.test(name)) throw new Error(`database name ${JSON.stringify(name)} does not match ${DATABASE_NAME}`);
       await withSql(url(), (sql) => sql.unsafe(`create database ${name}`));
     },
+    addStandby: async (from, name) => {
+      const node = sandbox.nodes.find((n) => n === from);
+      if (node === undefined) throw new Error(`${from.name} is not a node of this cluster`);
+      return startStandby(sandbox, node, name);
+    },
+    syncState: async (from, name) => (await replicationState(from as Node, name))?.syncState,
     close: () => sandbox.close(),
   };
 }
@@ -163,17 +177,18 @@ async function startPrimary(sandbox: Sandbox): Promise<Node> {
 }
 
 /** A standby streaming from `primary` through a replication slot (so the primary keeps the WAL it has not received). */
-async function startStandby(sandbox: Sandbox, primary: Node): Promise<Node> {
-  const dataDir = join(sandbox.root, 'standby');
+async function startStandby(sandbox: Sandbox, primary: Node, name = 'standby'): Promise<Node> {
+  if (!DATABASE_NAME.test(name)) throw new Error(`standby name ${JSON.stringify(name)} does not match ${DATABASE_NAME}`);
+  const dataDir = join(sandbox.root, name);
   const source = ['-h', '127.0.0.1', '-p', String(primary.port), '-U', SERVER_USER];
-  await sandbox.runAsServer('pg_basebackup', [...source, '-D', dataDir, '-R', '-X', 'stream', '-c', 'fast', '-C', '-S', 'standby', '--no-sync'], 'pg_basebackup');
+  await sandbox.runAsServer('pg_basebackup', [...source, '-D', dataDir, '-R', '-X', 'stream', '-c', 'fast', '-C', '-S', name, '--no-sync'], 'pg_basebackup');
   // cluster_name is the application_name the standby's WAL receiver reports to the primary.
   // The copied configuration is the primary's from before makeSynchronous (which uses
   // ALTER SYSTEM on the primary alone), and stays so: once promoted, this node has no
   // standby, and commits waiting for one would hang.
-  await appendFile(join(dataDir, 'postgresql.conf'), settings({ cluster_name: "'standby'", synchronous_standby_names: "''" }));
-  const standby = await startOnFreePort(sandbox, 'standby', dataDir);
-  await waitUntil('the standby to stream from the primary (pg_stat_replication)', async () => (await replicationState(primary)) !== undefined, standby.logFile);
+  await appendFile(join(dataDir, 'postgresql.conf'), settings({ cluster_name: `'${name}'`, synchronous_standby_names: "''" }));
+  const standby = await startOnFreePort(sandbox, name, dataDir);
+  await waitUntil(`${name} to stream from ${primary.name} (pg_stat_replication)`, async () => (await replicationState(primary, name)) !== undefined, standby.logFile);
   return standby;
 }
 
@@ -186,8 +201,8 @@ async function makeSynchronous(primary: Node, standby: Node): Promise<void> {
 }
 
 /** The standby's row in the primary's pg_stat_replication once it streams. */
-async function replicationState(primary: Node): Promise<{ syncState: string } | undefined> {
-  const rows = await withSql(primary.url(), (sql) => sql`select sync_state from pg_stat_replication where application_name = 'standby' and state = 'streaming'`);
+async function replicationState(primary: Node, name = 'standby'): Promise<{ syncState: string } | undefined> {
+  const rows = await withSql(primary.url(), (sql) => sql`select sync_state from pg_stat_replication where application_name = ${name} and state = 'streaming'`);
   const syncState: unknown = rows[0]?.sync_state;
   return typeof syncState === 'string' ? { syncState } : undefined;
 }

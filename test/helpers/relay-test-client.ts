@@ -3,6 +3,8 @@
  * every frame the relay sends (validated by the relay frame schema) and waits on
  * conditions with deadlines, never on sleeps.
  */
+import { randomBytes } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
 import WebSocket from 'ws';
 import { formatRoute } from '../../src/envelope/route.js';
 import { newNonce, signAuth, verifyWelcome } from '../../src/relay/auth.js';
@@ -225,4 +227,34 @@ export class TestClient {
   private notify(): void {
     for (const waiter of [...this.waiters]) waiter();
   }
+}
+
+/**
+ * Asks `url` for a WebSocket upgrade and says how it was refused (`503: <body>`), or
+ * undefined when the relay let the connection in (it is closed again at once).
+ */
+export function upgradeRefusal(url: string): Promise<string | undefined> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({
+      host: hostname,
+      port: Number(port),
+      path: '/',
+      headers: { Connection: 'Upgrade', Upgrade: 'websocket', 'Sec-WebSocket-Version': '13', 'Sec-WebSocket-Key': randomBytes(16).toString('base64') },
+      timeout: 10_000,
+    });
+    req.once('upgrade', (_res, socket) => {
+      socket.destroy();
+      resolve(undefined);
+    });
+    req.once('response', (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.once('end', () => resolve(`${res.statusCode ?? '?'}: ${body.trim()}`));
+    });
+    req.once('timeout', () => req.destroy(new Error(`no answer to an upgrade from ${url} within 10 s`)));
+    req.once('error', reject);
+    req.end();
+  });
 }

@@ -233,7 +233,7 @@ describe('the relay metrics', () => {
     const parsed = parseExposition(metrics.render(STATE));
     // A fixed set of series, whatever was counted (DESIGN.md "Bounded by construction").
     expect(parsed.samples.map((s) => [s.name, s.labels])).toEqual(idle.samples.map((s) => [s.name, s.labels]));
-    expect(parsed.samples).toHaveLength(32);
+    expect(parsed.samples).toHaveLength(34);
     const value = (name: string, labels: Record<string, string> = {}) => parsed.samples.find((s) => s.name === name && JSON.stringify(s.labels) === JSON.stringify(labels))?.value;
     expect(value('interlink_relay_connections')).toBe(2);
     expect(value('interlink_relay_routes')).toBe(1);
@@ -250,6 +250,9 @@ describe('the relay metrics', () => {
     expect(value('interlink_relay_commit_seconds_count')).toBe(1);
     expect(value('interlink_relay_resident_memory_bytes')).toBe(1_000_000);
     expect(value('interlink_relay_uptime_seconds')).toBe(12.5);
+    expect([value('interlink_relay_store_up'), value('interlink_relay_store_outages_total')]).toEqual([1, 0]);
+    metrics.storeUp(false);
+    expect(parseExposition(metrics.render(STATE)).samples.filter((s) => s.name.startsWith('interlink_relay_store_') && !s.name.includes('reads')).map((s) => s.value)).toEqual([0, 1]);
     // Every sample belongs to a family that has HELP and TYPE.
     for (const sample of parsed.samples) {
       const family = sample.name.replace(/_(bucket|sum|count)$/, '');

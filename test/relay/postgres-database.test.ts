@@ -6,7 +6,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { InterlinkError } from '../../src/errors.js';
-import { connect, DatabaseCalls, databaseError, DEFAULT_POOL_SIZE, guarded, isOutage, isPostgresUrl, redactedUrl, type Sql } from '../../src/relay/postgres/database.js';
+import { DatabaseCalls } from '../../src/relay/postgres/health.js';
+import { replicationOf } from '../../src/relay/postgres/replication.js';
+import { connect, databaseError, DEFAULT_POOL_SIZE, guarded, isOutage, isPostgresUrl, redactedUrl, type Sql } from '../../src/relay/postgres/database.js';
 
 describe('the PostgreSQL store: its connection string and its failures', () => {
   it('takes postgres:// and postgresql:// only, and never shows a password', () => {
@@ -62,45 +64,112 @@ describe('the PostgreSQL store: its connection string and its failures', () => {
     expect(isOutage(new Error('boom'))).toBe(false);
   });
 
-  it('refuses every call at once while the database is down, asks with one probe at a time whether it is back, and lets calls through again once it is', async () => {
-    // A stand-in for the driver's tagged template: the probe's query answers when told.
-    const probes: { resolve: (rows: unknown[]) => void; reject: (err: unknown) => void }[] = [];
-    const sql = (() => new Promise((resolve, reject) => probes.push({ resolve, reject }))) as unknown as Sql;
-    const calls = new DatabaseCalls(sql, 50);
+  it('refuses every call at once while the database is down, asks with one commit at a time whether it is back, and lets calls through again once one commits', async () => {
+    // A stand-in for the health row's commit: each answers when told.
+    const commits: { resolve: () => void; reject: (err: unknown) => void }[] = [];
+    const commitHealth = () => new Promise<void>((resolve, reject) => commits.push({ resolve, reject }));
+    const calls = new DatabaseCalls(commitHealth, { deadlineMs: 50, stallMs: 5_000 });
     let back = 0;
-    calls.onBack = () => void back++;
+    const down: string[] = [];
+    calls.onBack(() => void back++);
+    calls.onDown((why) => void down.push(why.message));
     try {
       await expect(calls.call(() => Promise.resolve('up'))).resolves.toBe('up');
       // A failed call that is not an outage changes nothing.
       await expect(calls.call(() => Promise.reject(Object.assign(new Error('dup'), { code: '23505' })))).rejects.toMatchObject({ code: 'storage' });
       expect(calls.down).toBeUndefined();
 
+      expect(commits).toHaveLength(0);
+
+      // A call that fails as an outage would asks the health row at once; its failure takes the database down.
       await expect(calls.call(() => Promise.reject(Object.assign(new Error('x'), { code: 'ECONNREFUSED' })))).rejects.toThrow(/unreachable \(ECONNREFUSED\)/);
+      expect([commits.length, calls.down]).toEqual([1, undefined]);
+      commits[0]!.reject(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }));
+      await until(() => calls.down !== undefined);
       expect(calls.down?.message).toMatch(/unreachable \(ECONNREFUSED\)/);
+      expect(down).toHaveLength(1);
       let ran = 0;
       for (let i = 0; i < 5; i++) await expect(calls.call(() => Promise.resolve(ran++))).rejects.toThrow(/unreachable \(ECONNREFUSED\)/);
       expect(ran).toBe(0);
-      expect(probes).toHaveLength(1);
+      expect(commits).toHaveLength(2);
 
-      // The probe fails: asked again a second later, still one at a time.
-      probes[0]!.reject(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }));
-      const deadline = Date.now() + 5_000;
-      while (probes.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-      expect(probes).toHaveLength(2);
-      // A standby answers with no row: not back yet.
-      probes[1]!.resolve([]);
-      while (probes.length < 3 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-      expect([probes.length, back, calls.down !== undefined]).toEqual([3, 0, true]);
-      probes[2]!.resolve([{ '?column?': 1 }]);
-      await new Promise((r) => setImmediate(r));
-      expect([back, calls.down]).toEqual([1, undefined]);
+      // The probe's commit fails: made again a second later, still one at a time.
+      commits[1]!.reject(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }));
+      await until(() => commits.length === 3);
+      // A standby refuses the write: not back yet.
+      commits[2]!.reject(Object.assign(new Error('read-only'), { code: '25006' }));
+      await until(() => commits.length === 4);
+      expect([back, calls.down !== undefined]).toEqual([0, true]);
+      commits[3]!.resolve();
+      await until(() => back === 1);
+      expect(calls.down).toBeUndefined();
       await expect(calls.call(() => Promise.resolve('again'))).resolves.toBe('again');
 
-      // No answer in time is an outage too.
+      // A call with no answer in time asks too; a database that commits the health row is slow there, not down.
       await expect(calls.call(() => new Promise(() => undefined))).rejects.toThrow(/did not answer within 0.05 s/);
-      expect(calls.down?.message).toMatch(/did not answer within 0.05 s/);
+      expect(commits).toHaveLength(5);
+      commits[4]!.resolve();
+      await new Promise((r) => setTimeout(r, 20));
+      expect([calls.down, down.length]).toEqual([undefined, 1]);
     } finally {
       calls.close();
     }
   });
+
+  it('counts the database down once its health row does not commit within the stall bound, answers the calls under way with that reason at once, and names a probe that does not commit', async () => {
+    const commits: { resolve: () => void }[] = [];
+    const calls = new DatabaseCalls(() => new Promise<void>((resolve) => commits.push({ resolve })), { deadlineMs: 60_000, stallMs: 100 });
+    let back = 0;
+    calls.onBack(() => void back++);
+    try {
+      const underWay = calls.call(() => new Promise(() => undefined));
+      calls.beat(20);
+      // The first beat never commits: the call under way is answered long before its own deadline.
+      await expect(underWay).rejects.toThrow(/did not commit within 0.1 s \(its connections stall, or its primary waits for a synchronous standby that is not attached\)/);
+      expect(calls.down?.message).toMatch(/did not commit within 0.1 s/);
+      // The beat still waits, and one probe with it; no beat starts while the database is down.
+      await new Promise((r) => setTimeout(r, 100));
+      expect(commits).toHaveLength(2);
+      commits[1]!.resolve();
+      await until(() => back === 1);
+      expect(calls.down).toBeUndefined();
+
+      // Down for another reason, then a probe that answers nothing: the reason becomes the stall.
+      await expect(calls.call(() => Promise.reject(Object.assign(new Error('x'), { code: 'ECONNRESET' })))).rejects.toThrow(/ECONNRESET/);
+      await until(() => /did not commit/.test(calls.down?.message ?? ''));
+    } finally {
+      calls.close();
+    }
+  });
+
+  it('takes a slow database that still commits for slow, not down: the beat waits while other commits return, and only a stretch with none is a stall', async () => {
+    const calls = new DatabaseCalls(() => new Promise<void>(() => undefined), { deadlineMs: 60_000, stallMs: 500 });
+    try {
+      calls.beat(10);
+      // Sends keep committing, each well within the stall bound, for three times that bound.
+      const until3 = Date.now() + 1_500;
+      while (Date.now() < until3) {
+        calls.committed();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(calls.down).toBeUndefined();
+      await until(() => calls.down !== undefined);
+      expect(calls.down?.message).toMatch(/did not commit within 0.5 s/);
+    } finally {
+      calls.close();
+    }
+  });
+
+  it('reads what accepted means from synchronous_standby_names: a standby named, or the primary alone', () => {
+    expect(['standby1', 'FIRST 1 (a, b)', ' ', ''].map(replicationOf)).toEqual(['synchronous', 'synchronous', 'single', 'single']);
+  });
 });
+
+/** Polls `check` every 10 ms until it holds, failing after 5 s. */
+async function until(check: () => boolean): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error('the condition did not hold within 5 s');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

@@ -23,7 +23,7 @@ import { closeAllPgClusters, startPgCluster } from '../helpers/postgres.js';
 import { pairedRoot } from '../helpers/traffic.js';
 import { closedAfterEach } from '../helpers/relay-harness.js';
 import { pgStoreUrl, startTestRelay } from '../helpers/relay-store.js';
-import { newReader, TestClient, until, type Accepted } from '../helpers/relay-test-client.js';
+import { newReader, TestClient, until, upgradeRefusal, type Accepted } from '../helpers/relay-test-client.js';
 
 const { relays, clients } = closedAfterEach();
 afterEach(closeAllPgClusters);
@@ -506,7 +506,7 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     await expect(startTestRelay({ store })).rejects.toThrow(new RegExp(`layout ${SCHEMA_VERSION + 1}, newer than this relay's ${SCHEMA_VERSION}: upgrade interlink-mcp`));
   });
 
-  it('refuses sends with a clear reason while its database is down, through an outage longer than its 10 s deadline, and serves again on its own soon after the database is back', async () => {
+  it('refuses sends with a clear reason while its database is down, closes its connections and lets none in until it commits again, through an outage longer than its 10 s deadline, and serves again on its own soon after the database is back', async () => {
     const cluster = await startPgCluster();
     await cluster.createDatabase('relay');
     const relay = await relayOn(cluster.url('relay'));
@@ -515,33 +515,37 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     const before = idOf(await sender.send(reader.route, { n: 0 }));
 
     await cluster.primary.kill9();
-    const refused = await sender.send(reader.route, { n: 1 }, 'down', 30_000);
-    expect(refused).toMatchObject({ type: 'refused', code: 'storage' });
-    expect(refused.type === 'refused' && refused.message).toMatch(/the relay's database is unreachable/);
-    // Senders keep offering through the outage, each on its connection, as outboxes do.
-    // Calls that outlived the deadline once stranded the driver's connections for minutes.
+    // A send under way is refused with the reason; once the relay found its database down it closes the connection ("try again later").
+    const refused = await Promise.race([sender.send(reader.route, { n: 1 }, 'down', 30_000), sender.closed.then((closed) => ({ type: 'closed' as const, ...closed }))]);
+    if (refused.type === 'refused') expect(refused.message).toMatch(/the relay's database is unreachable/);
+    else expect(refused.type).toBe('closed');
+    expect(await sender.closed).toMatchObject({ code: 1013 });
+    // Senders keep knocking through the outage, as outboxes do: each is turned away at the
+    // upgrade with the reason. Calls that outlived the deadline once stranded the driver's
+    // connections for minutes.
     const outageEnds = Date.now() + 14_000;
     const refusals = new Set<string>();
     await Promise.all(
-      Array.from({ length: 8 }, async (_, i) => {
-        const client = await connect(relay);
-        for (let n = 0; Date.now() < outageEnds; n++) {
-          const reply = await client.send(reader.route, { i, n }, `o${n}`, 30_000);
-          expect(reply.type).toBe('refused');
-          if (reply.type === 'refused') refusals.add(`${reply.code}: ${reply.message}`);
+      Array.from({ length: 8 }, async () => {
+        while (Date.now() < outageEnds) {
+          const refusal = await upgradeRefusal(relay.url);
+          expect(refusal).toBeDefined();
+          refusals.add(refusal!);
           await new Promise((r) => setTimeout(r, 200));
         }
       }),
     );
-    expect([...refusals].filter((r) => !r.startsWith("storage: the relay could not store the message (the relay's database"))).toEqual([]);
+    expect([...refusals].filter((r) => !r.startsWith("503: interlink relay: the relay's database"))).toEqual([]);
 
     await cluster.primary.start();
-    // As a sender's outbox does: send again until accepted, within a deadline.
+    // As a sender's outbox does: connect and send again until accepted, within a deadline.
     let accepted: number | undefined;
     const deadline = Date.now() + 30_000;
     for (let attempt = 0; accepted === undefined; attempt++) {
-      const reply = await sender.send(reader.route, { n: 2 }, `again${attempt}`, 30_000);
-      if (reply.type === 'accepted') accepted = reply.id;
+      const reply = await connect(relay)
+        .then((client) => client.send(reader.route, { n: 2 }, `again${attempt}`, 30_000))
+        .catch((err: unknown) => ({ type: 'unreachable', message: String(err) }));
+      if (reply.type === 'accepted') accepted = (reply as Accepted).id;
       else if (Date.now() > deadline) throw new Error(`the relay did not accept a send within 30 s of the database's return: ${JSON.stringify(reply)}`);
       else await new Promise((r) => setTimeout(r, 100));
     }

@@ -140,89 +140,9 @@ const OUTAGE_CODES = new Set([...CONNECTION_LOST, '25006', '57P01', '57P02', '57
 /** Whether a failure says no writable primary is there (pure). */
 export function isOutage(err: unknown): boolean {
   const cause = err instanceof InterlinkError && err.cause !== undefined ? err.cause : err;
-  if (err instanceof InterlinkError && cause === err) return /did not answer within/.test(err.message);
+  if (err instanceof InterlinkError && cause === err) return /did not (answer|commit) within/.test(err.message);
   const code = typeof cause === 'object' && cause !== null && 'code' in cause ? String(cause.code) : undefined;
   return code !== undefined && OUTAGE_CODES.has(code);
-}
-
-/** While the database is down, it is asked whether it is back this often. */
-const PROBE_EVERY_MS = 1_000;
-
-/**
- * The relay's calls to its database. Each runs under the deadline (`guarded`). Once one
- * finds the database down (no answer in time, the connection lost, a standby, a shutdown),
- * calls are refused at once with that reason instead of being queued in the driver, and a
- * single probe asks every second whether a writable primary answers; the first answer
- * ends the outage and `onBack` runs (the store reads its routes again). So an outage of
- * any length leaves at most the calls that were under way and one probe waiting in the
- * driver, and senders hear the reason at once rather than after the deadline.
- */
-export class DatabaseCalls {
-  private outage: InterlinkError | undefined;
-  private downSince = 0;
-  private probing = false;
-  private probeTimer: NodeJS.Timeout | undefined;
-  private closed = false;
-  onBack: (() => void) | undefined;
-
-  constructor(
-    private readonly sql: Sql,
-    private readonly deadlineMs = QUERY_DEADLINE_MS,
-  ) {}
-
-  /** Why the database is taken to be down, while it is. */
-  get down(): InterlinkError | undefined {
-    return this.outage;
-  }
-
-  async call<T>(work: () => PromiseLike<T>): Promise<T> {
-    if (this.outage !== undefined) throw this.outage;
-    try {
-      return await guarded(work, this.deadlineMs);
-    } catch (err) {
-      if (isOutage(err)) this.wentDown(databaseError(err));
-      throw err;
-    }
-  }
-
-  close(): void {
-    this.closed = true;
-    clearTimeout(this.probeTimer);
-  }
-
-  private wentDown(why: InterlinkError): void {
-    if (this.outage !== undefined || this.closed) return;
-    this.outage = why;
-    this.downSince = Date.now();
-    log.warn('relay_db_down', { error: why.message, message: `${why.message}; sends are refused with this reason until the database answers again` });
-    this.probe();
-  }
-
-  /** One query at a time, never abandoned: it finishes when a primary answers, or fails and is asked again. */
-  private probe(): void {
-    if (this.probing || this.closed) return;
-    this.probing = true;
-    Promise.resolve(this.sql`SELECT 1 WHERE NOT pg_is_in_recovery()`).then(
-      (rows) => {
-        this.probing = false;
-        if (rows.length === 0) return this.probeLater();
-        const outage = this.outage;
-        this.outage = undefined;
-        if (outage !== undefined) log.warn('relay_db_back', { down_ms: Date.now() - this.downSince, message: "the relay's database answers again" });
-        this.onBack?.();
-      },
-      () => {
-        this.probing = false;
-        this.probeLater();
-      },
-    );
-  }
-
-  private probeLater(): void {
-    if (this.closed) return;
-    this.probeTimer = setTimeout(() => this.probe(), PROBE_EVERY_MS);
-    this.probeTimer.unref();
-  }
 }
 
 /** A bigint column as the driver returns it (text), checked to be a safe integer. */

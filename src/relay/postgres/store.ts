@@ -28,7 +28,10 @@ import type { Origin, QueueStats, QueueStore, StoreEvents } from '../queue-store
 import type { EnqueueResult, QueuedMessage, QueueLimits } from '../queues.js';
 import { freshRelayKey, type RelayKey } from '../relay-key.js';
 import { SOURCE_KEY_BYTES, sourceGroup, type Share } from '../shares.js';
-import { connect, DatabaseCalls, databaseError, guarded, int8, redactedUrl, type Sql } from './database.js';
+import { AckBatches, type Acknowledgement } from './acks.js';
+import { connect, databaseError, guarded, int8, redactedUrl, type Sql } from './database.js';
+import { DatabaseCalls } from './health.js';
+import { ReplicationWatch } from './replication.js';
 import { formatNotices, parseNotice, type NoticedMessage } from './notice.js';
 import { createRelayTables, relayKeyMeta } from './schema.js';
 
@@ -88,8 +91,6 @@ interface SendBatch {
 /** Sends and payload bytes one transaction stores at most. */
 const BATCH_SENDS = 256;
 const BATCH_BYTES = 8 * 1024 * 1024;
-/** Acknowledged ids one transaction removes at most. */
-const ACK_BATCH_IDS = 1_024;
 /**
  * How long the first acknowledgement of a batch waits for others. Receivers acknowledge
  * each message as they store it: on the 8-session user's path with two relays, 0.75
@@ -97,21 +98,6 @@ const ACK_BATCH_IDS = 1_024;
  * 40 ms. Only the rows' removal waits (DESIGN.md "Acknowledgement deletes").
  */
 const ACK_GATHER_MS = 40;
-
-interface WaitingAck {
-  route: string;
-  ids: readonly number[];
-  resolve(removed: number): void;
-  reject(err: unknown): void;
-}
-
-/** Takes the first acknowledgements of `waiting`, within the bound (always at least one). */
-function takeAcks(waiting: WaitingAck[]): WaitingAck[] {
-  let count = 0;
-  let ids = 0;
-  while (count < waiting.length && (count === 0 || ids + waiting[count]!.ids.length <= ACK_BATCH_IDS)) ids += waiting[count++]!.ids.length;
-  return waiting.splice(0, count);
-}
 
 /** Takes the first sends of `waiting`, within the batch bounds (always at least one). */
 function takeBatch(waiting: WaitingSend[]): WaitingSend[] {
@@ -175,15 +161,16 @@ export class PostgresStore implements QueueStore {
    * too: once per send, a long-lived connection's sends cost more and more.
    */
   private readonly heldBound = new Map<string, Share>();
-  /** Acknowledgements waiting for the batch under way to commit (one at a time per relay process). */
-  private readonly acks: WaitingAck[] = [];
-  private acking = false;
+  /** Acknowledgements in batches (one at a time per relay process), kept until they are on the standby too. */
+  private readonly acks = new AckBatches((acks) => this.commitAckBatch(acks), ACK_GATHER_MS);
   private unlisten: (() => Promise<void>) | undefined;
   private released = false;
   /** Every call after the start goes through here: refused at once while the database is down. */
   readonly calls: DatabaseCalls;
   /** The schema's channel, which every relay of it hears (roster changes, and relays of earlier releases). */
   private readonly channel: string;
+  /** Whether a commit waits for a synchronous standby now: what `accepted` means (replication.ts). */
+  readonly replication: ReplicationWatch;
 
   private constructor(
     readonly sql: Sql,
@@ -193,18 +180,44 @@ export class PostgresStore implements QueueStore {
     private readonly schema: string,
     private readonly sourceKey: Buffer,
   ) {
-    this.calls = new DatabaseCalls(sql);
+    this.calls = new DatabaseCalls(() => this.commitHealth());
+    this.replication = new ReplicationWatch(sql, this.calls);
     this.channel = channelOf(schema);
     this.noticeKey = createHmac('sha256', sourceKey).update('interlink-relay-notice').digest();
-    // Readers' rows whose writes failed are written again, reads refused during the outage
-    // are made again, and the roster is read again.
-    this.calls.onBack = () => {
+    // Acknowledgements the outage may have lost are made again, readers' rows whose writes
+    // failed are written again, reads refused during the outage are made again, and the
+    // roster is read again.
+    this.calls.onDown(() => this.acks.outage());
+    this.calls.onBack(() => {
+      this.acks.redo();
       for (const route of this.watching) this.unwatched.add(route);
       void this.watchAgain()
         .catch((err: unknown) => log.debug('relay_db_watch_failed', { error: databaseError(err).message }))
         .finally(() => this.events?.resync());
       for (const listener of this.reconnectListeners) listener();
-    };
+    });
+  }
+
+  /**
+   * Commits this process's health row, as a send commits (synchronous_commit as the
+   * database sets it): what tells the relay that its database can store (health.ts). A
+   * beat's commit also confirms the acknowledgements committed before it started; the
+   * probe's, made while the database is down, confirms nothing.
+   */
+  private async commitHealth(): Promise<void> {
+    const mark = this.calls.down === undefined ? this.acks.mark() : undefined;
+    await this.sql`INSERT INTO relay_meta (name, value) VALUES (${healthRow(this.instance)}, ${String(this.now())}) ON CONFLICT (name) DO UPDATE SET value = excluded.value`;
+    if (mark !== undefined) this.acks.confirm(mark);
+  }
+
+  onOutage(down: (why: string) => void, back: () => void): void {
+    this.calls.onDown((why) => down(why.message));
+    this.calls.onBack(back);
+  }
+
+  /** Acknowledged ids kept for a redo (acks.ts). */
+  get keptAcks(): number {
+    return this.acks.keptIds;
   }
 
   /** Connects, makes the tables if the database has none, and starts listening. */
@@ -243,6 +256,8 @@ export class PostgresStore implements QueueStore {
     this.every(RESYNC_EVERY_MS, () => this.events?.resync());
     this.every(STATS_EVERY_MS, () => void this.refresh().catch((err: unknown) => log.debug('relay_db_stats_failed', { error: databaseError(err).message })));
     this.every(READERS_BEAT_MS, () => void this.beat().catch((err: unknown) => log.debug('relay_db_beat_failed', { error: databaseError(err).message })));
+    this.calls.beat();
+    await this.replication.check();
   }
 
   /**
@@ -290,6 +305,11 @@ export class PostgresStore implements QueueStore {
   private async beat(): Promise<void> {
     await this.watchAgain();
     await this.calls.call(() => this.sql`SELECT relay_readers_beat(${this.instance}, ${[...this.watching]}::text[], ${READERS_STALE_MS})`);
+    // Health rows of relay processes that stopped (a process deletes its own as it stops).
+    const stale = String(this.now() - READERS_STALE_MS);
+    await this.calls.call(
+      () => this.sql`DELETE FROM relay_meta WHERE name LIKE 'health %' AND lpad(value, 20, '0') < lpad(${stale}, 20, '0')`,
+    );
   }
 
   private every(ms: number, run: () => void): void {
@@ -466,6 +486,8 @@ export class PostgresStore implements QueueStore {
     const address = this.share(this.limits.perAddress);
     const key = this.originOf(origin);
     const connection = await this.connectionShare(key, sends);
+    // A synchronous commit: once it returns, the acknowledgements committed before it are on the standby too.
+    const mark = this.acks.mark();
     const rows = await this.timed(
       () => this.sql`
         SELECT outcome, id, follows, readers FROM relay_enqueue_readers(
@@ -475,6 +497,8 @@ export class PostgresStore implements QueueStore {
           ${address?.messages ?? null}, ${address?.bytes ?? null},
           ${connection?.messages ?? null}, ${connection?.bytes ?? null})`,
     );
+    this.acks.confirm(mark);
+    this.calls.committed();
     if (rows.length !== sends.length) throw new InterlinkError('storage', `the relay database answered ${rows.length} of ${sends.length} sends`);
     // Each route's readers come with its first message of the call.
     const readers = new Map<string, string[]>();
@@ -515,29 +539,11 @@ export class PostgresStore implements QueueStore {
    */
   acknowledge(route: string, ids: readonly number[]): Promise<number> {
     if (ids.length === 0) return Promise.resolve(0);
-    return new Promise((resolve, reject) => {
-      this.acks.push({ route, ids, resolve, reject });
-      if (this.acking) return;
-      this.acking = true;
-      setTimeout(() => void this.commitAcks(), ACK_GATHER_MS);
-    });
-  }
-
-  private async commitAcks(): Promise<void> {
-    while (this.acks.length > 0) {
-      const acks = takeAcks(this.acks);
-      try {
-        const removed = await this.commitAckBatch(acks);
-        acks.forEach((ack, i) => ack.resolve(removed[i]!));
-      } catch (err) {
-        for (const ack of acks) ack.reject(err);
-      }
-    }
-    this.acking = false;
+    return this.acks.acknowledge(route, ids);
   }
 
   /** One transaction for `acks`; how many ids each removed (an id acknowledged twice counts once, for the first). */
-  private async commitAckBatch(acks: readonly WaitingAck[]): Promise<number[]> {
+  private async commitAckBatch(acks: readonly Acknowledgement[]): Promise<number[]> {
     const routes = acks.flatMap((ack) => ack.ids.map(() => ack.route));
     const ids = acks.flatMap((ack) => ack.ids.map(String));
     const rows = await this.timed(() => this.sql`SELECT acked_route, acked_id FROM relay_ack_many(${routes}::text[], ${ids}::bigint[])`);
@@ -599,11 +605,18 @@ export class PostgresStore implements QueueStore {
     this.released = true;
     // Other relays stop telling this one of their commits (left behind, the rows go once stale).
     await this.calls.call(() => this.sql`DELETE FROM relay_readers WHERE instance = ${this.instance}`).catch(() => undefined);
+    await this.calls.call(() => this.sql`DELETE FROM relay_meta WHERE name = ${healthRow(this.instance)}`).catch(() => undefined);
     this.calls.close();
+    this.replication.stop();
     for (const timer of this.timers) clearInterval(timer);
     await this.unlisten?.().catch(() => undefined);
     await this.sql.end({ timeout: 5 });
   }
+}
+
+/** The relay_meta row a relay process commits to say its database can store (health.ts). */
+function healthRow(instance: string): string {
+  return `health ${instance}`;
 }
 
 /** The value under `name` in relay_meta, storing `value` first if there is none (the first writer wins). */
