@@ -41,7 +41,7 @@ import { isInterlinkError, messageOf } from '../errors.js';
 import type { SessionHost } from '../succession/rules.js';
 import { clampFetchLimit, MAX_FETCH_LIMIT } from '../mailbox/rules.js';
 import { acknowledgeWhereHeld, presentTogether } from './inherited.js';
-import { Succession } from './succession.js';
+import { registerSession, Succession } from './succession.js';
 import { signGoodbye } from '../presence/announcement.js';
 
 export type { InboxMessage } from './reading.js';
@@ -120,6 +120,8 @@ export class Agent {
 
   static async start(options: AgentOptions): Promise<Agent> {
     const { identity, session, stateDir } = options;
+    // Live in the registry before its mailbox exists (agent/succession.ts).
+    const registered = options.host === undefined ? false : await registerSession(stateDir, identity.key, session, options.host);
     const mailbox = await Mailbox.open(mailboxPath(stateDir, identity.key, session));
     const outbox = await Outbox.open(outboxPath(stateDir, identity.key, session));
     const replayFile = replayPath(stateDir, identity.key);
@@ -204,6 +206,9 @@ export class Agent {
             inbound: (ended, box, sent) => inboundFor(ended, box, sent, () => succession?.kick(ended)),
             outbound: (sent) => new Outbound(sent, groups.groups, wire),
             senderName: (key) => agent!.senderName(key),
+            learn: async (box, sent) => {
+              for (const [key, known] of newestSessions(await storedSightings(box, sent), route)) if (!sticky.has(key)) sticky.set(key, known);
+            },
             goodbye: (ended) => {
               const goodbye = signGoodbye(identity.signingKey, ended);
               for (const relay of relays) void relay.goodbye(goodbye);
@@ -220,7 +225,7 @@ export class Agent {
     presence.start();
     outbound.start();
     pairing.start();
-    await succession?.start();
+    await succession?.start(registered);
     return agent;
   }
 

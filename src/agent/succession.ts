@@ -51,6 +51,29 @@ export interface HeirParts {
    * (or find two live sessions and have to choose) instead of the live one.
    */
   goodbye: (session: string) => void;
+  /**
+   * Learns the peers' sessions an ended session's stores name, for peers this session
+   * knows none of (agent/known-sessions.ts): a session started under a new id while no
+   * relay answers still routes to a peer its predecessor talked to.
+   */
+  learn: (mailbox: Mailbox, outbox: Outbox) => Promise<void>;
+}
+
+/**
+ * Records `session` as live in the identity's registry; a session calls this before it
+ * opens its mailbox, so no other session ever takes a new session's mailbox for an ended
+ * one. A registry that cannot be written does not stop the session: false, logged, and
+ * each heartbeat tries again (Succession).
+ */
+export async function registerSession(stateDir: string, identity: string, session: string, host: SessionHost): Promise<boolean> {
+  const registry = new SessionRegistry(stateDir, identity);
+  try {
+    await registry.register(session, host);
+    return true;
+  } catch (err) {
+    log.warn('session_registry_failed', { session, path: registry.path, error: messageOf(err) });
+    return false;
+  }
 }
 
 /** One ended session whose mail this session holds. */
@@ -90,6 +113,7 @@ export class Inheritance {
       throw err;
     }
     const route = formatRoute({ key: parts.identity, session });
+    await parts.learn(mailbox, outbox).catch((err: unknown) => log.warn('succession_learn_failed', { ended: session, error: messageOf(err) }));
     const inbound = parts.inbound(session, mailbox, outbox);
     const outbound = parts.outbound(outbox);
     const detach = parts.relays.map((relay) => inbound.attach(relay, route));
@@ -146,19 +170,16 @@ export class Succession {
   }
 
   /**
-   * Registers this session as live (durably, before the first pass) and starts the
-   * passes. A registry that cannot be written does not stop the session: it is logged,
-   * and each heartbeat tries again (`beat`).
+   * Starts the passes of a session `registerSession` recorded (`registered`: whether that
+   * write succeeded; if not, each heartbeat tries again).
    */
-  async start(): Promise<void> {
-    try {
-      await this.registry.register(this.parts.session, this.parts.host);
-    } catch (err) {
-      log.warn('session_registry_failed', { session: this.parts.session, path: this.registry.path, error: messageOf(err) });
-      this.beatFailing = true;
-    }
-    this.lastBeat = Date.now();
+  async start(registered: boolean): Promise<void> {
+    this.beatFailing = !registered;
+    this.lastBeat = registered ? Date.now() : 0;
     this.loop.start(PASS_MS);
+    // The first pass before the session serves: mail an ended session left unread is shown
+    // from the first receive_messages, and what its stores know routes the first send.
+    await this.loop.settled();
   }
 
   /** From now on the ended sessions' notices go to this sink too. */

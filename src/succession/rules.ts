@@ -88,8 +88,9 @@ export interface SessionsView {
 
 /**
  * Every session the registry or the mailbox folder knows, live or ended (pure). A mailbox
- * the registry never knew (written before the registry existed) belongs to an ended
- * session that ended when the file last changed.
+ * the registry never knew (written before the registry existed, or by a session of an
+ * older version) belongs to an ended session that ended when the file last changed, once
+ * it has not changed for STALE_MS: a mailbox that changes is in use.
  */
 export function viewSessions(input: {
   entries: Readonly<Record<string, SessionEntry>>;
@@ -106,7 +107,7 @@ export function viewSessions(input: {
     else ended.push({ session, ended_at: endedAt(entry), unread: unread.get(session) ?? 0 });
   }
   for (const mailbox of input.mailboxes) {
-    if (NOT_MAIL.has(mailbox.session) || mailbox.session in input.entries) continue;
+    if (NOT_MAIL.has(mailbox.session) || mailbox.session in input.entries || input.now - mailbox.changed_at < STALE_MS) continue;
     ended.push({ session: mailbox.session, ended_at: mailbox.changed_at, unread: mailbox.unread });
   }
   return { live, ended };

@@ -136,6 +136,25 @@ describe('routing through session churn', () => {
     await receives(bob, 'while the relay was down');
   });
 
+  it('routes, while no relay answers, a session started under a new id to a peer its ended session talked to', async () => {
+    const port = await freePort();
+    const db = join(root, 'relay-db');
+    let r = await relay({ port, db });
+    const alice = await pool.start('alice', 'alice-s1', r.url);
+    const bob = await pool.start('bob', 'bob-s1', r.url);
+    await pair(alice, bob);
+    await bob.call('send_message', { to: 'alice', text: 'from the first window' });
+    await receives(alice, 'from the first window');
+    await stopRelay(r);
+    // A new Claude window: a new session id, and no relay to ask where bob is.
+    await pool.stop(alice);
+    const next = await pool.start('alice', 'alice-s2', r.url);
+    const receipt = await next.call<Receipt>('send_message', { to: 'bob', text: 'from the second window' });
+    expect(receipt).toMatchObject({ state: 'pending', session: 'bob-s1' });
+    r = await relay({ port, db });
+    await receives(bob, 'from the second window');
+  });
+
   it('refuses, saying no relay answers, a send to a peer it knows nothing of while none answers', async () => {
     const port = await freePort();
     const r = await relay({ port });

@@ -131,7 +131,7 @@ export class Traffic {
         await sleep(50);
         continue;
       }
-      let page: { messages: { msg_id: string; text: string; receipt: unknown }[] };
+      let page: { messages: { msg_id: string; text: string; to_session?: string; receipt: unknown }[] };
       try {
         page = await peer.call('receive_messages', { limit: 100 });
       } catch {
@@ -139,19 +139,22 @@ export class Traffic {
         continue;
       }
       const now = Date.now();
-      let previous = -1;
+      const previous = new Map<TrafficReader, number>();
       for (const m of page.messages) {
+        // Mail a killed receiver's session left is read by the live session that took it
+        // (DESIGN.md "When a session ends"): counted for the session it was written to.
+        const owner = m.to_session === undefined ? reader : (this.readers.find((r) => r.session === m.to_session) ?? reader);
         const n = Number(m.text.split(' ')[2]);
-        if (n <= previous) reader.pageOrderBroken.push(`${previous} then ${n}`);
-        previous = n;
-        const ids = reader.read.get(m.text) ?? new Set<string>();
-        if (ids.has(m.msg_id)) reader.reshown++;
+        if (n <= (previous.get(owner) ?? -1)) owner.pageOrderBroken.push(`${previous.get(owner)} then ${n}`);
+        previous.set(owner, n);
+        const ids = owner.read.get(m.text) ?? new Set<string>();
+        if (ids.has(m.msg_id)) owner.reshown++;
         else {
-          if (n < reader.highest) reader.late++;
-          reader.highest = Math.max(reader.highest, n);
+          if (n < owner.highest) owner.late++;
+          owner.highest = Math.max(owner.highest, n);
           ids.add(m.msg_id);
-          reader.read.set(m.text, ids);
-          reader.firstSeen.set(m.msg_id, now);
+          owner.read.set(m.text, ids);
+          owner.firstSeen.set(m.msg_id, now);
         }
       }
       if (page.messages.length > 0) {

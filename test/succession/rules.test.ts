@@ -36,7 +36,11 @@ const entryArb: fc.Arbitrary<SessionEntry> = fc.record(
 );
 const entriesArb = fc.dictionary(fc.constantFrom(...names), entryArb, { maxKeys: 6 });
 const mailboxesArb: fc.Arbitrary<MailboxFile[]> = fc.uniqueArray(
-  fc.record({ session: fc.constantFrom(...names, 'old-1', 'old-2'), unread: fc.integer({ min: 0, max: 3 }), changed_at: fc.integer({ min: NOW - 20 * 24 * 3_600_000, max: NOW }) }),
+  fc.record({
+    session: fc.constantFrom(...names, 'old-1', 'old-2'),
+    unread: fc.integer({ min: 0, max: 3 }),
+    changed_at: fc.oneof(fc.integer({ min: NOW - 20 * 24 * 3_600_000, max: NOW }), fc.integer({ min: NOW - 2 * STALE_MS, max: NOW })),
+  }),
   { selector: (m) => m.session, maxLength: 8 },
 );
 /** Odd pids are gone, as the OS would say. */
@@ -49,12 +53,13 @@ describe('which sessions are live', () => {
     expect(processLive({ host: 'h', boot: 'b', pid: 2, start: '', seen_at: NOW }, true, NOW)).toBe(false);
   });
 
-  it('every known session but cli is either live or ended, once; a mailbox without an entry ended when its file changed', () => {
+  it('every known session but cli is either live or ended, once; a mailbox without an entry ended when its file changed, once quiet for STALE_MS', () => {
     fc.assert(
       fc.property(entriesArb, mailboxesArb, (entries, mailboxes) => {
         const view = viewSessions({ entries, mailboxes, isDead: deadPids, now: NOW });
         const seen = [...view.live.map((s) => s.session), ...view.ended.map((s) => s.session)];
-        const known = new Set([...Object.keys(entries), ...mailboxes.map((m) => m.session)].filter((s) => s !== 'cli'));
+        const quietUnknown = mailboxes.filter((m) => !(m.session in entries) && NOW - m.changed_at >= STALE_MS).map((m) => m.session);
+        const known = new Set([...Object.keys(entries), ...quietUnknown].filter((s) => s !== 'cli'));
         expect(seen.sort()).toEqual([...known].sort());
         for (const s of view.live) {
           expect(entries[s.session]!.processes.some((p) => !deadPids(p) && NOW - p.seen_at < STALE_MS)).toBe(true);
