@@ -30,7 +30,7 @@ import { closeAllPgClusters, postgresBinDir, startPgCluster, type PgCluster } fr
 import postgres from 'postgres';
 import { execFileSync } from 'node:child_process';
 
-const CHURN_MS = Number(process.env.CHURN_MS ?? 40_000);
+const CHURN_MS = Number(process.env.CHURN_MS ?? 20_000);
 const SEED = Number(process.env.CHURN_SEED ?? 35);
 const NAMES = ['alice', 'bob', 'carol'] as const;
 type Name = (typeof NAMES)[number];
