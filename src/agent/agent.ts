@@ -120,10 +120,12 @@ export class Agent {
 
   static async start(options: AgentOptions): Promise<Agent> {
     const { identity, session, stateDir } = options;
-    // Live in the registry before its mailbox exists (agent/succession.ts).
-    const registered = options.host === undefined ? false : await registerSession(stateDir, identity.key, session, options.host);
     const mailbox = await Mailbox.open(mailboxPath(stateDir, identity.key, session));
     const outbox = await Outbox.open(outboxPath(stateDir, identity.key, session));
+    // Live in the registry once its stores open (a root they cannot use stops the session
+    // first, in one line); the heir leaves a mailbox the registry does not know alone
+    // while it changes (succession/rules.ts), so this new one is never taken meanwhile.
+    const registered = options.host === undefined ? false : await registerSession(stateDir, identity.key, session, options.host);
     const replayFile = replayPath(stateDir, identity.key);
     const seedIndex = isNewIndex(replayFile);
     const replay = await ReplayIndex.open(replayFile);

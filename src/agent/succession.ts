@@ -60,10 +60,9 @@ export interface HeirParts {
 }
 
 /**
- * Records `session` as live in the identity's registry; a session calls this before it
- * opens its mailbox, so no other session ever takes a new session's mailbox for an ended
- * one. A registry that cannot be written does not stop the session: false, logged, and
- * each heartbeat tries again (Succession).
+ * Records `session` as live in the identity's registry, as it starts. A registry that
+ * cannot be written does not stop the session: false, logged, and each heartbeat tries
+ * again (Succession).
  */
 export async function registerSession(stateDir: string, identity: string, session: string, host: SessionHost): Promise<boolean> {
   const registry = new SessionRegistry(stateDir, identity);

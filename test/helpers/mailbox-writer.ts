@@ -15,7 +15,9 @@ if (path === undefined || countText === undefined || label === undefined) {
 const count = Number(countText);
 const concurrency = Number(concurrencyText ?? '1');
 const padding = 'x'.repeat(Number(textBytesText ?? '0'));
-const sender = newIdentity(7);
+// Eight senders in turn: one sender's unread mail is held to a quarter of the mailbox
+// (1,024 records, mailbox/rules.ts), and the kill test commits up to 1,800 in all.
+const senders = Array.from({ length: 8 }, (_, i) => newIdentity(40 + i));
 const receiver = newIdentity(9);
 const mailbox = await Mailbox.open(path);
 
@@ -23,9 +25,9 @@ let next = 0;
 async function worker(): Promise<void> {
   while (next < count) {
     const i = next++;
-    const envelope = message(sender, receiver, { text: `${label}-${i} ${padding}`, ts: Date.now() });
+    const envelope = message(senders[i % senders.length]!, receiver, { text: `${label}-${i} ${padding}`, ts: Date.now() });
     const result = await mailbox.store(envelope);
-    if (result.outcome !== 'stored') throw new Error(`unexpected outcome ${result.outcome}`);
+    if (result.outcome !== 'stored') throw new Error(`unexpected outcome ${result.outcome}${'reason' in result ? ` (${String(result.reason)})` : ''}`);
     process.stdout.write(`${envelope.msg_id} ${label}-${i}\n`);
   }
 }
