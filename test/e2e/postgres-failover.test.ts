@@ -150,6 +150,14 @@ describe.skipIf(missing)('relays on replicated PostgreSQL', () => {
 
     await traffic.run(senders, faults, DRAIN_MS);
 
+    // The relays say that accepted means one machine now: they look every 10 s
+    // (relay/postgres/replication.ts), so wait for it before a standby is attached again.
+    const saidNow = (event: string) => relays[1]!.process!.child.stderr().includes(`"event":"${event}"`);
+    const unreplicatedDeadline = Date.now() + 30_000;
+    while (!saidNow('relay_db_unreplicated')) {
+      if (Date.now() > unreplicatedDeadline) throw new Error('the relay did not say that its promoted database names no synchronous standby');
+      await sleep(200);
+    }
     // Step 5: a new standby made from the promoted primary, its own setting cleared, then named there.
     const promoted = cluster.standby!;
     const standby2 = await cluster.addStandby(promoted, 'standby2');
