@@ -20,6 +20,7 @@ const RELAY_SUITE = [
   'test/relay/frame-fuzz.test.ts',
   'test/relay/metrics.test.ts',
   'test/relay/metrics-process.test.ts',
+  'test/relay/send-order.test.ts',
   'test/relay/relay-postgres.test.ts',
 ];
 

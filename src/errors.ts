@@ -71,6 +71,7 @@ export const CODE_MEANINGS = {
   bad_frame: 'not a valid frame of the protocol version',
   auth_failed: 'the auth proof does not verify, or the connection has too many routes',
   not_authenticated: 'an ack for a route this connection has not authenticated',
+  out_of_order: 'the send it follows on the connection was refused or is unknown there: offer that one first',
   // a send that got no answer from a relay (relay/client.ts)
   disconnected: 'the connection closed before the relay answered',
   timeout: 'the relay did not answer in time',
@@ -101,7 +102,7 @@ export const REJECT_CODES = [
 export type RejectCode = (typeof REJECT_CODES)[number];
 
 /** The `code` of a relay's `refused` frame (relay/frames.ts). */
-export const REFUSAL_CODES = ['too_large', 'queue_full', 'rate_limited', 'bad_frame', 'auth_failed', 'not_authenticated', 'storage'] as const satisfies readonly Code[];
+export const REFUSAL_CODES = ['too_large', 'queue_full', 'rate_limited', 'bad_frame', 'auth_failed', 'not_authenticated', 'storage', 'out_of_order'] as const satisfies readonly Code[];
 export type RefusalCode = (typeof REFUSAL_CODES)[number];
 
 /** A send the relay never answered (relay/client.ts), beside its refusals. */

@@ -183,9 +183,13 @@ export class Outbound {
     const relays = this.groups.map((group) => ({ relay: group[0]!.relay, connected: group.some((member) => member.connected) }));
     const offered = (relay: string, msgId: string) => this.inFlight.has(`${relay} ${msgId}`);
     const window = this.troubled.has(route) ? 1 : PIPELINE_WINDOW;
-    for (const offer of offersNow(records.map((record) => this.routeMessage(record)), relays, offered, window)) {
+    const messages = records.map((record) => this.routeMessage(record));
+    for (const offer of offersNow(messages, relays, offered, window)) {
       const group = this.groups.find((g) => g[0]!.relay === offer.relay)!;
-      void this.sendVia(group, records.find((record) => record.envelope.msg_id === offer.msgId)!);
+      const at = messages.findIndex((m) => m.msgId === offer.msgId);
+      // Pipelined behind a message still pending: the relay decides it only after that one (relay/send-chain.ts).
+      const before = messages[at - 1];
+      void this.sendVia(group, records[at]!, before !== undefined && before.acceptedBy.length === 0 ? before.msgId : undefined);
     }
   }
 
@@ -204,7 +208,7 @@ export class Outbound {
   }
 
   /** Offers the message to one connected address of the relay `group`, unless one of them has it or is being offered it. */
-  private async sendVia(group: readonly RelayClient[], record: OutboxRecord): Promise<void> {
+  private async sendVia(group: readonly RelayClient[], record: OutboxRecord, follows: string | undefined): Promise<void> {
     const relay = sendingMember(group, record.route);
     if (relay === undefined) return;
     const msgId = record.envelope.msg_id;
@@ -212,7 +216,8 @@ export class Outbound {
     if (this.inFlight.has(key) || group.some((member) => record.accepted_by.includes(member.url))) return;
     this.inFlight.add(key);
     try {
-      const outcome = await relay.send(record.route, this.wire(record.envelope), { late: (answer) => void this.answeredLate(relay, record, answer) });
+      const late = (answer: SendOutcome) => void this.answeredLate(relay, record, answer);
+      const outcome = await relay.send(record.route, this.wire(record.envelope), { late, name: msgId, follows });
       if (outcome.accepted) {
         crashPoint('outbound.after_relay_accept');
         this.accepted(relay, record);
@@ -222,7 +227,8 @@ export class Outbound {
         this.troubled.add(record.route);
         if (PERMANENT_REFUSALS.has(outcome.code)) await this.refusedForGood(relay, record, `${outcome.code}: ${outcome.message}`);
         else {
-          if (outcome.code !== 'disconnected') this.refusals.refused(relay.url, outcome.code, { msg_id: msgId, message: outcome.message });
+          // out_of_order follows a refusal already logged (or a message not offered here yet).
+          if (outcome.code !== 'disconnected' && outcome.code !== 'out_of_order') this.refusals.refused(relay.url, outcome.code, { msg_id: msgId, message: outcome.message });
           this.retrySoon();
         }
       }

@@ -13,9 +13,10 @@
  * accepted the head: the rest wait behind the refusal instead of overtaking it
  * (`window` 1). While its offers are accepted (the caller passes a larger `window`), the
  * messages behind the head are pipelined to one relay, on the connection that carries
- * the head, so a route is not held to one relay round trip per message; only a refusal
- * that comes while later messages are already on their way can let one of those in
- * first, and the receiver's mailbox orders what it has not read by the signed `ts`.
+ * the head, so a route is not held to one relay round trip per message. Each of those
+ * names the one before it (`after`, relay/send-chain.ts): a relay refuses it
+ * `out_of_order` unless the one before was accepted, so a refusal that comes while later
+ * messages are already on their way stops them too.
  * Sends to other routes are offered side by side.
  *
  * With several relays, a message accepted by one is in that relay's queue only: a later

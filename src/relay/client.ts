@@ -14,6 +14,7 @@ import { PINS_ONLY, type RelayKeyVerdict, type RelayTrust } from './known-relays
 import { keyRefusalSentence, type KeyRefusal } from './key-refusal.js';
 import { connectError, type RelayTrouble } from './reach.js';
 import { relayOf } from './relay-groups.js';
+import { OfferLedger } from './offer-ledger.js';
 import { trustOptions, type ClientTls } from './tls.js';
 import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RosterEntry } from './frames.js';
 import { messageOf, type RefusalCode, type SendFailureCode } from '../errors.js';
@@ -98,6 +99,8 @@ export class RelayClient extends EventEmitter {
   /** Sends that timed out on this connection, by ref: a slow relay's answer still counts (send's `late`). */
   private readonly lateSends = new Map<string, (outcome: SendOutcome) => void>();
   private readonly rosters = new Map<string, Pending<RosterEntry[] | undefined>>();
+  /** This connection's sends by name, for sends that follow them. */
+  private readonly offers = new OfferLedger();
   private readonly authenticated = new Set<string>();
   private reconnectTimer: NodeJS.Timeout | undefined;
   private silenceTimer: NodeJS.Timeout | undefined;
@@ -234,20 +237,32 @@ export class RelayClient extends EventEmitter {
    * Offers `payload` for the route `to`; resolves with the relay's answer, or `timeout`
    * when none came in time. A relay slower than that may still answer: `late` is told
    * that answer if it comes on the same connection (the relay stored the message, though
-   * the caller was told it timed out).
+   * the caller was told it timed out). `name` names the send for a later one's `follows`;
+   * `follows` names an earlier send on this connection that this one must come after
+   * (offer-ledger.ts): the relay decides it only once that one was accepted.
    */
-  send(to: string, payload: Record<string, unknown>, options: { late?: (outcome: SendOutcome) => void } = {}): Promise<SendOutcome> {
+  send(to: string, payload: Record<string, unknown>, options: { late?: (outcome: SendOutcome) => void; name?: string; follows?: string } = {}): Promise<SendOutcome> {
     // A sealed envelope leaves only in its wire form (envelope.ts wireOf): its opened body
     // must never reach a relay.
     if (payload.v === 4 && 'text' in payload) throw new Error('a sealed envelope was about to be sent with its opened body; send wireOf(envelope)');
+    const following = options.follows === undefined ? {} : this.offers.follow(options.follows);
+    if ('refuse' in following) return Promise.resolve({ accepted: false, code: 'out_of_order', message: `relay ${this.url}: ${following.refuse}` });
     const ref = this.ref();
     const fail = (message: string): SendOutcome => ({
       accepted: false,
       code: message === 'disconnected' ? 'disconnected' : 'timeout',
       message: `relay ${this.url}: ${message}`,
     });
-    const late = options.late;
-    return this.request(this.sends, ref, { v: PROTOCOL_VERSION, type: 'send', ref, to, payload }, fail, late && (() => this.awaitLate(ref, late)));
+    const { name, late } = options;
+    // No answer (a timeout) leaves it pending: the relay may still decide it.
+    const answered = (outcome: SendOutcome) => {
+      if (name === undefined || (!outcome.accepted && (outcome.code === 'timeout' || outcome.code === 'disconnected'))) return;
+      this.offers.answered(name, ref, outcome.accepted);
+    };
+    if (name !== undefined) this.offers.offered(name, ref);
+    const frame: ClientFrame = { v: PROTOCOL_VERSION, type: 'send', ref, to, payload, ...following };
+    const onLate = () => this.awaitLate(ref, (outcome) => (answered(outcome), late?.(outcome)));
+    return this.request(this.sends, ref, frame, fail, onLate).then((outcome) => (answered(outcome), outcome));
   }
 
   ack(route: string, ids: number[]): void {
@@ -408,6 +423,7 @@ export class RelayClient extends EventEmitter {
   private failAll(message: string): void {
     // Their answers would have come on the connection that is gone.
     this.lateSends.clear();
+    this.offers.clear();
     for (const [ref, pending] of this.sends) {
       clearTimeout(pending.timer);
       pending.resolve({ accepted: false, code: 'disconnected', message: `relay ${this.url}: ${message}` });

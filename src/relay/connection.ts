@@ -13,6 +13,7 @@ import { log } from '../log.js';
 import { newNonce } from './auth.js';
 import { messageOf, type RefusalCode } from '../errors.js';
 import { PROTOCOL_VERSION, type RelayFrame } from './frames.js';
+import { SendChain } from './send-chain.js';
 
 export const DEFAULT_HEARTBEAT_MS = 15_000;
 /** Token bucket per connection: every frame takes a token, but a reader's acks. */
@@ -107,6 +108,8 @@ export class Connection {
   readingPaused = false;
   /** Payload bytes of this connection's sends waiting for their commit. */
   uncommittedBytes = 0;
+  /** Its recent sends' outcomes, for sends that name the one they follow (send-chain.ts). */
+  readonly sends = new SendChain();
   readonly closed: Promise<void>;
   /** The send callback: resumes reading and deliveries once the buffer has drained. */
   private readonly flushed: () => void;

@@ -25,6 +25,7 @@ import type { RelayKey } from './relay-key.js';
 import { messageOf } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';
 import { RepeatedEvents } from './repeated-log.js';
+import { outOfOrderMessage } from './send-chain.js';
 
 /** Unacknowledged deliveries per connection and route. */
 export const DEFAULT_DELIVERY_WINDOW = 256;
@@ -160,7 +161,7 @@ export class Dispatcher {
       case 'auth':
         return this.onAuth(conn, frame.route, frame.sig, frame.relay);
       case 'send':
-        return this.onSend(conn, frame.ref, frame.to, memberText(text, 'payload')!);
+        return this.onSend(conn, frame.ref, frame.to, memberText(text, 'payload')!, frame.after);
       case 'ack':
         return this.onAck(conn, frame.route, frame.ids);
       case 'announce':
@@ -238,26 +239,48 @@ export class Dispatcher {
     );
   }
 
-  private onSend(conn: Connection, ref: string, to: string, payload: string): void {
+  /**
+   * A send naming `after` waits for that send's outcome and goes on only if it was
+   * accepted (send-chain.ts): a refusal stops what was pipelined behind it.
+   */
+  private onSend(conn: Connection, ref: string, to: string, payload: string, after: string | undefined): void {
+    const settle = conn.sends.begin(ref);
     const bytes = Buffer.byteLength(payload, 'utf8');
     if (bytes > MAX_PAYLOAD_BYTES) {
+      settle(false);
       return conn.refuse(ref, 'too_large', `the payload is ${bytes} bytes of JSON; the limit is ${MAX_PAYLOAD_BYTES} bytes (512 KiB)`);
     }
     if (conn.uncommittedBytes + bytes > MAX_UNCOMMITTED_BYTES) {
+      settle(false);
       return conn.refuse(ref, 'rate_limited', `the relay is still storing ${conn.uncommittedBytes} bytes from this connection; wait for their replies`);
     }
+    // Held while it waits for the send it follows, as while it commits.
     conn.uncommittedBytes += bytes;
-    const origin: Origin = { address: conn.address, connection: conn.id };
-    const commit = this.storage.enqueue(to, payload, origin);
-    void commit.finally(() => (conn.uncommittedBytes -= bytes)).catch(() => undefined);
-    this.track(
-      commit.then(
-        (result) => this.afterEnqueue(conn, ref, to, payload, result, origin),
+    const release = () => (conn.uncommittedBytes -= bytes);
+    const store = () => {
+      const origin: Origin = { address: conn.address, connection: conn.id };
+      const commit = this.storage.enqueue(to, payload, origin);
+      void commit.finally(release).catch(() => undefined);
+      return commit.then(
+        (result) => {
+          settle(result.outcome === 'enqueued');
+          return this.afterEnqueue(conn, ref, to, payload, result, origin);
+        },
         (err: unknown) => {
+          settle(false);
           this.failures.note('error', 'relay_commit_failed', { error: messageOf(err) });
           conn.refuse(ref, 'storage', `the relay could not store the message (${messageOf(err)}); send it again`);
         },
-      ),
+      );
+    };
+    if (after === undefined) return void this.track(store());
+    this.track(
+      conn.sends.preceding(after).then((preceding) => {
+        if (preceding === 'accepted') return store();
+        release();
+        settle(false);
+        conn.refuse(ref, 'out_of_order', outOfOrderMessage(after, preceding));
+      }),
     );
   }
 

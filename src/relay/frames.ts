@@ -40,7 +40,11 @@ export const helloFrame = z.object({ v, type: z.literal('hello'), nonce });
  * proof, which named no relay: the relay refuses it `auth_failed`, saying so.
  */
 export const authFrame = z.object({ v, type: z.literal('auth'), route, sig, relay: key.optional() });
-export const sendFrame = z.object({ v, type: z.literal('send'), ref, to: route, payload });
+/**
+ * `after`: the ref of an earlier send on this connection that this one follows; decided
+ * after it, and refused `out_of_order` unless it was accepted (send-chain.ts).
+ */
+export const sendFrame = z.object({ v, type: z.literal('send'), ref, to: route, payload, after: ref.optional() });
 export const ackFrame = z.object({ v, type: z.literal('ack'), route, ids: z.array(id).min(1).max(1024) });
 export const announceFrame = z.object({ v, type: z.literal('announce'), announcement: z.unknown() });
 export const goodbyeFrame = z.object({ v, type: z.literal('goodbye'), goodbye: z.unknown() });

@@ -233,7 +233,7 @@ describe('the relay metrics', () => {
     const parsed = parseExposition(metrics.render(STATE));
     // A fixed set of series, whatever was counted (DESIGN.md "Bounded by construction").
     expect(parsed.samples.map((s) => [s.name, s.labels])).toEqual(idle.samples.map((s) => [s.name, s.labels]));
-    expect(parsed.samples).toHaveLength(34);
+    expect(parsed.samples).toHaveLength(35);
     const value = (name: string, labels: Record<string, string> = {}) => parsed.samples.find((s) => s.name === name && JSON.stringify(s.labels) === JSON.stringify(labels))?.value;
     expect(value('interlink_relay_connections')).toBe(2);
     expect(value('interlink_relay_routes')).toBe(1);
