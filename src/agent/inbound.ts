@@ -31,8 +31,13 @@ import type { Rejection } from './rejected.js';
 import { type Turn, Turns } from './turns.js';
 import { messageOf } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';
+import { BEHIND_MS, SenderHolds } from './sender-holds.js';
+import { MIN_DEFER_MS } from '../relay/deferrals.js';
+import type { Bound } from '../mailbox/rules.js';
 
 const SEEN_LIMIT = 4096;
+/** The mailbox bounds that refuse one sender only (the others' mail is still admitted). */
+const SHARE_BOUNDS: ReadonlySet<Bound> = new Set(['sender_records', 'sender_bytes']);
 const RECORDS_PER_SECOND = 10;
 
 /** At most `limit` takes in any one-second window (fixed windows: simple, and enough here). */
@@ -92,6 +97,8 @@ export class Inbound {
   private readonly retries = new Map<string, NodeJS.Timeout>();
   private readonly handling = new Set<Promise<void>>();
   private readonly recordBudget = new PerSecond(RECORDS_PER_SECOND);
+  /** Senders whose share is full: their mail is deferred on the relays, in their order (sender-holds.ts). */
+  private readonly holds = new SenderHolds<{ relay: RelayClient; delivery: Delivery }>();
   private closed = false;
 
   constructor(private readonly deps: InboundDeps) {}
@@ -164,6 +171,7 @@ export class Inbound {
           // Owed durably before the relay forgets the message; a failure retries the delivery.
           await this.deps.reports?.refused(wire, verdict.code);
         }
+        this.askAgain(this.holds.settled(wire.from, wire.msg_id));
         relay.ack(delivery.route, [delivery.id]);
         return;
       }
@@ -191,10 +199,22 @@ export class Inbound {
       }
       crashPoint('inbound.after_gate');
       await turn.ready;
+      // An earlier message of this sender is held (its share is full): this one waits behind it.
+      if (relay.defers && this.holds.behind(envelope.from, envelope.msg_id, envelope.ts, Date.now(), { relay, delivery })) {
+        relay.defer(delivery.route, [delivery.id], BEHIND_MS);
+        return;
+      }
       const storing = this.deps.mailbox.store(envelope, verdict.petname !== undefined ? { peer: verdict.petname } : {});
-      turn.done();
+      // While its sender has mail held, the next delivery waits for this one's outcome: admitted, the rest are tried in order.
+      if (this.holds.held(envelope.from) === 0) turn.done();
       const stored = await storing;
+      if (stored.outcome === 'full' && SHARE_BOUNDS.has(stored.reason) && relay.defers) {
+        // Its sender holds its share: the relay keeps it back, and other senders' mail flows past it.
+        relay.defer(delivery.route, [delivery.id], this.holds.refused(envelope.from, envelope.msg_id, envelope.ts, Date.now(), { relay, delivery }));
+        return;
+      }
       if (stored.outcome === 'full') throw new Error(describeRefusal(stored));
+      this.askAgain(this.holds.settled(envelope.from, envelope.msg_id));
       this.remember(envelope);
       relay.ack(delivery.route, [delivery.id]);
       crashPoint('inbound.after_ack');
@@ -263,6 +283,19 @@ export class Inbound {
     if (this.seen.size > SEEN_LIMIT) this.seen.delete(this.seen.values().next().value!);
     const session = replyToSession(envelope);
     if (session !== undefined) this.deps.sticky.set(envelope.from, session);
+  }
+
+  /** A sender's earliest held message was admitted: the rest of its held mail is asked for now, each from its relay. */
+  private askAgain(held: readonly { relay: RelayClient; delivery: Delivery }[]): void {
+    const byRoute = new Map<RelayClient, Map<string, number[]>>();
+    for (const { relay, delivery } of held) {
+      const routes = byRoute.get(relay) ?? new Map<string, number[]>();
+      routes.set(delivery.route, [...(routes.get(delivery.route) ?? []), delivery.id]);
+      byRoute.set(relay, routes);
+    }
+    for (const [relay, routes] of byRoute) {
+      for (const [route, ids] of routes) for (let i = 0; i < ids.length; i += 1_024) relay.defer(route, ids.slice(i, i + 1_024), MIN_DEFER_MS);
+    }
   }
 
   private retryLater(relay: RelayClient, delivery: Delivery, attempt: number, turns: Turns, err: unknown): void {

@@ -57,7 +57,7 @@ export interface RelayClientOptions {
 /** One connection's handshake: our nonce, then the relay's challenge, then its welcome. */
 interface Handshake {
   clientNonce: string;
-  challenge?: { key: string; nonce: string };
+  challenge?: { key: string; nonce: string; revision?: number };
   trusted?: boolean;
 }
 
@@ -189,6 +189,11 @@ export class RelayClient extends EventEmitter {
     return this.socket?.readyState === WebSocket.OPEN && this.handshake?.trusted === true;
   }
 
+  /** Whether the relay of this connection takes `defer` (protocol revision 3). */
+  get defers(): boolean {
+    return this.connected && (this.handshake?.challenge?.revision ?? 0) >= 3;
+  }
+
   /** Why the last connection attempt failed, while no connection is open since. */
   get unreachable(): string | undefined {
     return this.outage?.error;
@@ -267,6 +272,11 @@ export class RelayClient extends EventEmitter {
 
   ack(route: string, ids: number[]): void {
     this.write({ v: PROTOCOL_VERSION, type: 'ack', route, ids });
+  }
+
+  /** Asks the relay to deliver these again in `ms` and let the route's other messages through meanwhile (`defers` only). */
+  defer(route: string, ids: number[], ms: number): void {
+    this.write({ v: PROTOCOL_VERSION, type: 'defer', route, ids, ms });
   }
 
   announce(announcement: Announcement): void {
@@ -450,7 +460,7 @@ export class RelayClient extends EventEmitter {
     if (this.handshake?.trusted !== true && frame.type !== 'challenge' && frame.type !== 'welcome') return;
     switch (frame.type) {
       case 'challenge':
-        if (this.handshake !== undefined) this.handshake.challenge = { key: frame.key, nonce: frame.nonce };
+        if (this.handshake !== undefined) this.handshake.challenge = { key: frame.key, nonce: frame.nonce, revision: frame.revision };
         return;
       case 'welcome':
         void this.welcomed(frame.sig);

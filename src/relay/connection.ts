@@ -14,6 +14,7 @@ import { newNonce } from './auth.js';
 import { messageOf, type RefusalCode } from '../errors.js';
 import { PROTOCOL_VERSION, type RelayFrame } from './frames.js';
 import { SendChain } from './send-chain.js';
+import type { Deferrals } from './deferrals.js';
 
 export const DEFAULT_HEARTBEAT_MS = 15_000;
 /** Token bucket per connection: every frame takes a token, but a reader's acks. */
@@ -51,8 +52,10 @@ export interface Subscription {
   route: string;
   /** highest id delivered on this connection: the next delivery comes after it */
   cursor: number;
-  /** delivered here and not acknowledged yet */
+  /** delivered here and neither acknowledged nor deferred yet */
   inFlight: Set<number>;
+  /** delivered here and deferred by the reader: delivered again when due (deferrals.ts) */
+  deferrals: Deferrals;
   /** a read from a shared store is under way (dispatch.ts `pump`) */
   reading: boolean;
   /** something may have arrived while it was: read again when it returns */

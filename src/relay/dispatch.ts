@@ -26,6 +26,7 @@ import { messageOf } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';
 import { RepeatedEvents } from './repeated-log.js';
 import { outOfOrderMessage } from './send-chain.js';
+import { Deferrals } from './deferrals.js';
 
 /** Unacknowledged deliveries per connection and route. */
 export const DEFAULT_DELIVERY_WINDOW = 256;
@@ -109,9 +110,9 @@ export class Dispatcher {
 
   /**
    * Every frame, even one that is refused, takes a token from the connection's bucket —
-   * except an ack for a route the connection authenticated: refusing it would leave the
-   * message in flight, holding a slot of the window until the connection closes — and the
-   * connection's first hello.
+   * except an ack or a defer for a route the connection authenticated: refusing it would
+   * leave the message in flight, holding a slot of the window until the connection closes
+   * — and the connection's first hello.
    */
   onFrame(conn: Connection, data: WebSocket.RawData, isBinary: boolean): void {
     const text = isBinary ? '' : frameText(data);
@@ -138,7 +139,8 @@ export class Dispatcher {
   onClosed(conn: Connection): void {
     this.rosterReplies.release(conn);
     this.storage.closed?.({ address: conn.address, connection: conn.id });
-    for (const route of conn.subscriptions.keys()) {
+    for (const [route, sub] of conn.subscriptions) {
+      sub.deferrals.clear();
       const set = this.subscribers.get(route);
       set?.delete(conn);
       if (set?.size === 0) {
@@ -164,6 +166,8 @@ export class Dispatcher {
         return this.onSend(conn, frame.ref, frame.to, memberText(text, 'payload')!, frame.after);
       case 'ack':
         return this.onAck(conn, frame.route, frame.ids);
+      case 'defer':
+        return this.onDefer(conn, frame.route, frame.ids, frame.ms);
       case 'announce':
         return this.onAnnounce(conn, frame.announcement);
       case 'goodbye':
@@ -213,7 +217,7 @@ export class Dispatcher {
       if (conn.subscriptions.size >= MAX_ROUTES_PER_CONNECTION) {
         return conn.refuse(undefined, 'auth_failed', `a connection may authenticate at most ${MAX_ROUTES_PER_CONNECTION} routes`);
       }
-      subscription = { route, cursor: -1, inFlight: new Set(), reading: false, again: false, unread: true };
+      subscription = { route, cursor: -1, inFlight: new Set(), deferrals: new Deferrals(), reading: false, again: false, unread: true };
       conn.subscriptions.set(route, subscription);
       let set = this.subscribers.get(route);
       if (set === undefined) {
@@ -300,12 +304,43 @@ export class Dispatcher {
     }
   }
 
+  /**
+   * The reader cannot take these now (its mailbox holds that sender's share): they leave
+   * the window, so the route's other messages flow, and come again when due (deferrals.ts).
+   */
+  private onDefer(conn: Connection, route: string, ids: readonly number[], ms: number): void {
+    const sub = conn.subscriptions.get(route);
+    if (sub === undefined) {
+      return conn.refuse(undefined, 'not_authenticated', `this connection has not authenticated ${route}; only its reader may defer its messages`);
+    }
+    if (sub.deferrals.defer(sub.inFlight, ids, ms, this.now()) === 0) return;
+    this.scheduleDeferred(conn, sub);
+    this.pump(conn, sub);
+  }
+
+  /** When the earliest deferral is due, delivery starts again from it (the cursor goes back). */
+  private scheduleDeferred(conn: Connection, sub: Subscription): void {
+    sub.deferrals.schedule(() => {
+      if (!conn.open) return sub.deferrals.clear();
+      const from = sub.deferrals.takeDue(this.now());
+      if (from !== undefined) {
+        sub.cursor = Math.min(sub.cursor, from - 1);
+        sub.unread = true;
+        this.pump(conn, sub);
+      }
+      this.scheduleDeferred(conn, sub);
+    }, this.now());
+  }
+
   private onAck(conn: Connection, route: string, ids: readonly number[]): void {
     const subscription = conn.subscriptions.get(route);
     if (subscription === undefined) {
       return conn.refuse(undefined, 'not_authenticated', `this connection has not authenticated ${route}; only its reader may acknowledge its messages`);
     }
-    for (const id of ids) subscription.inFlight.delete(id);
+    for (const id of ids) {
+      subscription.inFlight.delete(id);
+      subscription.deferrals.forget(id);
+    }
     this.pump(conn, subscription);
     const commit = this.storage.acknowledge(route, ids);
     this.track(
@@ -314,7 +349,10 @@ export class Dispatcher {
           if (removed > 0) this.settings.metrics?.acknowledged(removed);
           for (const subscriber of this.subscribers.get(route) ?? []) {
             const sub = subscriber.subscriptions.get(route)!;
-            for (const id of ids) sub.inFlight.delete(id);
+            for (const id of ids) {
+              sub.inFlight.delete(id);
+              sub.deferrals.forget(id);
+            }
             this.pump(subscriber, sub);
           }
         },
@@ -430,6 +468,12 @@ export class Dispatcher {
       }
       // Acknowledged meanwhile by another reader of the route: the store no longer has it.
       if (message.id <= sub.cursor) continue;
+      // Read again from a deferred message back in time (scheduleDeferred): what is still in
+      // flight, or deferred and not due, is passed over.
+      if (sub.inFlight.has(message.id) || sub.deferrals.waiting(message.id, this.now())) {
+        sub.cursor = message.id;
+        continue;
+      }
       this.sendMessage(conn, sub, message);
     }
     // A full batch: more may wait behind it.

@@ -37,10 +37,10 @@ export function isHello(data: unknown): boolean {
   return typeof data === 'object' && data !== null && 'type' in data && data.type === 'hello';
 }
 
-/** The route of anything shaped like an `ack`, valid or not. */
+/** The route of anything shaped like an `ack` or a `defer` (a reader's frames), valid or not. */
 export function ackRouteOf(data: unknown): string | undefined {
   if (typeof data !== 'object' || data === null || !('type' in data) || !('route' in data)) return undefined;
-  return data.type === 'ack' && typeof data.route === 'string' ? data.route : undefined;
+  return (data.type === 'ack' || data.type === 'defer') && typeof data.route === 'string' ? data.route : undefined;
 }
 
 /** The deliver frame, with the stored payload text spliced in unparsed. */

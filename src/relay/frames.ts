@@ -11,8 +11,11 @@ import { isBase64urlOfLength } from '../identity/base64url.js';
 import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES } from '../identity/ed25519.js';
 import { parseJsonWith } from '../json.js';
 import { NONCE_BYTES } from './auth.js';
+import { MAX_DEFER_MS, MIN_DEFER_MS } from './deferrals.js';
 
 export const PROTOCOL_VERSION = 1;
+/** The revision of version 1 this implementation speaks: 3 added `after` on `send`, and `defer`. */
+export const PROTOCOL_REVISION = 3;
 /** Largest payload (the JSON of one signed envelope) a relay accepts. */
 export const MAX_PAYLOAD_BYTES = 512 * 1024;
 /** Largest frame; bigger than any valid frame so that oversized payloads get a clear refusal. */
@@ -46,17 +49,23 @@ export const authFrame = z.object({ v, type: z.literal('auth'), route, sig, rela
  */
 export const sendFrame = z.object({ v, type: z.literal('send'), ref, to: route, payload, after: ref.optional() });
 export const ackFrame = z.object({ v, type: z.literal('ack'), route, ids: z.array(id).min(1).max(1024) });
+/** The reader cannot take these now: out of its window, delivered again in `ms` (deferrals.ts). */
+export const deferFrame = z.object({ v, type: z.literal('defer'), route, ids: z.array(id).min(1).max(1024), ms: z.number().int().min(MIN_DEFER_MS).max(MAX_DEFER_MS) });
 export const announceFrame = z.object({ v, type: z.literal('announce'), announcement: z.unknown() });
 export const goodbyeFrame = z.object({ v, type: z.literal('goodbye'), goodbye: z.unknown() });
 export const rosterRequestFrame = z.object({ v, type: z.literal('roster'), ref });
 
-export const clientFrame = z.discriminatedUnion('type', [helloFrame, authFrame, sendFrame, ackFrame, announceFrame, goodbyeFrame, rosterRequestFrame]);
+export const clientFrame = z.discriminatedUnion('type', [helloFrame, authFrame, sendFrame, ackFrame, deferFrame, announceFrame, goodbyeFrame, rosterRequestFrame]);
 export type ClientFrame = z.infer<typeof clientFrame>;
 
 // ---- relay → client ----
 
 /** `key` is the relay's own Ed25519 key: the key clients pin and the auth proof names. */
-export const challengeFrame = z.object({ v, type: z.literal('challenge'), nonce, key });
+/**
+ * `revision`: the relay protocol revision the relay speaks (3: `after` and `defer`);
+ * absent from a revision 2 relay.
+ */
+export const challengeFrame = z.object({ v, type: z.literal('challenge'), nonce, key, revision: z.number().int().min(1).optional() });
 /** The relay's signature over its key, its nonce and the client's `hello` nonce (auth.ts). */
 export const welcomeFrame = z.object({ v, type: z.literal('welcome'), sig });
 export const authOkFrame = z.object({ v, type: z.literal('auth_ok'), route });

@@ -20,7 +20,7 @@ import { sourceAddress } from './address.js';
 import { ConnectionCounts, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS } from './admission.js';
 import { ConnectionSet, DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from './connection.js';
 import { DEFAULT_DELIVERY_WINDOW, Dispatcher } from './dispatch.js';
-import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from './frames.js';
+import { MAX_FRAME_BYTES, PROTOCOL_REVISION, PROTOCOL_VERSION } from './frames.js';
 import { DEFAULT_QUEUE_LIMITS, type QueueLimits } from './queues.js';
 import { DEFAULT_ROSTER_LIMITS, Roster, type RosterLimits } from './roster.js';
 import type { QueueStore, RosterStore } from './queue-store.js';
@@ -374,6 +374,6 @@ export class RelayServer {
       return;
     }
     const conn = this.connections.add(ws, address);
-    conn.send({ v: PROTOCOL_VERSION, type: 'challenge', nonce: conn.nonce, key: this.store.relayKey.key });
+    conn.send({ v: PROTOCOL_VERSION, type: 'challenge', nonce: conn.nonce, key: this.store.relayKey.key, revision: PROTOCOL_REVISION });
   }
 }

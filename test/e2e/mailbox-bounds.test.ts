@@ -17,6 +17,8 @@ import { startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
 const FLOOD = 4_200;
 /** One sender's share of unread messages (mailbox/rules.ts, a quarter of 4,096). */
 const SHARE = 1_024;
+/** More than the relay's delivery window per route (256). */
+const OVER_WINDOW = 300;
 
 let root: string;
 let relay: RelayProcess | undefined;
@@ -104,4 +106,26 @@ describe('one peer cannot silence a session', () => {
       return json.sessions.find((s) => s.session === 'b1')?.refusing.length === 0 ? true : undefined;
     }, 120_000, 'the refusal over');
   }, 400_000);
+
+  it("more of alice's refused mail than the relay's delivery window never holds carol's back, and bob reads alice's in order", async () => {
+    const { alice, bob, carol } = await threePeers();
+    // 300 past her share: more than the 256 deliveries a relay has in flight per route.
+    const count = SHARE + OVER_WINDOW;
+    await sendMany(alice, count, (i) => ({ text: `alice ${i}` }));
+    await carol.call('send_message', { to: 'bob', session: 'b1', text: 'carol here' });
+    // Nothing of alice's is read yet: carol's message gets in past hers (it used to wait until bob read alice's).
+    await eventually(async () => {
+      const { messages } = await bob.call<{ messages: { text: string; direction: string }[] }>('conversation_history', { peer: 'carol' });
+      return messages.some((m) => m.direction === 'inbound' && m.text === 'carol here') ? true : undefined;
+    }, 120_000, "carol's message in bob's mailbox while alice's wait on the relay");
+    // bob reads everything, a page at a time: alice's arrive as he makes room, in the order she sent them.
+    const read: string[] = [];
+    await eventually(async () => {
+      const page = await bob.call<Unread>('receive_messages', { limit: 100 });
+      read.push(...page.messages.map((m) => m.text).filter((t) => t.startsWith('alice ')));
+      if (page.messages.length > 0) await bob.call('acknowledge_messages', { messages: page.messages.map((m) => m.receipt) });
+      return read.length === count ? true : undefined;
+    }, 300_000, `all ${count} of alice's messages read`);
+    expect(read).toEqual(Array.from({ length: count }, (_, i) => `alice ${i}`));
+  }, 600_000);
 });

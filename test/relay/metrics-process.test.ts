@@ -119,6 +119,7 @@ describe('relay --metrics', () => {
       'interlink_relay_refused_total{code="auth_failed"}': 0,
       'interlink_relay_refused_total{code="bad_frame"}': 1,
       'interlink_relay_refused_total{code="not_authenticated"}': 1,
+      'interlink_relay_refused_total{code="out_of_order"}': 0,
       'interlink_relay_refused_total{code="queue_full"}': 0,
       'interlink_relay_refused_total{code="rate_limited"}': 0,
       'interlink_relay_refused_total{code="storage"}': 0,
