@@ -211,6 +211,7 @@ export class Agent {
             learn: async (box, sent) => {
               for (const [key, known] of newestSessions(await storedSightings(box, sent), route)) if (!sticky.has(key)) sticky.set(key, known);
             },
+            adoptReceipts: (ended) => receipts!.adopt(rejectedPath(stateDir, identity.key, ended)),
             goodbye: (ended) => {
               const goodbye = signGoodbye(identity.signingKey, ended);
               for (const relay of relays) void relay.goodbye(goodbye);

@@ -152,6 +152,20 @@ export class ReceiptSender {
     for (const entry of owed) this.noteOwed(entry);
   }
 
+  /**
+   * Takes over the receipts an ended session still owed (its rejected file,
+   * agent/succession.ts): owed durably here first, then settled there, so a crash in
+   * between sends one twice (harmless: a sender applies an entry once), never none.
+   */
+  async adopt(path: string): Promise<void> {
+    if (this.options.enabled === false || path === this.options.owedPath) return;
+    const owed = await owedReceipts(path);
+    if (owed.length === 0) return;
+    if (this.options.owedPath !== undefined) for (const entry of owed) await oweReceipt(this.options.owedPath, entry);
+    await receiptsSent(path, owed);
+    for (const entry of owed) this.noteOwed(entry);
+  }
+
   private noteOwed(owed: OwedReceipt): void {
     this.note(owed.to, owed.session, { msg_id: owed.msg_id, state: 'receiver_refused', at: owed.at, code: owed.code });
   }

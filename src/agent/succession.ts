@@ -57,6 +57,8 @@ export interface HeirParts {
    * relay answers still routes to a peer its predecessor talked to.
    */
   learn: (mailbox: Mailbox, outbox: Outbox) => Promise<void>;
+  /** Takes over the refusal receipts the ended session still owed its senders (receipts.ts `adopt`). */
+  adoptReceipts: (session: string) => Promise<void>;
 }
 
 /**
@@ -113,6 +115,8 @@ export class Inheritance {
     }
     const route = formatRoute({ key: parts.identity, session });
     await parts.learn(mailbox, outbox).catch((err: unknown) => log.warn('succession_learn_failed', { ended: session, error: messageOf(err) }));
+    // A file that cannot be read now keeps its receipts: the next heir (or the session itself, back) sends them.
+    await parts.adoptReceipts(session).catch((err: unknown) => log.warn('succession_receipts_failed', { ended: session, error: messageOf(err) }));
     const inbound = parts.inbound(session, mailbox, outbox);
     const outbound = parts.outbound(outbox);
     const detach = parts.relays.map((relay) => inbound.attach(relay, route));

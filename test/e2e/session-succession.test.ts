@@ -11,6 +11,8 @@ import { runCli, userEnv } from '../helpers/cli.js';
 import { eventually, kill9, pair, peerPool, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
 import { startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
+import { owedReceipts, oweReceipt } from '../../src/agent/rejected.js';
+import { rejectedPath } from '../../src/config/layout.js';
 
 let root: string;
 const pool = peerPool(() => root);
@@ -111,6 +113,19 @@ describe('mail for an ended session', () => {
     const second = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'bob-s1', text: 'second, to the session that came back' });
     expect((await shown(back, 'second, to the session that came back')).msg_id).toBe(second.msg_id);
     expect((await unread(bobS2)).messages).toEqual([]);
+  });
+
+  it("sends the refusal receipts an ended session still owed: its heir owes them and a relay takes them", async () => {
+    const { alice, bobS1 } = await conversationWithBobS1();
+    const bobKey = (await bobS1.call<{ identity: string }>('get_my_session_id')).identity;
+    const aliceKey = (await alice.call<{ identity: string }>('get_my_session_id')).identity;
+    await pool.stop(bobS1);
+    // bob-s1 ended owing alice a receipt (a refusal whose receipt no relay took before it stopped).
+    const endedFile = rejectedPath(bobS1.state, bobKey, 'bob-s1');
+    await oweReceipt(endedFile, { to: aliceKey, session: 'a1', msg_id: 'f'.repeat(32), code: 'stale', at: Date.now() });
+    const bobS2 = await pool.start('bob', 'bob-s2', relay.url);
+    await eventually(async () => ((await owedReceipts(endedFile)).length === 0 ? true : undefined), 20_000, 'taken over from bob-s1');
+    await eventually(async () => ((await owedReceipts(rejectedPath(bobS2.state, bobKey, 'bob-s2'))).length === 0 ? true : undefined), 20_000, 'sent by bob-s2');
   });
 
   it('goes to the live session that started last when several run', async () => {

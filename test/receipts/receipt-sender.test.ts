@@ -203,6 +203,31 @@ describe('ReceiptSender: refusals owed across restarts', () => {
     }
   });
 
+  it("adopts what an ended session owed: owed in the heir's file first, settled in the ended one's, then sent", async () => {
+    const dir = await tempDir('interlink-owed-');
+    try {
+      const ended = join(dir.path, 'rejected-ended.json');
+      const mine = join(dir.path, 'rejected-mine.json');
+      const debt = { to: alice.key, session: 'a1', msg_id: from(alice, 'a1').msg_id, code: 'stale' as const, at: 99 };
+      await oweReceipt(ended, debt);
+      const relay = new TimedRelay();
+      relay.answer('queue_full');
+      const receipts = owing(relay, mine);
+      await receipts.adopt(ended);
+      expect(await owedReceipts(ended)).toEqual([]);
+      expect(await owedReceipts(mine)).toEqual([debt]);
+      // Refused by the relay: still owed, in the heir's file, until one takes it.
+      await receipts.flush();
+      expect(await owedReceipts(mine)).toEqual([debt]);
+      await receipts.flush();
+      expect(entries(relay).map((e) => e.msg_id)).toEqual([debt.msg_id, debt.msg_id]);
+      expect(await owedReceipts(mine)).toEqual([]);
+      await receipts.close();
+    } finally {
+      await dir.remove();
+    }
+  });
+
   it('owes nothing to a peer marked clear (it cannot read a receipt) or for a refusal it cannot act on', async () => {
     const dir = await tempDir('interlink-owed-');
     try {
