@@ -32,7 +32,7 @@ import { type Turn, Turns } from './turns.js';
 import { messageOf } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';
 import { BEHIND_MS, SenderHolds } from './sender-holds.js';
-import { MIN_DEFER_MS } from '../relay/deferrals.js';
+import { MIN_DEFER_MS } from '../relay/frames.js';
 import type { Bound } from '../mailbox/rules.js';
 
 const SEEN_LIMIT = 4096;

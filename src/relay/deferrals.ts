@@ -12,8 +12,8 @@
  * next connection of the route is sent every queued message anyway.
  */
 
-export const MIN_DEFER_MS = 1_000;
-export const MAX_DEFER_MS = 300_000;
+import { MAX_DEFER_MS, MIN_DEFER_MS } from './frames.js';
+
 /** Deferred messages one connection keeps per route; a defer beyond them leaves the rest in flight. */
 export const MAX_DEFERRED = 1_024;
 

@@ -11,7 +11,6 @@ import { isBase64urlOfLength } from '../identity/base64url.js';
 import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES } from '../identity/ed25519.js';
 import { parseJsonWith } from '../json.js';
 import { NONCE_BYTES } from './auth.js';
-import { MAX_DEFER_MS, MIN_DEFER_MS } from './deferrals.js';
 
 export const PROTOCOL_VERSION = 1;
 /** The revision of version 1 this implementation speaks: 3 added `after` on `send`, and `defer`. */
@@ -31,6 +30,9 @@ const key = z.string().refine((s) => isBase64urlOfLength(s, PUBLIC_KEY_BYTES), '
  * it as an envelope). Not z.record, which copies every field of every message.
  */
 const payload = z.custom<Record<string, unknown>>((x) => typeof x === 'object' && x !== null && !Array.isArray(x), 'must be a JSON object');
+/** The time a reader may defer a delivery for (`defer`, relay/deferrals.ts). */
+export const MIN_DEFER_MS = 1_000;
+export const MAX_DEFER_MS = 300_000;
 /** Relay-assigned message id within a route: increasing, never reused. */
 const id = z.number().int().min(0);
 
