@@ -1,5 +1,5 @@
 /**
- * Writes test/vectors/relay-auth.json: the two proofs of a relay connection (relay/auth.ts,
+ * Writes test/vectors/relay-auth.json: the two proofs of a relay connection (wire/auth.ts,
  * docs/PROTOCOL.md "Challenge and authentication") from fixed seeds and nonces, so every
  * run produces the same file (Ed25519 signing is deterministic).
  *
@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { lengthPrefixed } from '../src/envelope/bytes.js';
 import { encodeBase64url } from '../src/identity/base64url.js';
 import { signBytes, signingKeyFromSeed, type SigningKey } from '../src/identity/ed25519.js';
-import { authBytes, welcomeBytes } from '../src/relay/auth.js';
+import { authBytes, welcomeBytes } from '../src/wire/auth.js';
 
 export interface RelayAuthVector {
   name: string;

@@ -72,7 +72,7 @@ export const CODE_MEANINGS = {
   auth_failed: 'the auth proof does not verify, or the connection has too many routes',
   not_authenticated: 'an ack for a route this connection has not authenticated',
   out_of_order: 'the send it follows on the connection was refused or is unknown there: offer that one first',
-  // a send that got no answer from a relay (relay/client.ts)
+  // a send that got no answer from a relay (link/client.ts)
   disconnected: 'the connection closed before the relay answered',
   timeout: 'the relay did not answer in time',
 } as const satisfies Record<string, string>;
@@ -101,11 +101,11 @@ export const REJECT_CODES = [
 ] as const satisfies readonly Code[];
 export type RejectCode = (typeof REJECT_CODES)[number];
 
-/** The `code` of a relay's `refused` frame (relay/frames.ts). */
+/** The `code` of a relay's `refused` frame (wire/frames.ts). */
 export const REFUSAL_CODES = ['too_large', 'queue_full', 'rate_limited', 'bad_frame', 'auth_failed', 'not_authenticated', 'storage', 'out_of_order'] as const satisfies readonly Code[];
 export type RefusalCode = (typeof REFUSAL_CODES)[number];
 
-/** A send the relay never answered (relay/client.ts), beside its refusals. */
+/** A send the relay never answered (link/client.ts), beside its refusals. */
 export const SEND_FAILURE_CODES = ['disconnected', 'timeout'] as const satisfies readonly Code[];
 export type SendFailureCode = (typeof SEND_FAILURE_CODES)[number];
 

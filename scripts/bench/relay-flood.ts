@@ -12,7 +12,7 @@ import { formatRoute } from '../../src/envelope/route.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
 import { signAnnouncement } from '../../src/presence/announcement.js';
-import { signAuth } from '../../src/relay/auth.js';
+import { signAuth } from '../../src/wire/auth.js';
 import { startRelayProcess, type RelayProcess } from './relay-process.js';
 import type { BenchContext, Benchmark, Section } from './report.js';
 import { formatMs } from './stats.js';

@@ -5,7 +5,7 @@
 import { mkdtemp } from 'node:fs/promises';
 import { join } from 'node:path';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
-import { RelayClient } from '../../src/relay/client.js';
+import { RelayClient } from '../../src/link/client.js';
 import { startRelayProcess } from './relay-process.js';
 import type { BenchContext, Benchmark, Section } from './report.js';
 import { wireOf } from '../../src/envelope/envelope.js';

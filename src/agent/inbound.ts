@@ -24,7 +24,7 @@ import { log } from '../log.js';
 import { describeRefusal, type Mailbox } from '../mailbox/mailbox.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import type { PeerTable } from '../peers/peers.js';
-import type { Delivery, RelayClient } from '../relay/client.js';
+import type { Delivery, RelayClient } from '../link/client.js';
 import type { Claim } from '../replay/claims.js';
 import type { ClaimOutcome } from '../replay/rules.js';
 import type { Rejection } from './rejected.js';
@@ -32,7 +32,7 @@ import { type Turn, Turns } from './turns.js';
 import { messageOf } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';
 import { BEHIND_MS, SenderHolds } from './sender-holds.js';
-import { MIN_DEFER_MS } from '../relay/frames.js';
+import { MIN_DEFER_MS } from '../wire/frames.js';
 import type { Bound } from '../mailbox/rules.js';
 
 const SEEN_LIMIT = 4096;

@@ -12,12 +12,12 @@ import type { Config } from '../config/env.js';
 import { makePrivateDirSync, NO_FOLLOW, PRIVATE_FILE } from '../store/private.js';
 import { existsSync, rmSync } from 'node:fs';
 import { localRelayDir, localRelayLogPath, relayStopMarker } from '../config/layout.js';
-import type { RelayClient } from '../relay/client.js';
+import type { RelayClient } from '../link/client.js';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { log } from '../log.js';
-import { connectError } from '../relay/reach.js';
-import { trustOptions, type ClientTls } from '../relay/tls.js';
+import { connectError } from '../link/reach.js';
+import { trustOptions, type ClientTls } from '../wire/tls.js';
 import { messageOf } from '../errors.js';
 
 export type Probe = { url: string; answers: true } | { url: string; answers: false; error: string };

@@ -5,7 +5,7 @@
  * accepts it; then it is `bus_accepted`. Up to PIPELINE_WINDOW follow it on one
  * connection while the route's offers are accepted; after a refusal or a timeout, the
  * next only once the one before was accepted. Routes are offered side by side. A relay reached at several addresses (URLs that
- * pin one key, relay/relay-groups.ts) is one relay here: the message is offered to one
+ * pin one key, link/relay-groups.ts) is one relay here: the message is offered to one
  * connected address of it, the one the recipient's session reads through when it can
  * (`sendingMember`), and once one of them accepted it, it is not offered to the others.
  * Runs on every new message, on every acceptance, on every relay (re)connection, once a
@@ -17,11 +17,11 @@
 import { wireOf, type Envelope, type WireEnvelope } from '../envelope/envelope.js';
 import { log } from '../log.js';
 import type { Outbox, OutboxRecord } from '../outbox/outbox.js';
-import type { RelayClient, SendOutcome } from '../relay/client.js';
+import type { RelayClient, SendOutcome } from '../link/client.js';
 import { SingleFlight } from '../single-flight.js';
 import { messageOf, type RefusalCode } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';
-import { sendingMember } from '../relay/relay-groups.js';
+import { sendingMember } from '../link/relay-groups.js';
 import { RefusalLog } from './refusal-log.js';
 import { offersNow, type RouteMessage } from './route-order.js';
 

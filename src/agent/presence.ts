@@ -13,7 +13,7 @@ import type { SigningKey } from '../identity/ed25519.js';
 import { log } from '../log.js';
 import { signAnnouncementV2, signGoodbye, verifiedAnnouncement, type Announcement, type AnnouncementV2 } from '../presence/announcement.js';
 import { nameTag, openDetails, sealDetails, type Details } from '../presence/private.js';
-import type { RelayClient } from '../relay/client.js';
+import type { RelayClient } from '../link/client.js';
 import type { RosterSighting } from './awaiting.js';
 import { presenceState, type PresenceState } from './routing.js';
 import { messageOf } from '../errors.js';

@@ -33,7 +33,7 @@ import { log } from '../log.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import type { PeerTable } from '../peers/peers.js';
 import { RECEIPT_KIND, receiptDue, receiptText, type ReceiptEntry } from '../receipts/receipts.js';
-import type { RelayClient } from '../relay/client.js';
+import type { RelayClient } from '../link/client.js';
 import { messageOf } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';
 import { owedReceipts, oweReceipt, receiptsSent, type OwedReceipt } from './rejected.js';

@@ -20,7 +20,7 @@ import { log } from '../log.js';
 import { Mailbox } from '../mailbox/mailbox.js';
 import { Notifier, type NoticeSink } from '../notices/notifier.js';
 import { Outbox } from '../outbox/outbox.js';
-import type { RelayClient } from '../relay/client.js';
+import type { RelayClient } from '../link/client.js';
 import { SingleFlight } from '../single-flight.js';
 import { holdFileLock } from '../store/lock.js';
 import { processDead, SessionRegistry } from '../succession/registry.js';

@@ -12,9 +12,9 @@ import { relayEndpoint } from '../config/relay-url.js';
 import { formatRoute } from '../envelope/route.js';
 import type { SigningKey } from '../identity/ed25519.js';
 import { verifiedAnnouncement } from '../presence/announcement.js';
-import { RelayClient } from '../relay/client.js';
-import { decideRelayKey, type RelayRecord, type RelayTrust } from '../relay/known-relays.js';
-import type { ClientTls } from '../relay/tls.js';
+import { RelayClient } from '../link/client.js';
+import { decideRelayKey, type RelayRecord, type RelayTrust } from '../link/known-relays.js';
+import type { ClientTls } from '../wire/tls.js';
 
 /** Trusts a pinned key or the one already recorded for the URL; never records. */
 function recordedOnly(urls: readonly string[], records: Readonly<Record<string, RelayRecord>>): RelayTrust {

@@ -147,7 +147,7 @@ export interface Config {
    */
   relays: readonly string[] | undefined;
   localRelay: string;
-  /** A PEM file of certificates `wss://` relays may present besides the public CAs (relay/tls.ts reads it). */
+  /** A PEM file of certificates `wss://` relays may present besides the public CAs (wire/tls.ts reads it). */
   tlsCa: string | undefined;
   /** The announced name; undefined: `user@host`. */
   name: string | undefined;

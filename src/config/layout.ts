@@ -137,7 +137,7 @@ export function relayKeyFile(db: string): string {
   return join(db, 'relay-key.json');
 }
 
-/** The relay keys this user's sessions have seen, per URL: trust on first use (relay/known-relays.ts). */
+/** The relay keys this user's sessions have seen, per URL: trust on first use (link/known-relays.ts). */
 export function knownRelaysPath(stateDir: string): string {
   return join(stateDir, 'relays.json');
 }

@@ -11,7 +11,7 @@ import { signEnvelope, wireOf } from '../envelope/envelope.js';
 import { formatRoute } from '../envelope/route.js';
 import type { Identity } from '../identity/identity.js';
 import { log } from '../log.js';
-import type { RelayClient } from '../relay/client.js';
+import type { RelayClient } from '../link/client.js';
 import { SingleFlight } from '../single-flight.js';
 import { controlDone, type ControlJob } from './rules.js';
 import type { PairingStore } from './store.js';

@@ -18,7 +18,7 @@ import { InterlinkError, messageOf } from '../errors.js';
 import type { OutstandingRequest } from '../gate/decide.js';
 import { normalizeFingerprint, type Identity } from '../identity/identity.js';
 import { addPeer, checkPetname, loadPeers, removePeer } from '../peers/peers.js';
-import type { RelayClient } from '../relay/client.js';
+import type { RelayClient } from '../link/client.js';
 import { verificationCode } from './code.js';
 import { ControlOutbox } from './control.js';
 import { fingerprintOfKey, PairingInbound } from './inbound.js';

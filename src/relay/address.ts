@@ -25,3 +25,8 @@ export function isLoopbackAddress(address: string): boolean {
   if (isIP(ip) === 4) return ip.startsWith('127.');
   return ip === '::1' || ip === '0:0:0:0:0:0:0:1';
 }
+
+/** A host name or address that only this machine reaches. */
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || isLoopbackAddress(host);
+}

@@ -10,9 +10,9 @@
 import { randomBytes } from 'node:crypto';
 import WebSocket from 'ws';
 import { log } from '../log.js';
-import { newNonce } from './auth.js';
+import { newNonce } from '../wire/auth.js';
 import { messageOf, type RefusalCode } from '../errors.js';
-import { PROTOCOL_VERSION, type RelayFrame } from './frames.js';
+import { PROTOCOL_VERSION, type RelayFrame } from '../wire/frames.js';
 import { SendChain } from './send-chain.js';
 import type { Deferrals } from './deferrals.js';
 

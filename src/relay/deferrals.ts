@@ -12,7 +12,7 @@
  * next connection of the route is sent every queued message anyway.
  */
 
-import { MAX_DEFER_MS, MIN_DEFER_MS } from './frames.js';
+import { MAX_DEFER_MS, MIN_DEFER_MS } from '../wire/frames.js';
 
 /** Deferred messages one connection keeps per route; a defer beyond them leaves the rest in flight. */
 export const MAX_DEFERRED = 1_024;

@@ -3,10 +3,10 @@
  * `ref` in a refusal and to spare a reader's acks the frame budget), and writing the two
  * frames that carry stored text without parsing it again (docs/PROTOCOL.md "Relay
  * frames": "Refusal codes", "Delivery and acknowledgement", "Presence: announce, goodbye,
- * roster"). The schemas themselves are in `frames.ts`.
+ * roster"). The schemas themselves are in `wire/frames.ts`.
  */
 import type WebSocket from 'ws';
-import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from './frames.js';
+import { MAX_FRAME_BYTES, PROTOCOL_VERSION } from '../wire/frames.js';
 import type { RosterEntry } from './roster.js';
 
 export const NOT_JSON = Symbol('not JSON');

@@ -14,8 +14,8 @@
  * drops; expiry removes by age.
  */
 import type { AnnounceOutcome, GoodbyeOutcome, RosterEntry } from './roster.js';
-import type { EnqueueResult, QueueLimits, QueuedMessage } from './queues.js';
-import type { Share } from './shares.js';
+import type { EnqueueResult, QueuedMessage } from './queues.js';
+import type { QueueLimits, Share } from './limits.js';
 
 /** Who sent a message, as the connection knows it. */
 export interface Origin {

@@ -18,22 +18,8 @@
 import { z } from 'zod';
 import { routeText as route } from '../envelope/route.js';
 import type { JournalFormat } from '../store/journal.js';
-import type { Share } from './shares.js';
-
-export interface QueueLimits {
-  /** messages queued for one route */
-  routeMessages: number;
-  /** messages queued in all */
-  messages: number;
-  /** bytes of payload JSON (UTF-8) queued in all */
-  bytes: number;
-  /** what one source address may hold (none: no bound) */
-  perAddress?: Share;
-  /** what one connection may hold (none: no bound) */
-  perConnection?: Share;
-}
-
-export const DEFAULT_QUEUE_LIMITS: Readonly<QueueLimits> = { routeMessages: 10_000, messages: 100_000, bytes: 512 * 1024 * 1024 };
+import { DEFAULT_QUEUE_LIMITS, type QueueLimits, type Share } from './limits.js';
+import { ShareLedger } from './shares.js';
 
 const at = z.number().int();
 const id = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
@@ -107,33 +93,6 @@ export interface ExpireResult {
 }
 export type QueueResult = EnqueueResult | AckResult | ExpireResult;
 
-/** What each holder has queued. A holder leaves the ledger when it holds nothing. */
-class ShareLedger<Holder> {
-  private readonly held = new Map<Holder, Share>();
-
-  get(holder: Holder): Share {
-    return this.held.get(holder) ?? { messages: 0, bytes: 0 };
-  }
-
-  /** Whether one more message of `bytes` stays within `limit`. */
-  fits(holder: Holder, bytes: number, limit: Share): boolean {
-    const share = this.get(holder);
-    return share.messages < limit.messages && share.bytes + bytes <= limit.bytes;
-  }
-
-  add(holder: Holder, bytes: number): void {
-    const share = this.get(holder);
-    this.held.set(holder, { messages: share.messages + 1, bytes: share.bytes + bytes });
-  }
-
-  remove(holder: Holder, bytes: number): void {
-    const share = this.get(holder);
-    if (share.messages <= 1) this.held.delete(holder);
-    else this.held.set(holder, { messages: share.messages - 1, bytes: share.bytes - bytes });
-  }
-}
-
-/** One route's messages. Ids arrive in increasing order; acknowledgements remove any of them. */
 class RouteQueue {
   /** Increasing ids, including some already removed, which are swept out lazily. */
   private order: number[] = [];

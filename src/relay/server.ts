@@ -20,16 +20,15 @@ import { sourceAddress } from './address.js';
 import { ConnectionCounts, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS } from './admission.js';
 import { ConnectionSet, DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from './connection.js';
 import { DEFAULT_DELIVERY_WINDOW, Dispatcher } from './dispatch.js';
-import { MAX_FRAME_BYTES, PROTOCOL_REVISION, PROTOCOL_VERSION } from './frames.js';
-import { DEFAULT_QUEUE_LIMITS, type QueueLimits } from './queues.js';
+import { MAX_FRAME_BYTES, PROTOCOL_REVISION, PROTOCOL_VERSION } from '../wire/frames.js';
+import { DEFAULT_QUEUE_LIMITS, type QueueLimits, shareLimits } from './limits.js';
 import { DEFAULT_ROSTER_LIMITS, Roster, type RosterLimits } from './roster.js';
 import type { QueueStore, RosterStore } from './queue-store.js';
 import { PostgresStore } from './postgres/store.js';
 import { PostgresRoster } from './postgres/roster.js';
 import { RelayMetrics } from './relay-metrics.js';
-import { shareLimits } from './shares.js';
 import { RelayStorage } from './storage.js';
-import type { ServerTls } from './tls.js';
+import type { ServerTls } from '../wire/tls.js';
 import { freshRelayKey, loadOrCreateRelayKey, type RelayKey } from './relay-key.js';
 import { relayKeyFile } from '../config/layout.js';
 
@@ -313,7 +312,7 @@ export class RelayServer {
   /**
    * The store cannot commit: every connection is closed and new ones are refused until it
    * commits again. A session that lists several addresses of this relay then reads and
-   * sends through another (relay-groups.ts elects among the connected ones), instead of
+   * sends through another (link/relay-groups.ts elects among the connected ones), instead of
    * being held here with every send refused; one that lists only this relay keeps its
    * messages in its outbox, as for any relay that does not answer. The refusals of the
    * sends under way go out first.

@@ -2,52 +2,13 @@
  * Fair shares (DESIGN.md "The relay": "Bounded by construction"): what one sender may
  * hold queued, so that an abuser fills its own share and not the relay. A sender is
  * counted twice, by the connection it sent on and by its source address; an IPv6 address
- * counts by its /64, the smallest block a provider hands one customer. No I/O; the
- * counting itself is in `RelayQueueState` (queues.ts).
+ * counts by its /64, the smallest block a provider hands one customer. Here: the address a
+ * sender is counted by, and the ledger of what each holder has queued (`ShareLedger`),
+ * which `RelayQueueState` (queues.ts) keeps; the sizes of the shares are in limits.ts. No
+ * I/O.
  */
 import { isIP } from 'node:net';
-import { isLoopbackAddress } from './address.js';
-import { DEFAULT_QUEUE_LIMITS } from './queues.js';
-
-/** What one holder has queued, or may have. */
-export interface Share {
-  messages: number;
-  /** UTF-8 bytes of payload */
-  bytes: number;
-}
-
-export interface ShareLimits {
-  perAddress: Share;
-  perConnection: Share;
-}
-
-/** A tenth of a default relay per source address (beyond loopback)... */
-export const DEFAULT_PER_ADDRESS = 10_000;
-/** ...and a twentieth per connection: two connections fill an address's share. */
-export const DEFAULT_PER_CONNECTION = 5_000;
-/** A share of N messages holds N times the default relay's bytes per message (512 MiB / 100,000: about 5.2 KiB). */
-const BYTES_PER_MESSAGE = DEFAULT_QUEUE_LIMITS.bytes / DEFAULT_QUEUE_LIMITS.messages;
-
-export function isLoopback(host: string): boolean {
-  return host === 'localhost' || isLoopbackAddress(host);
-}
-
-/** `count` messages and their bytes, never more than the whole relay. */
-export function shareOf(total: Share, count: number): Share {
-  return { messages: Math.min(count, total.messages), bytes: Math.min(Math.floor(count * BYTES_PER_MESSAGE), total.bytes) };
-}
-
-/**
- * The shares a relay listening on `host` holds senders to. A relay that listens only on
- * loopback serves one machine — its own sessions, or a reverse proxy in front, through
- * which every client arrives from the same address — so by default one address may use
- * the whole relay there; the per-connection share still keeps one runaway session from
- * taking it all.
- */
-export function shareLimits(total: Share, host: string, configured: { perAddress?: number; perConnection?: number } = {}): ShareLimits {
-  const perAddress = configured.perAddress === undefined && isLoopback(host) ? total : shareOf(total, configured.perAddress ?? DEFAULT_PER_ADDRESS);
-  return { perAddress, perConnection: shareOf(total, configured.perConnection ?? DEFAULT_PER_CONNECTION) };
-}
+import type { Share } from './limits.js';
 
 /** Bytes of the HMAC key that turns a sender's address into the `src` it is counted by, in every store. */
 export const SOURCE_KEY_BYTES = 32;
@@ -81,3 +42,31 @@ export function sourceGroup(remote: string | undefined): string | undefined {
   if (isIP(address) !== 6) return address;
   return `${expandIpv6(address).slice(0, 4).join(':')}::/64`;
 }
+
+/** What each holder has queued. A holder leaves the ledger when it holds nothing. */
+export class ShareLedger<Holder> {
+  private readonly held = new Map<Holder, Share>();
+
+  get(holder: Holder): Share {
+    return this.held.get(holder) ?? { messages: 0, bytes: 0 };
+  }
+
+  /** Whether one more message of `bytes` stays within `limit`. */
+  fits(holder: Holder, bytes: number, limit: Share): boolean {
+    const share = this.get(holder);
+    return share.messages < limit.messages && share.bytes + bytes <= limit.bytes;
+  }
+
+  add(holder: Holder, bytes: number): void {
+    const share = this.get(holder);
+    this.held.set(holder, { messages: share.messages + 1, bytes: share.bytes + bytes });
+  }
+
+  remove(holder: Holder, bytes: number): void {
+    const share = this.get(holder);
+    if (share.messages <= 1) this.held.delete(holder);
+    else this.held.set(holder, { messages: share.messages - 1, bytes: share.bytes - bytes });
+  }
+}
+
+/** One route's messages. Ids arrive in increasing order; acknowledgements remove any of them. */

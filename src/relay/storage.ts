@@ -17,8 +17,9 @@ import { withFileLock } from '../store/lock.js';
 import { writeFileAtomic } from '../store/atomic.js';
 import { makePrivateDir, NO_FOLLOW } from '../store/private.js';
 import type { Origin, QueueStats, QueueStore } from './queue-store.js';
-import { RelayQueueState, relayQueueFormat, type EnqueueResult, type QueueData, type QueuedMessage, type QueueLimits, type QueueOp, type QueueResult } from './queues.js';
-import { SOURCE_KEY_BYTES, sourceGroup, type Share } from './shares.js';
+import { RelayQueueState, relayQueueFormat, type EnqueueResult, type QueueData, type QueuedMessage, type QueueOp, type QueueResult } from './queues.js';
+import type { QueueLimits, Share } from './limits.js';
+import { SOURCE_KEY_BYTES, sourceGroup } from './shares.js';
 
 /** How long a new relay waits for another relay that holds the same --db. */
 const DB_LOCK_TIMEOUT_MS = 2_000;

@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Outbound } from '../../src/agent/outbound.js';
 import { outboxPath } from '../../src/config/layout.js';
 import { Outbox, outboundState, type OutboxRecord } from '../../src/outbox/outbox.js';
-import { preferredOrder } from '../../src/relay/relay-groups.js';
+import { preferredOrder } from '../../src/link/relay-groups.js';
 import { FakeRelayClient } from '../helpers/fake-relay-client.js';
 import { eventually } from '../helpers/mcp.js';
 import { message, newIdentity, tempDir } from '../helpers/fixtures.js';

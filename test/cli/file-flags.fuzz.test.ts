@@ -29,7 +29,7 @@ import { createIdentity, loadIdentity } from '../../src/identity/identity.js';
 import { setLogLevel } from '../../src/log.js';
 import { addPeer, loadPeers, readPeers } from '../../src/peers/peers.js';
 import { loadOrCreateRelayKey } from '../../src/relay/relay-key.js';
-import { readClientTls, readServerTls } from '../../src/relay/tls.js';
+import { readClientTls, readServerTls } from '../../src/wire/tls.js';
 import { spawn } from 'node:child_process';
 import { MAIN } from '../helpers/mcp.js';
 import { newIdentity } from '../helpers/fixtures.js';

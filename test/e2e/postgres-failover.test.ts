@@ -4,7 +4,7 @@
  * primary with a synchronous standby whose own synchronous_standby_names is cleared (step
  * 1), two relay processes on it, and
  * sessions in separate `serve` processes with both relays in INTERLINK_URL, their one key
- * pinned on each (one relay at two addresses, relay/relay-groups.ts), half of them sending
+ * pinned on each (one relay at two addresses, link/relay-groups.ts), half of them sending
  * to the other half. Then, while messages flow: kill -9 one relay process and check that
  * every message answered so far is read through the other; later kill -9 the primary,
  * check that the relay left refuses sends with a sentence that names the database, promote

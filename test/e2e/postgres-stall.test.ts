@@ -10,7 +10,7 @@
 import { rm } from 'node:fs/promises';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { formatRoute } from '../../src/envelope/route.js';
-import { preferredOrder } from '../../src/relay/relay-groups.js';
+import { preferredOrder } from '../../src/link/relay-groups.js';
 import { eventually, startPeer, type Peer } from '../helpers/mcp.js';
 import { closeAllPgClusters, postgresBinDir, startPgCluster } from '../helpers/postgres.js';
 import { reapAll } from '../helpers/process.js';

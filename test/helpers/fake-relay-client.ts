@@ -1,5 +1,5 @@
 /**
- * A stand-in for one relay connection (src/relay/client.ts), for unit tests of the
+ * A stand-in for one relay connection (src/link/client.ts), for unit tests of the
  * background loops: just the surface they use. Sends answer from a script (accepted
  * unless told otherwise, `disconnected` while not connected) and are recorded with the
  * envelope as sent; acknowledgements are recorded; `deliver` pushes a delivery the way
@@ -7,7 +7,7 @@
  */
 import { EventEmitter } from 'node:events';
 import type { Envelope } from '../../src/envelope/envelope.js';
-import type { Delivery, RelayClient, SendOutcome } from '../../src/relay/client.js';
+import type { Delivery, RelayClient, SendOutcome } from '../../src/link/client.js';
 
 export type Refusal = Extract<SendOutcome, { accepted: false }>['code'];
 

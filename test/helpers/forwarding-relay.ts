@@ -11,8 +11,8 @@
  */
 import { once } from 'node:events';
 import WebSocket, { WebSocketServer } from 'ws';
-import { signWelcome } from '../../src/relay/auth.js';
-import { helloFrame, parseFrame, PROTOCOL_VERSION, relayFrame, type RelayFrame } from '../../src/relay/frames.js';
+import { signWelcome } from '../../src/wire/auth.js';
+import { helloFrame, parseFrame, PROTOCOL_VERSION, relayFrame, type RelayFrame } from '../../src/wire/frames.js';
 import { freshRelayKey } from '../../src/relay/relay-key.js';
 
 export type ForwardingMode = 'honest-key' | 'own-key';

@@ -19,8 +19,8 @@
 import WebSocket, { WebSocketServer } from 'ws';
 import { formatRoute } from '../../src/envelope/route.js';
 import { announcementSchema } from '../../src/presence/announcement.js';
-import { signWelcome } from '../../src/relay/auth.js';
-import { challengeFrame, clientFrame, helloFrame, parseFrame, PROTOCOL_VERSION, type RosterEntry } from '../../src/relay/frames.js';
+import { signWelcome } from '../../src/wire/auth.js';
+import { challengeFrame, clientFrame, helloFrame, parseFrame, PROTOCOL_VERSION, type RosterEntry } from '../../src/wire/frames.js';
 import { until } from './relay-test-client.js';
 import { greet } from './relay-greeting.js';
 import { freshRelayKey } from '../../src/relay/relay-key.js';

@@ -4,8 +4,8 @@
  * "Challenge and authentication"), so the real client trusts the fake relay's key.
  */
 import type { WebSocket } from 'ws';
-import { newNonce, signWelcome } from '../../src/relay/auth.js';
-import { helloFrame, parseFrame, PROTOCOL_VERSION } from '../../src/relay/frames.js';
+import { newNonce, signWelcome } from '../../src/wire/auth.js';
+import { helloFrame, parseFrame, PROTOCOL_VERSION } from '../../src/wire/frames.js';
 import { freshRelayKey, type RelayKey } from '../../src/relay/relay-key.js';
 
 /** Sends the challenge and answers the client's hello; returns the nonce of the challenge. */

@@ -7,8 +7,8 @@ import { randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import WebSocket from 'ws';
 import { formatRoute } from '../../src/envelope/route.js';
-import { newNonce, signAuth, verifyWelcome } from '../../src/relay/auth.js';
-import { MAX_FRAME_BYTES, PROTOCOL_VERSION, relayFrame, type RelayFrame } from '../../src/relay/frames.js';
+import { newNonce, signAuth, verifyWelcome } from '../../src/wire/auth.js';
+import { MAX_FRAME_BYTES, PROTOCOL_VERSION, relayFrame, type RelayFrame } from '../../src/wire/frames.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
 import { generateSigningKey, type SigningKey } from '../../src/identity/ed25519.js';
 

@@ -8,7 +8,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { CODE_MEANINGS, CODE_SETS, REFUSAL_CODES, REJECT_CODES, type Code } from '../../src/errors.js';
-import { refusedFrame } from '../../src/relay/frames.js';
+import { refusedFrame } from '../../src/wire/frames.js';
 
 const README = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
 const PROTOCOL = readFileSync(new URL('../../docs/PROTOCOL.md', import.meta.url), 'utf8');

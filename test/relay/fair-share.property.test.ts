@@ -10,8 +10,9 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { encodeBase64url } from '../../src/identity/base64url.js';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
-import { payloadBytes, queueDataSchema, queueOpSchema, RelayQueueState, relayQueueFormat, type QueueLimits, type QueueOp, type QueueResult } from '../../src/relay/queues.js';
-import { shareLimits, sourceGroup, type Share } from '../../src/relay/shares.js';
+import { payloadBytes, queueDataSchema, queueOpSchema, RelayQueueState, relayQueueFormat, type QueueOp, type QueueResult } from '../../src/relay/queues.js';
+import { type QueueLimits, shareLimits, type Share } from '../../src/relay/limits.js';
+import { sourceGroup } from '../../src/relay/shares.js';
 
 const key = encodeBase64url(generateSigningKey().publicKey);
 const ROUTES = ['a', 'b', 'c'].map((s) => `${key}#${s}`);

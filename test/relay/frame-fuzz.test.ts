@@ -13,7 +13,7 @@ import fc from 'fast-check';
 import { join } from 'node:path';
 import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MAX_FRAME_BYTES } from '../../src/relay/frames.js';
+import { MAX_FRAME_BYTES } from '../../src/wire/frames.js';
 import { tempDir } from '../helpers/fixtures.js';
 import { reapAll } from '../helpers/process.js';
 import { newReader, TestClient, type Reader } from '../helpers/relay-test-client.js';

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { EventEmitter } from 'node:events';
 import { ConnectionSet, HIGH_WATER_BYTES, MAX_BUFFERED_BYTES, TokenBucket } from '../../src/relay/connection.js';
-import { relayFrame } from '../../src/relay/frames.js';
+import { relayFrame } from '../../src/wire/frames.js';
 import { FakeSocket, fakeConnection as connection } from '../helpers/fake-relay-socket.js';
 
 function takes(bucket: TokenBucket, now: number, count: number): number {

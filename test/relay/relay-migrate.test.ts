@@ -10,7 +10,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import postgres from 'postgres';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { PROTOCOL_VERSION } from '../../src/relay/frames.js';
+import { PROTOCOL_VERSION } from '../../src/wire/frames.js';
 import { expectOneLine, expectSuccess, runCli, userEnv } from '../helpers/cli.js';
 import { tempDir } from '../helpers/fixtures.js';
 import { closeAllPgClusters, postgresBinDir, startPgCluster } from '../helpers/postgres.js';

@@ -10,16 +10,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
-import {
-  payloadBytes,
-  queueDataSchema,
-  queueOpSchema,
-  RelayQueueState,
-  relayQueueFormat,
-  type QueueLimits,
-  type QueueOp,
-  type QueueResult,
-} from '../../src/relay/queues.js';
+import { payloadBytes, queueDataSchema, queueOpSchema, RelayQueueState, relayQueueFormat, type QueueOp, type QueueResult } from '../../src/relay/queues.js';
+import { type QueueLimits } from '../../src/relay/limits.js';
 import { JournalStore } from '../../src/store/journal-store.js';
 import { tempDir } from '../helpers/fixtures.js';
 

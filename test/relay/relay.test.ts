@@ -4,11 +4,11 @@
  * durable store across restarts (kill -9 is in relay-process.test.ts).
  */
 import { describe, expect, it } from 'vitest';
-import { signAuth } from '../../src/relay/auth.js';
+import { signAuth } from '../../src/wire/auth.js';
 import { HIGH_WATER_BYTES } from '../../src/relay/connection.js';
-import { MAX_PAYLOAD_BYTES } from '../../src/relay/frames.js';
+import { MAX_PAYLOAD_BYTES } from '../../src/wire/frames.js';
 import { RelayServer, type RelayOptions, type RelayStats } from '../../src/relay/server.js';
-import { newNonce } from '../../src/relay/auth.js';
+import { newNonce } from '../../src/wire/auth.js';
 import { signAnnouncement, signGoodbye } from '../../src/presence/announcement.js';
 import { ROSTER_RETAIN_MS } from '../../src/relay/roster.js';
 import { newReader, TestClient, until, type Accepted, type Deliver } from '../helpers/relay-test-client.js';

@@ -14,7 +14,7 @@ import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
 import { signAnnouncement } from '../../src/presence/announcement.js';
-import { PROTOCOL_VERSION, type RelayFrame } from '../../src/relay/frames.js';
+import { PROTOCOL_VERSION, type RelayFrame } from '../../src/wire/frames.js';
 import { ROSTER_MAX_BYTES } from '../../src/relay/roster.js';
 import { reapAll } from '../helpers/process.js';
 import { newReader, TestClient, until } from '../helpers/relay-test-client.js';

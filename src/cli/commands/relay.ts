@@ -9,7 +9,7 @@ import { closeSync, constants, openSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { knownRelaysPath, localRelayDir, relayStopMarker } from '../../config/layout.js';
 import { parseRelayUrl } from '../../config/relay-url.js';
-import { forgetRelay } from '../../relay/known-relays.js';
+import { forgetRelay } from '../../link/known-relays.js';
 import { NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
@@ -18,9 +18,9 @@ import { DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS } from '..
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
 import { serveMetrics } from '../../relay/metrics-http.js';
 import { MIN_MAX_AGE_MS, RelayServer } from '../../relay/server.js';
-import { isLoopback } from '../../relay/shares.js';
+import { isLoopback } from '../../relay/address.js';
 import { isPostgresUrl, redactedUrl } from '../../relay/postgres/database.js';
-import { readServerTls, type ServerTls } from '../../relay/tls.js';
+import { readServerTls, type ServerTls } from '../../wire/tls.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { relayMigrate } from './relay-migrate.js';
 

@@ -6,7 +6,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { Agent } from '../../agent/agent.js';
 import { keepLocalRelay, relayUrls } from '../../agent/local-relay.js';
-import { readClientTls } from '../../relay/tls.js';
+import { readClientTls } from '../../wire/tls.js';
 import { serverSession } from '../../agent/session.js';
 import type { Config } from '../../config/env.js';
 import { ownedConfigEntries, stateFolders } from '../../config/layout.js';

@@ -6,13 +6,13 @@
  */
 import { readdir } from 'node:fs/promises';
 import { relayEndpoint } from '../../config/relay-url.js';
-import { keyRefusalText } from '../../relay/key-refusal.js';
-import { readKnownRelays } from '../../relay/known-relays.js';
-import { checkRelays } from '../../relay/relay-check.js';
+import { keyRefusalText } from '../../link/key-refusal.js';
+import { readKnownRelays } from '../../link/known-relays.js';
+import { checkRelays } from '../../link/relay-check.js';
 import type { Config } from '../../config/env.js';
 import { identityDir, knownRelaysPath, localRelayDir, mailboxPath, outboxPath, pairingPath, rejectedPath, sessionFileIn, sessionOfFile, SESSION_STORES } from '../../config/layout.js';
 import { isRunning, readRelayPid } from '../../relay/pid-file.js';
-import { readClientTls } from '../../relay/tls.js';
+import { readClientTls } from '../../wire/tls.js';
 import { unsafeNameReason } from '../../config/paths.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
@@ -103,9 +103,9 @@ export async function status(argv: readonly string[], config: Config): Promise<v
   const tls = readClientTls(config.tlsCa);
   const endpoints = urls.map(relayEndpoint);
   const known = await readKnownRelays(knownRelaysPath(config.stateDir));
-  // Each relay's handshake as a session makes it: a key that changed is named now (relay/relay-check.ts).
+  // Each relay's handshake as a session makes it: a key that changed is named now (link/relay-check.ts).
   const relays = await checkRelays(urls, known, 1_000, tls);
-  // The key each relay is held to, and a refusal a session met (relay/known-relays.ts).
+  // The key each relay is held to, and a refusal a session met (link/known-relays.ts).
   const relayKeys = endpoints.map(({ url, pin }) => ({ url, pinned: pin ?? null, recorded: known.relays[url]?.key ?? null, refused: known.refused[url] ?? null }));
   const state = config.stateDir;
   const sessions: {
@@ -207,7 +207,7 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     lines.push(`peers        ${damage === undefined ? peers : `unreadable: ${damage.file} is damaged (see below)`}`);
     for (const [i, r] of relays.entries()) {
       const k = relayKeys[i]!;
-      // URLs that pin one key are one relay at several addresses (relay/relay-groups.ts).
+      // URLs that pin one key are one relay at several addresses (link/relay-groups.ts).
       const same = relayKeys.filter((o) => k.pinned !== null && o.pinned === k.pinned && o.url !== k.url).map((o) => o.url);
       const shared = same.length > 0 ? ` (one relay with ${same.join(', ')})` : '';
       const key = k.pinned !== null ? `, key pinned ${k.pinned}${shared}` : k.recorded !== null ? `, key recorded ${k.recorded}` : '';

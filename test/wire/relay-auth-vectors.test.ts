@@ -10,7 +10,7 @@ import { buildRelayAuthVectors } from '../../scripts/gen-relay-vectors.js';
 import { lengthPrefixed } from '../../src/envelope/bytes.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
 import { signBytes, signingKeyFromSeed } from '../../src/identity/ed25519.js';
-import { verifyAuth, verifyWelcome } from '../../src/relay/auth.js';
+import { verifyAuth, verifyWelcome } from '../../src/wire/auth.js';
 
 const vectorSchema = z.object({
   name: z.string().min(1),

@@ -1,8 +1,8 @@
-/** One relay at several addresses (src/relay/relay-groups.ts): the pure choices, exhaustively over small groups, and the elections of a session's start. */
+/** One relay at several addresses (src/link/relay-groups.ts): the pure choices, exhaustively over small groups, and the elections of a session's start. */
 import { EventEmitter } from 'node:events';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { canonicalAddress, electReader, groupByRelay, preference, preferredOrder, RelayGroups, relayOf, sendingMember, soleAddresses } from '../../src/relay/relay-groups.js';
+import { canonicalAddress, electReader, groupByRelay, preference, preferredOrder, RelayGroups, relayOf, sendingMember, soleAddresses } from '../../src/link/relay-groups.js';
 import { until } from '../helpers/relay-test-client.js';
 
 const K = 'nwfr9cKLa7DKMshEju5PcIOTiAN7yw46kwH-pnmbeAo';

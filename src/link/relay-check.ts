@@ -9,7 +9,7 @@ import { generateSigningKey } from '../identity/ed25519.js';
 import { RelayClient } from './client.js';
 import { keyRefusalSentence, type KeyRefusal } from './key-refusal.js';
 import { recordedTrust, type KnownRelaysFile } from './known-relays.js';
-import type { ClientTls } from './tls.js';
+import type { ClientTls } from '../wire/tls.js';
 
 /** A refused key as `status --json` shows it: the typed reason, its fields and the sentence. */
 export type RefusedKey = KeyRefusal & { code: 'relay_untrusted'; message: string };

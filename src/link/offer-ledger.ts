@@ -1,5 +1,5 @@
 /**
- * The session's side of `after` (send-chain.ts; docs/PROTOCOL.md "Sending": "Order
+ * The session's side of `after` (relay/send-chain.ts; docs/PROTOCOL.md "Sending": "Order
  * through refusals"): the sends of the current connection, by the caller's name for them
  * (a msg_id), with their ref and whether the relay answered. A send that follows another
  * names that one's ref while it awaits its answer, goes without a condition once it was

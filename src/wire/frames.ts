@@ -47,11 +47,11 @@ export const helloFrame = z.object({ v, type: z.literal('hello'), nonce });
 export const authFrame = z.object({ v, type: z.literal('auth'), route, sig, relay: key.optional() });
 /**
  * `after`: the ref of an earlier send on this connection that this one follows; decided
- * after it, and refused `out_of_order` unless it was accepted (send-chain.ts).
+ * after it, and refused `out_of_order` unless it was accepted (relay/send-chain.ts).
  */
 export const sendFrame = z.object({ v, type: z.literal('send'), ref, to: route, payload, after: ref.optional() });
 export const ackFrame = z.object({ v, type: z.literal('ack'), route, ids: z.array(id).min(1).max(1024) });
-/** The reader cannot take these now: out of its window, delivered again in `ms` (deferrals.ts). */
+/** The reader cannot take these now: out of its window, delivered again in `ms` (relay/deferrals.ts). */
 export const deferFrame = z.object({ v, type: z.literal('defer'), route, ids: z.array(id).min(1).max(1024), ms: z.number().int().min(MIN_DEFER_MS).max(MAX_DEFER_MS) });
 export const announceFrame = z.object({ v, type: z.literal('announce'), announcement: z.unknown() });
 export const goodbyeFrame = z.object({ v, type: z.literal('goodbye'), goodbye: z.unknown() });

@@ -8,15 +8,15 @@ import WebSocket from 'ws';
 import { log } from '../log.js';
 import type { SigningKey } from '../identity/ed25519.js';
 import type { Announcement, Goodbye } from '../presence/announcement.js';
-import { newNonce, signAuth, verifyWelcome } from './auth.js';
+import { newNonce, signAuth, verifyWelcome } from '../wire/auth.js';
 import { relayEndpoint, type RelayEndpoint } from '../config/relay-url.js';
 import { PINS_ONLY, type RelayKeyVerdict, type RelayTrust } from './known-relays.js';
 import { keyRefusalSentence, type KeyRefusal } from './key-refusal.js';
 import { connectError, type RelayTrouble } from './reach.js';
 import { relayOf } from './relay-groups.js';
 import { OfferLedger } from './offer-ledger.js';
-import { trustOptions, type ClientTls } from './tls.js';
-import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RosterEntry } from './frames.js';
+import { trustOptions, type ClientTls } from '../wire/tls.js';
+import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseFrame, relayFrame, type ClientFrame, type RosterEntry } from '../wire/frames.js';
 import { messageOf, type RefusalCode, type SendFailureCode } from '../errors.js';
 
 export type SendOutcome = { accepted: true; id: number } | { accepted: false; code: RefusalCode | SendFailureCode; message: string };

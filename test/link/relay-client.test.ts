@@ -2,8 +2,8 @@
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { RelayClient, type SendOutcome } from '../../src/relay/client.js';
-import { PROTOCOL_VERSION } from '../../src/relay/frames.js';
+import { RelayClient, type SendOutcome } from '../../src/link/client.js';
+import { PROTOCOL_VERSION } from '../../src/wire/frames.js';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
 import { eventually } from '../helpers/mcp.js';
 import { greet } from '../helpers/relay-greeting.js';

@@ -7,9 +7,9 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { keyRefusalSentence, keyRefusalText, type KeyRefusal } from '../../src/relay/key-refusal.js';
-import { decideRelayKey, type RelayRecord } from '../../src/relay/known-relays.js';
-import { goingOnWithout, noUsableRelay, unreachableList, untrustedNote, type Unanswered } from '../../src/relay/reach.js';
+import { keyRefusalSentence, keyRefusalText, type KeyRefusal } from '../../src/link/key-refusal.js';
+import { decideRelayKey, type RelayRecord } from '../../src/link/known-relays.js';
+import { goingOnWithout, noUsableRelay, unreachableList, untrustedNote, type Unanswered } from '../../src/link/reach.js';
 import type { RelayEndpoint } from '../../src/config/relay-url.js';
 import { freshRelayKey } from '../../src/relay/relay-key.js';
 
