@@ -60,6 +60,8 @@ export default defineConfig({
   test: {
     testTimeout: 60_000,
     hookTimeout: 60_000,
+    // Log lines written inside a test process are shown only for a test that fails (test/helpers/quiet-logs.ts).
+    setupFiles: ['test/helpers/quiet-logs.ts'],
     pool: 'forks',
     projects: withPostgres ? [main, relayPostgres] : [main],
   },
