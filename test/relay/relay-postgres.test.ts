@@ -8,7 +8,7 @@ import postgres from 'postgres';
 import { afterEach, describe, expect, it } from 'vitest';
 import { signAnnouncement } from '../../src/presence/announcement.js';
 import { MAX_PAYLOAD_BYTES } from '../../src/wire/frames.js';
-import { MAX_UNCOMMITTED_BYTES } from '../../src/relay/dispatch.js';
+import { MAX_UNCOMMITTED_BYTES } from '../../src/relay/sends.js';
 import type { RelayServer } from '../../src/relay/server.js';
 import { SCHEMA_VERSION } from '../../src/relay/postgres/schema.js';
 import { channelOf, instanceChannelOf } from '../../src/relay/postgres/channels.js';

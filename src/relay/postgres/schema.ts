@@ -14,7 +14,7 @@
  *   batch: the sends of one connection that reached this relay process while its previous
  *   batch was committing, in the order they arrived (send-batches.ts). With each id it returns
  *   `follows`, the route's newest id queued before it, read under that lock: a reader that
- *   was sent up to `follows` is sent the message without reading it back (dispatch.ts).
+ *   was sent up to `follows` is sent the message without reading it back (delivery.ts).
  *   `relay_enqueue_follows` (without `readers`) and `relay_enqueue` (without `follows`
  *   either) stay for relays of earlier releases.
  * - **Who reads a route.** `relay_readers` holds a row per route and relay process that
