@@ -4,7 +4,7 @@
  * "Authenticated reads" and "Bounded by construction"; docs/PROTOCOL.md "Relay frames":
  * "Delivery and acknowledgement", "Limits" and "Heartbeat").
  *
- * What a connection reads is decided in `dispatch.ts`; this module only sends what it is
+ * What a connection reads is decided in `delivery.ts`; this module only sends what it is
  * given, and never lets one peer's unread frames grow the relay's memory without bound.
  */
 import { randomBytes } from 'node:crypto';
@@ -56,7 +56,7 @@ export interface Subscription {
   inFlight: Set<number>;
   /** delivered here and deferred by the reader: delivered again when due (deferrals.ts) */
   deferrals: Deferrals;
-  /** a read from a shared store is under way (dispatch.ts `pump`) */
+  /** a read from a shared store is under way (delivery.ts `pump`) */
   reading: boolean;
   /** something may have arrived while it was: read again when it returns */
   again: boolean;

@@ -7,7 +7,7 @@
  * first sender's.
  *
  * A deferred message leaves the connection's in-flight set and stays queued; once its
- * time is due it is delivered to that connection again (dispatch.ts rewinds the
+ * time is due it is delivered to that connection again (delivery.ts rewinds the
  * subscription's cursor to it). A connection that closes takes its deferrals with it: the
  * next connection of the route is sent every queued message anyway.
  */

@@ -3,15 +3,13 @@
  * proved the route's key acknowledges them (docs/PROTOCOL.md "Relay frames", DESIGN.md
  * "The relay").
  *
- * This module binds the address, opens the queues and composes the parts: connection
- * handling (`connection.ts`: frame budget, heartbeat, backpressure), the queues and the
- * ids they issue (`storage.ts`), and what each client frame does (`dispatch.ts`). The
- * relay holds no key but its own (relay-key.ts), and never parses payloads: it verifies
- * only auth proofs, announcements and goodbyes.
+ * This module binds the address (`http-server.ts`), opens the queues, roster and key
+ * (`open-store.ts`) and composes the parts: connection caps (`admission.ts`), connection
+ * handling (`connection.ts`: frame budget, heartbeat, backpressure), and what each client
+ * frame does (`dispatch.ts`). The relay holds no key but its own (relay-key.ts), and never
+ * parses payloads: it verifies only auth proofs, announcements and goodbyes.
  */
-import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
-import { createServer as createHttpsServer } from 'node:https';
-import type { Duplex } from 'node:stream';
+import type { Server as HttpServer } from 'node:http';
 import WebSocket, { WebSocketServer } from 'ws';
 import { errnoCode, InterlinkError, messageOf } from '../errors.js';
 import { MAX_HOLD_MS, MAX_PAST_MS } from '../gate/decide.js';
@@ -19,18 +17,15 @@ import { log } from '../log.js';
 import { sourceAddress } from './address.js';
 import { ConnectionCounts, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS } from './admission.js';
 import { ConnectionSet, DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from './connection.js';
-import { DEFAULT_DELIVERY_WINDOW, Dispatcher } from './dispatch.js';
+import { DEFAULT_DELIVERY_WINDOW } from './delivery.js';
+import { Dispatcher } from './dispatch.js';
+import { hostForUrl, httpServer, listen, refuseUpgrade } from './http-server.js';
 import { MAX_FRAME_BYTES, PROTOCOL_REVISION, PROTOCOL_VERSION } from '../wire/frames.js';
-import { DEFAULT_QUEUE_LIMITS, type QueueLimits, shareLimits } from './limits.js';
-import { DEFAULT_ROSTER_LIMITS, Roster, type RosterLimits } from './roster.js';
-import type { QueueStore, RosterStore } from './queue-store.js';
-import { PostgresStore } from './postgres/store.js';
-import { PostgresRoster } from './postgres/roster.js';
+import { DEFAULT_QUEUE_LIMITS, shareLimits } from './limits.js';
+import { openStore, type OpenedStore } from './open-store.js';
+import { DEFAULT_ROSTER_LIMITS } from './roster.js';
 import { RelayMetrics } from './relay-metrics.js';
-import { RelayStorage } from './storage.js';
 import type { ServerTls } from '../wire/tls.js';
-import { freshRelayKey, loadOrCreateRelayKey, type RelayKey } from './relay-key.js';
-import { relayKeyFile } from '../config/layout.js';
 
 export interface RelayOptions {
   host: string;
@@ -89,87 +84,8 @@ export interface RelayStats {
   bytes: number;
 }
 
-function listen(server: HttpServer, host: string, port: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const onError = (err: Error) => {
-      server.off('listening', onListening);
-      reject(err);
-    };
-    const onListening = () => {
-      server.off('error', onError);
-      resolve();
-    };
-    server.once('error', onError);
-    server.once('listening', onListening);
-    server.listen(port, host);
-  });
-}
-
-function hostForUrl(host: string): string {
-  return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
-}
-
 /** WebSocket close code 1013, "try again later": the relay's store does not commit. */
 const STORE_DOWN_CLOSE_CODE = 1013;
-
-/** Answers an upgrade the relay will not take with a 503 and a line saying why, then closes. */
-function refuseUpgrade(socket: Duplex, message: string): void {
-  const body = `interlink relay: ${message}\n`;
-  const head = `HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`;
-  socket.end(head + body, () => socket.destroy());
-}
-
-/** The server the WebSocket upgrades arrive on: https with `tls` (the relay terminates TLS itself), else http. */
-function httpServer(tls: ServerTls | undefined): HttpServer {
-  const notWebSocket = (_req: IncomingMessage, res: ServerResponse) => {
-    res.writeHead(426, { 'content-type': 'text/plain' }).end('interlink relay: connect with WebSocket\n');
-  };
-  if (tls === undefined) return createServer(notWebSocket);
-  const server = createHttpsServer(tls, notWebSocket);
-  // A client that does not trust the certificate breaks off the handshake: its business, not an error here.
-  server.on('tlsClientError', (err) => log.debug('relay_tls_refused', { error: err.message }));
-  return server;
-}
-
-interface OpenedStore {
-  storage: QueueStore;
-  roster: RosterStore;
-  relayKey: RelayKey;
-  close(): Promise<void>;
-}
-
-/** The key `--key` names, else the one under `--db`, else one for this run. */
-function localKey(options: RelayOptions): Promise<RelayKey> {
-  const keyFile = options.keyFile ?? (options.dbDir !== undefined ? relayKeyFile(options.dbDir) : undefined);
-  return keyFile !== undefined ? loadOrCreateRelayKey(keyFile) : Promise.resolve(freshRelayKey());
-}
-
-/**
- * The queues, the roster and the key. Locally: the queues, then the key under the store's
- * lock (of two relays on one store, one gets that far). On PostgreSQL every relay of the
- * database presents one key, kept there, unless `--key` names a file.
- */
-async function openStore(options: RelayOptions, limits: QueueLimits, rosterLimits: RosterLimits, onCommit: (seconds: number) => void): Promise<OpenedStore> {
-  const now = options.now ?? Date.now;
-  if (options.store !== undefined) {
-    const storage = await PostgresStore.open({ url: options.store, limits, now, onCommit });
-    try {
-      const roster = await PostgresRoster.open(storage, now, rosterLimits);
-      const relayKey = options.keyFile !== undefined ? await loadOrCreateRelayKey(options.keyFile) : await storage.sharedRelayKey();
-      return { storage, roster, relayKey, close: async () => (roster.close(), await storage.release()) };
-    } catch (err) {
-      await storage.release();
-      throw err;
-    }
-  }
-  const storage = await RelayStorage.open(options.dbDir, limits, now, onCommit);
-  try {
-    return { storage, roster: new Roster(now, rosterLimits), relayKey: await localKey(options), close: () => storage.release() };
-  } catch (err) {
-    await storage.release();
-    throw err;
-  }
-}
 
 export class RelayServer {
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, clientTracking: false });

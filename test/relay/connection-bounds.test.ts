@@ -6,7 +6,8 @@
 import { join } from 'node:path';
 import WebSocket from 'ws';
 import { describe, expect, it } from 'vitest';
-import { MAX_ROUTES_PER_CONNECTION, MAX_UNCOMMITTED_BYTES } from '../../src/relay/dispatch.js';
+import { MAX_ROUTES_PER_CONNECTION } from '../../src/relay/dispatch.js';
+import { MAX_UNCOMMITTED_BYTES } from '../../src/relay/sends.js';
 import { MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES } from '../../src/wire/frames.js';
 import type { RelayServer } from '../../src/relay/server.js';
 import { withFileLock } from '../../src/store/lock.js';

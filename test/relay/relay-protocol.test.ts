@@ -9,7 +9,7 @@ import { encodeBase64url } from '../../src/identity/base64url.js';
 import { signingKeyFromSeed } from '../../src/identity/ed25519.js';
 import { AUTH_DOMAIN, signAuth, signWelcome, verifyAuth, verifyWelcome } from '../../src/wire/auth.js';
 import { DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from '../../src/relay/connection.js';
-import { DEFAULT_DELIVERY_WINDOW } from '../../src/relay/dispatch.js';
+import { DEFAULT_DELIVERY_WINDOW } from '../../src/relay/delivery.js';
 import { MAX_FRAME_BYTES, MAX_PAYLOAD_BYTES } from '../../src/wire/frames.js';
 import { DEFAULT_QUEUE_LIMITS } from '../../src/relay/limits.js';
 

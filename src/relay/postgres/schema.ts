@@ -12,14 +12,14 @@
  *   that route. A sequence alone would not do: ids 10 and 11 taken by two transactions can
  *   commit 11 first, and a reader that moved past 11 would skip 10. One call stores a
  *   batch: the sends of one connection that reached this relay process while its previous
- *   batch was committing, in the order they arrived (store.ts). With each id it returns
+ *   batch was committing, in the order they arrived (send-batches.ts). With each id it returns
  *   `follows`, the route's newest id queued before it, read under that lock: a reader that
- *   was sent up to `follows` is sent the message without reading it back (dispatch.ts).
+ *   was sent up to `follows` is sent the message without reading it back (delivery.ts).
  *   `relay_enqueue_follows` (without `readers`) and `relay_enqueue` (without `follows`
  *   either) stay for relays of earlier releases.
  * - **Who reads a route.** `relay_readers` holds a row per route and relay process that
  *   has a reader of it; a relay process tells the others of a commit only when they read
- *   its route, on their own channels (store.ts). `relay_enqueue_readers` returns those
+ *   its route, on their own channels (channels.ts). `relay_enqueue_readers` returns those
  *   processes with a route's first message, read under the route's row lock, and
  *   `relay_watch` writes a reader's row under the same lock before the reader's first
  *   read: an enqueue that committed first is found by that read, and one that commits
