@@ -1,225 +1,80 @@
 /**
  * One session of one identity, running: its mailbox and outbox, its relay connections
- * and the loops that move messages (inbound, outbound, presence). This module composes
- * them; sending (sending.ts), reading (reading.ts) and the peer table (peer-watch.ts)
- * live beside it. The MCP tools and the CLI call the operations here; each returns plain
- * data or throws an InterlinkError.
+ * and the loops that move messages (inbound, outbound, presence). compose.ts makes these
+ * parts and wires them together; the agent starts them, closes them, and holds the
+ * operations the MCP tools and the CLI call (each returns plain data or throws an
+ * InterlinkError). Sending (sending.ts), reading (reading.ts) and the peer table
+ * (peer-watch.ts) live beside it.
  */
-import { dirname } from 'node:path';
-import { knownRelaysPath, mailboxPath, outboxPath, pairingPath, rejectedPath, replayPath } from '../config/layout.js';
-import { formatRoute } from '../envelope/route.js';
-import { offerable, wireOf, type Envelope } from '../envelope/envelope.js';
 import type { Receipt } from '../envelope/receipt.js';
-import { parseReceiptText } from '../receipts/receipts.js';
-import { ReceiptSender } from './receipts.js';
+import type { ReceiptSender } from './receipts.js';
 import { fingerprintOf, parsePublicKey, type Identity } from '../identity/identity.js';
 import { log } from '../log.js';
-import type { StoredRecord } from '../mailbox/format.js';
-import { Mailbox } from '../mailbox/mailbox.js';
+import type { Mailbox } from '../mailbox/mailbox.js';
 import { Notifier, type NoticeSink } from '../notices/notifier.js';
-import { SendClock } from '../outbox/clock.js';
-import { Outbox } from '../outbox/outbox.js';
-import { Pairing } from '../pairing/pairing.js';
-import { PairingStore } from '../pairing/store.js';
+import type { Outbox } from '../outbox/outbox.js';
+import type { Pairing } from '../pairing/pairing.js';
 import type { PeerTable } from '../peers/peers.js';
-import { RelayClient } from '../link/client.js';
+import type { RelayClient } from '../link/client.js';
 import type { Unanswered } from '../link/reach.js';
-import type { ClientTls } from '../wire/tls.js';
-import { KnownRelays } from '../link/known-relays.js';
-import { RelayGroups, soleAddresses } from '../link/relay-groups.js';
-import { ReplayIndex } from '../replay/claims.js';
-import { isNewIndex, seedFromMailboxes } from '../replay/seed.js';
-import { Inbound } from './inbound.js';
-import { newestSessions, storedSightings } from './known-sessions.js';
-import { Outbound } from './outbound.js';
-import { PeerWatch } from './peer-watch.js';
-import { Presence, type PresenceInfo, type RosterSession } from './presence.js';
+import type { ReplayIndex } from '../replay/claims.js';
+import { composeSession, type AgentOptions, type SessionParts } from './compose.js';
+import type { Inbound } from './inbound.js';
+import type { Outbound } from './outbound.js';
+import type { PeerWatch } from './peer-watch.js';
+import type { Presence, RosterSession } from './presence.js';
 import { conversation, inboxMessage, messageStatus, type InboxMessage } from './reading.js';
-import { recordRejection } from './rejected.js';
 import { Sender, type SendArgs, type SendReceipt } from './sending.js';
 import { isInterlinkError, messageOf } from '../errors.js';
-import type { SessionHost } from '../succession/rules.js';
 import { clampFetchLimit, MAX_FETCH_LIMIT } from '../mailbox/rules.js';
 import { acknowledgeWhereHeld, presentTogether } from './inherited.js';
-import { registerSession, Succession } from './succession.js';
-import { signGoodbye } from '../presence/announcement.js';
+import type { Succession } from './succession.js';
 
 export type { InboxMessage } from './reading.js';
 export type { SendArgs, SendReceipt } from './sending.js';
 
-export interface AgentOptions {
-  identity: Identity;
-  session: string;
-  stateDir: string;
-  peersPath: string;
-  relayUrls: readonly string[];
-  presence: PresenceInfo;
-  announceIntervalMs?: number;
-  /** False for a command that reports unreachable relays itself (pair): no outage log lines. */
-  logOutages?: boolean;
-  /** Certificates `wss://` relays may present besides Node's CAs (INTERLINK_TLS_CA). */
-  tls?: ClientTls;
-  /** Called after each new message is committed to the mailbox (receiver_stored). */
-  onStored?: (record: StoredRecord) => void;
-  /**
-   * The benchmark's baseline (INTERLINK_BENCH_UNSEALED): send clear version 3 envelopes,
-   * admit clear ones from every peer, send no receipts. Never for real use.
-   */
-  unsealed?: boolean;
-  /**
-   * What started this session (`serve`: claude or codex). A session with a host registers
-   * itself in the identity's session registry and, while it is the heir, takes the mail of
-   * the identity's ended sessions on this machine (agent/succession.ts).
-   */
-  host?: SessionHost;
-}
-
-/**
- * Records what a receipt reports in the outbox, durably (the relay is acknowledged after).
- * A receipt whose text is not a receipt is logged and dropped: the same bytes would be
- * refused however often they came.
- */
-async function applyReceipt(outbox: Outbox, envelope: Envelope): Promise<void> {
-  let entries;
-  try {
-    entries = parseReceiptText(envelope.text);
-  } catch (err) {
-    log.warn('receipt_unreadable', { from: envelope.from, msg_id: envelope.msg_id, error: messageOf(err) });
-    return;
-  }
-  const { applied, ignored } = await outbox.recordRemote(envelope.from, entries);
-  // Reports on messages this session did not send to that key change nothing (a forged or stray receipt).
-  if (ignored > 0) log.info('receipt_entries_ignored', { from: envelope.from, msg_id: envelope.msg_id, applied, ignored });
-}
-
 export class Agent {
   readonly route: string;
+  readonly mailbox: Mailbox;
+  readonly outbox: Outbox;
+  readonly relays: RelayClient[];
+  readonly presence: Presence;
+  readonly pairing: Pairing;
   private notifier: Notifier | undefined;
   private readonly closing = new AbortController();
   private readonly sender: Sender;
+  private readonly inbound: Inbound;
+  private readonly outbound: Outbound;
+  private readonly peerWatch: PeerWatch;
+  private readonly replayIndex: ReplayIndex;
+  private readonly receipts: ReceiptSender;
+  private readonly succession: Succession | undefined;
 
-  private constructor(
-    readonly options: AgentOptions,
-    readonly mailbox: Mailbox,
-    readonly outbox: Outbox,
-    readonly relays: RelayClient[],
-    private readonly inbound: Inbound,
-    private readonly outbound: Outbound,
-    readonly presence: Presence,
-    readonly pairing: Pairing,
-    private readonly peerWatch: PeerWatch,
-    sticky: ReadonlyMap<string, string>,
-    clock: SendClock,
-    private readonly replayIndex: ReplayIndex,
-    private readonly receipts: ReceiptSender,
-    private readonly succession: Succession | undefined,
-  ) {
-    this.route = formatRoute({ key: options.identity.key, session: options.session });
+  private constructor(readonly options: AgentOptions, parts: SessionParts) {
+    const { route, mailbox, outbox, relays, presence, pairing, inbound, outbound, peerWatch, replay, receipts, succession, sticky, clock } = parts;
+    this.route = route;
+    this.mailbox = mailbox;
+    this.outbox = outbox;
+    this.relays = relays;
+    this.presence = presence;
+    this.pairing = pairing;
+    this.inbound = inbound;
+    this.outbound = outbound;
+    this.peerWatch = peerWatch;
+    this.replayIndex = replay;
+    this.receipts = receipts;
+    this.succession = succession;
     this.sender = new Sender({ identity: options.identity, session: options.session, route: this.route, outbox, mailbox, outbound, relays, presence, peers: peerWatch, sticky, clock, unsealed: options.unsealed === true });
   }
 
+  /** Opens the session's stores, makes its parts (compose.ts), and starts them. */
   static async start(options: AgentOptions): Promise<Agent> {
-    const { identity, session, stateDir } = options;
-    const mailbox = await Mailbox.open(mailboxPath(stateDir, identity.key, session));
-    const outbox = await Outbox.open(outboxPath(stateDir, identity.key, session));
-    // Live in the registry once its stores open (a root they cannot use stops the session
-    // first, in one line); the heir leaves a mailbox the registry does not know alone
-    // while it changes (succession/rules.ts), so this new one is never taken meanwhile.
-    const registered = options.host === undefined ? false : await registerSession(stateDir, identity.key, session, options.host);
-    const replayFile = replayPath(stateDir, identity.key);
-    const seedIndex = isNewIndex(replayFile);
-    const replay = await ReplayIndex.open(replayFile);
-    if (seedIndex) await seedFromMailboxes(replay, dirname(mailboxPath(stateDir, identity.key, session)));
-    const route = formatRoute({ key: identity.key, session });
-    const trust = new KnownRelays(knownRelaysPath(stateDir), options.relayUrls);
-    // A relay listed at several addresses (one key pinned on each) is read through one of them (relay-groups.ts).
-    const sole = soleAddresses(options.relayUrls);
-    const relays = options.relayUrls.map(
-      (url, i) =>
-        new RelayClient({
-          url,
-          key: identity.signingKey,
-          routes: [route],
-          trust,
-          readOnConnect: sole[i]!,
-          ...(options.logOutages !== undefined && { logOutages: options.logOutages }),
-          ...(options.tls !== undefined && { tls: options.tls }),
-        }),
-    );
-    const groups = new RelayGroups(relays, route);
-    const peerWatch = new PeerWatch(options.peersPath, identity.key);
-    // Who may read this session's announced details: its peers and its own identity's sessions.
-    const readers = async () => [identity.key, ...(await peerWatch.trust()).table.peers.map((p) => p.key)];
-    const presence = new Presence(identity.signingKey, session, relays, options.presence, readers, options.announceIntervalMs);
-    const pairing = new Pairing({
-      identity,
-      session,
-      store: new PairingStore(pairingPath(stateDir, identity.key, session)),
-      peersPath: options.peersPath,
-      relays,
-      roster: () => presence.roster({ fresh: true }),
-      name: options.presence.name,
-    });
-    // Seeded from the stores, so a restarted session routes to a peer it met before even with no relay answering.
-    const sticky = newestSessions(await storedSightings(mailbox, outbox), route);
     let agent: Agent | undefined;
-    // Made below, once the relays exist; used only after deliveries start.
-    let receipts: ReceiptSender | undefined;
-    const wire = options.unsealed === true ? wireOf : (envelope: Envelope) => offerable(identity.signingKey, envelope);
-    // One inbound loop per session whose route this process reads: its own, and each
-    // ended session it took (succession.ts), whose messages go to that session's mailbox
-    // and are judged by the gate for the session they were signed for.
-    const inboundFor = (forSession: string, box: Mailbox, sent: Outbox, stored: (record: StoredRecord) => void) =>
-      new Inbound({
-        me: identity,
-        session: forSession,
-        claim: (claim) => replay.claim(claim),
-        mailbox: box,
-        trust: () => peerWatch.trust(),
-        outstanding: () => pairing.outstanding(),
-        pairing: (envelope, admission) => pairing.handle(envelope, admission),
-        sticky,
-        onStored: (record) => {
-          stored(record);
-          options.onStored?.(record);
-        },
-        rejected: (entry) => recordRejection(rejectedPath(stateDir, identity.key, forSession), entry),
-        receipt: (envelope) => applyReceipt(sent, envelope),
-        ...(options.unsealed === true && { admitClear: true }),
-        reports: {
-          stored: (envelope) => receipts?.stored(envelope),
-          refused: async (wire, code) => receipts?.refused(wire, code),
-        },
-      });
-    const inbound = inboundFor(session, mailbox, outbox, () => agent?.notifier?.kick());
-    const outbound = new Outbound(outbox, groups.groups, wire);
-    receipts = new ReceiptSender({ identity, relays, trust: () => peerWatch.trust(), sticky, enabled: options.unsealed !== true, owedPath: rejectedPath(stateDir, identity.key, session) });
-    // Refusals reported before a restart whose receipt no relay took yet: due again now.
-    await receipts.resume();
-    const succession =
-      options.host === undefined
-        ? undefined
-        : new Succession({
-            identity: identity.key,
-            session,
-            host: options.host,
-            stateDir,
-            relays,
-            inbound: (ended, box, sent) => inboundFor(ended, box, sent, () => succession?.kick(ended)),
-            outbound: (sent) => new Outbound(sent, groups.groups, wire),
-            senderName: (key) => agent!.senderName(key),
-            learn: async (box, sent) => {
-              for (const [key, known] of newestSessions(await storedSightings(box, sent), route)) if (!sticky.has(key)) sticky.set(key, known);
-            },
-            adoptReceipts: (ended) => receipts!.adopt(rejectedPath(stateDir, identity.key, ended)),
-            goodbye: (ended) => {
-              const goodbye = signGoodbye(identity.signingKey, ended);
-              for (const relay of relays) void relay.goodbye(goodbye);
-            },
-          });
-    agent = new Agent(options, mailbox, outbox, relays, inbound, outbound, presence, pairing, peerWatch, sticky, new SendClock(await outbox.lastTimestamp()), replay, receipts, succession);
+    const parts = await composeSession(options, { stored: () => agent?.notifier?.kick(), senderName: (key) => agent!.senderName(key) });
+    agent = new Agent(options, parts);
+    const { route, relays, groups, inbound, presence, outbound, pairing, succession } = parts;
     // Read peers.json once now, so a damaged one is reported (and moved aside) at start, not at the first message.
-    await peerWatch.trust().catch((err: unknown) => log.warn('peers_unreadable', { error: messageOf(err) }));
+    await parts.peerWatch.trust().catch((err: unknown) => log.warn('peers_unreadable', { error: messageOf(err) }));
     groups.start();
     for (const relay of relays) {
       inbound.attach(relay, route);
@@ -228,7 +83,7 @@ export class Agent {
     presence.start();
     outbound.start();
     pairing.start();
-    await succession?.start(registered);
+    await succession?.start(parts.registered);
     return agent;
   }
 

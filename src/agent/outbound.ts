@@ -17,7 +17,8 @@
 import { wireOf, type Envelope, type WireEnvelope } from '../envelope/envelope.js';
 import { log } from '../log.js';
 import type { Outbox, OutboxRecord } from '../outbox/outbox.js';
-import type { RelayClient, SendOutcome } from '../link/client.js';
+import type { RelayClient } from '../link/client.js';
+import type { SendOutcome } from '../link/sends.js';
 import { SingleFlight } from '../single-flight.js';
 import { messageOf, type RefusalCode } from '../errors.js';
 import { crashPoint } from '../store/crash-point.js';

@@ -7,7 +7,8 @@
  */
 import { EventEmitter } from 'node:events';
 import type { Envelope } from '../../src/envelope/envelope.js';
-import type { Delivery, RelayClient, SendOutcome } from '../../src/link/client.js';
+import type { Delivery, RelayClient } from '../../src/link/client.js';
+import type { SendOutcome } from '../../src/link/sends.js';
 
 export type Refusal = Extract<SendOutcome, { accepted: false }>['code'];
 

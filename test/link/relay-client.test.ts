@@ -2,7 +2,8 @@
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { RelayClient, type SendOutcome } from '../../src/link/client.js';
+import { RelayClient } from '../../src/link/client.js';
+import type { SendOutcome } from '../../src/link/sends.js';
 import { PROTOCOL_VERSION } from '../../src/wire/frames.js';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
 import { eventually } from '../helpers/mcp.js';
