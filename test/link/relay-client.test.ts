@@ -129,12 +129,13 @@ describe('relay client', () => {
 
   it('keeps a connection that the relay pings', async () => {
     const relay = await silentRelay();
-    const client = new RelayClient({ url: relay.url, key: generateSigningKey(), routes: [], silenceMs: 300 });
+    // A silence period well above a loaded machine's event-loop stalls: pings 100 ms apart always land within it.
+    const client = new RelayClient({ url: relay.url, key: generateSigningKey(), routes: [], silenceMs: 1_000 });
     clients.push(client);
     client.start();
     await once(client, 'connected');
-    // Ping every 100 ms for 1 s (three silence periods): the client must stay.
-    for (let i = 0; i < 10; i++) {
+    // Ping every 100 ms for 3 s (three silence periods): the client must stay.
+    for (let i = 0; i < 30; i++) {
       relay.connections[0]!.ping();
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
