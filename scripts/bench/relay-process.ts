@@ -23,6 +23,8 @@ export interface RelayProcessOptions {
   metrics?: boolean;
   /** More `relay` flags. */
   flags?: readonly string[];
+  /** Flags for node itself, before the program (e.g. `--import` of a module to preload). */
+  nodeArgs?: readonly string[];
   /** Run it under `node --cpu-prof`, writing the profile here when it exits. */
   profileDir?: string;
   /** The profile's file name in `profileDir` (Node's default: CPU.<date>.<pid>…). */
@@ -43,6 +45,7 @@ export async function startRelayProcess(projectRoot: string, dbDir: string | und
   const main = join(projectRoot, 'dist', 'src', 'cli', 'main.js');
   const args = [
     ...profileArgs(options.profileDir, options.profileName),
+    ...(options.nodeArgs ?? []),
     main,
     'relay',
     '--addr',

@@ -1,9 +1,10 @@
 /**
  * Prometheus text exposition, format 0.0.4, written by hand: a small registry of
  * counters, gauges and histograms, and the one pure function that
- * renders them (DESIGN.md "The relay": "Operating it"). A client library would bring
- * push gateways, default process collectors and a registry global to the process; the
- * relay needs a page of text.
+ * renders them (DESIGN.md "The relay": "Operating it"). prom-client 15 was measured
+ * against it (scripts/bench/prometheus.ts; figures in DESIGN.md): a scrape costs under a
+ * tenth of a millisecond either way, and the library holds about 1 MiB more, renders only
+ * asynchronously and brings four packages, for what is here a page of text.
  */
 
 export const EXPOSITION_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
