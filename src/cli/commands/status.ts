@@ -22,7 +22,7 @@ import { PAIRING_UNAVAILABLE } from '../../pairing/store.js';
 import { damageSentence, type Damage } from '../../store/damage.js';
 import { peekJson } from '../../store/json-store.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
-import { currentState, isUnread } from '../../mailbox/state.js';
+import { currentState, isUnread } from '../../mailbox/record-state.js';
 import { describeRoute, parseRoute } from '../../envelope/route.js';
 import { Outbox, isPending, remoteState, shownState } from '../../outbox/outbox.js';
 import { readPeers, type PeerTable } from '../../peers/peers.js';
