@@ -3,7 +3,8 @@
  * happens up front so that no benchmark times it by accident.
  */
 import { randomBytes } from 'node:crypto';
-import { signEnvelope, type Envelope } from '../../src/envelope/envelope.js';
+import type { Envelope } from '../../src/envelope/envelope.js';
+import { signEnvelope } from '../../src/envelope/sign.js';
 import { generateSigningKey, type SigningKey } from '../../src/identity/ed25519.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
 

@@ -5,7 +5,8 @@
 import { randomBytes } from 'node:crypto';
 import * as ed from '@noble/ed25519';
 import { sha512 } from '@noble/hashes/sha2.js';
-import { parseEnvelope, signEnvelope, verifyEnvelope } from '../../src/envelope/envelope.js';
+import { parseEnvelope } from '../../src/envelope/envelope.js';
+import { signEnvelope, verifyEnvelope } from '../../src/envelope/sign.js';
 import { generateSigningKey, signBytes, verifyBytes } from '../../src/identity/ed25519.js';
 import type { Benchmark, Section } from './report.js';
 import { newCorrespondents, randomText } from './records.js';

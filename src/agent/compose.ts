@@ -8,7 +8,8 @@
 import { dirname } from 'node:path';
 import { knownRelaysPath, mailboxPath, outboxPath, pairingPath, rejectedPath, replayPath } from '../config/layout.js';
 import { formatRoute } from '../envelope/route.js';
-import { offerable, wireOf, type Envelope } from '../envelope/envelope.js';
+import { wireOf, type Envelope } from '../envelope/envelope.js';
+import { offerable } from '../envelope/sign.js';
 import { parseReceiptText } from '../receipts/receipts.js';
 import { ReceiptSender } from './receipts.js';
 import type { Identity } from '../identity/identity.js';

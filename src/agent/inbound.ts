@@ -16,7 +16,8 @@
  * with backoff, and so is a message from an unknown key while peers.json is damaged (it
  * may come from a peer whose entry was lost).
  */
-import { openEnvelope, parseEnvelope, replyToSession, versionOf, type Envelope, type WireEnvelope } from '../envelope/envelope.js';
+import { parseEnvelope, replyToSession, versionOf, type Envelope, type WireEnvelope } from '../envelope/envelope.js';
+import { openEnvelope } from '../envelope/open.js';
 import { receiptKey, receiptOf } from '../envelope/receipt.js';
 import { decide, type OutstandingRequest, type RejectCode, type Verdict } from '../gate/decide.js';
 import type { Identity } from '../identity/identity.js';

@@ -93,7 +93,7 @@ export class Outbound {
   /**
    * `groups`: the session's relays, each the addresses of one relay (RelayGroups.groups; a
    * relay at one address is a group of one; `sendingMember` orders them for each message).
-   * `wire`: what a relay is offered for a stored envelope (envelope.ts `offerable`).
+   * `wire`: what a relay is offered for a stored envelope (envelope/sign.ts `offerable`).
    */
   constructor(
     private readonly outbox: Outbox,

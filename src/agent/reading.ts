@@ -8,7 +8,7 @@ import { receiptOf, type Receipt } from '../envelope/receipt.js';
 import { InterlinkError } from '../errors.js';
 import type { StoredRecord } from '../mailbox/format.js';
 import type { Mailbox } from '../mailbox/mailbox.js';
-import { currentState } from '../mailbox/state.js';
+import { currentState } from '../mailbox/record-state.js';
 import { shownState, type OutboxRecord, type Outbox } from '../outbox/outbox.js';
 import { AWAITING_SESSION, awaitingOf, type Awaiting, type RosterSighting } from './awaiting.js';
 

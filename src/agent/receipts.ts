@@ -25,7 +25,9 @@
  * dropped from memory, and the log says so (owed refusals are offered again at the next start).
  * Peers marked `clear` (the Rust Interlink) get none: they cannot read them.
  */
-import { isSealed, openEnvelope, replyToSession, signEnvelope, wireOf, type Envelope, type WireEnvelope } from '../envelope/envelope.js';
+import { isSealed, replyToSession, wireOf, type Envelope, type WireEnvelope } from '../envelope/envelope.js';
+import { openEnvelope } from '../envelope/open.js';
+import { signEnvelope } from '../envelope/sign.js';
 import { formatRoute } from '../envelope/route.js';
 import type { RejectCode } from '../errors.js';
 import type { Identity } from '../identity/identity.js';

@@ -5,7 +5,8 @@
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import { unsafeNameReason } from '../config/paths.js';
-import { MAX_TEXT_BYTES, signEnvelope, wireOf, type Status } from '../envelope/envelope.js';
+import { MAX_TEXT_BYTES, wireOf, type Status } from '../envelope/envelope.js';
+import { signEnvelope } from '../envelope/sign.js';
 import { formatRoute, parseRoute } from '../envelope/route.js';
 import { InterlinkError, isInterlinkError } from '../errors.js';
 import type { Identity } from '../identity/identity.js';

@@ -42,7 +42,7 @@ const commands: Record<string, Command> = {
     summary: 'pair with another identity: request, list, accept, reject, confirm, cancel (compare the code)',
   },
   status: { load: async () => import('./commands/status.js').then((m) => ({ run: m.status, help: m.statusHelp })), summary: 'identity, peers, relays (and the local one), unread and unsent messages' },
-  inbox: { load: async () => import('./commands/status.js').then((m) => ({ run: m.inbox, help: m.inboxHelp })), summary: 'messages received (--unread) or sent (--sent) and their states (reads only)' },
+  inbox: { load: async () => import('./commands/inbox.js').then((m) => ({ run: m.inbox, help: m.inboxHelp })), summary: 'messages received (--unread) or sent (--sent) and their states (reads only)' },
   relay: {
     load: async () => import('./commands/relay.js').then((m) => ({ run: m.relay, help: m.relayHelp })),
     summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR); `relay stop` stops the local one',

@@ -3,16 +3,23 @@
  * machine used for weeks has dozens; a person asks about the ones that are in use or
  * hold something for them. A session is listed when something waits in it (unread mail,
  * unsent messages, failed Codex notices, pairing requests) or it was active in the last
- * three days; the others are counted, and `status --all` lists them too.
+ * three days; the others are counted, and `status --all` lists them too. `inbox` finds the
+ * sessions of a store folder the same way (`sessionsIn`).
  */
-import { stat } from 'node:fs/promises';
-import { sessionPath, type SessionStore } from '../config/layout.js';
+import { readdir, stat } from 'node:fs/promises';
+import { sessionOfFile, sessionPath, type SessionStore } from '../config/layout.js';
 import { errnoCode } from '../errors.js';
 import { journalPathOf } from '../store/journal.js';
 import { peekSessions, processDead } from '../succession/registry.js';
 import { heirOf, inheritance, stillInherited, viewSessions, type SessionHost } from '../succession/rules.js';
 
 export const QUIET_AFTER_MS = 3 * 24 * 60 * 60 * 1000;
+
+/** Sessions with a store in `dir` (layout.ts, `sessionOfFile`). */
+export async function sessionsIn(dir: string): Promise<string[]> {
+  const names = await readdir(dir).catch(() => [] as string[]);
+  return [...new Set(names.flatMap((n) => sessionOfFile(n) ?? []))];
+}
 
 /** The folders under the state root that hold per-session files of an identity. */
 const ACTIVE_STORES: readonly SessionStore[] = ['mailbox', 'outbox', 'failed', 'pairing'];

@@ -1,32 +1,22 @@
 /**
- * The signed message. zod schemas are the wire and storage formats; `signedBytes` is the
- * exact byte string the signature covers (docs/PROTOCOL.md, "Envelope").
+ * The signed message's forms. zod schemas are the wire and storage formats (docs/PROTOCOL.md,
+ * "Envelope"); the bytes each version's signature covers are laid out in signed-bytes.ts,
+ * signing and verifying are in sign.ts, opening a sealed body in open.ts.
  *
- * Three versions are read; this implementation writes version 4.
+ * Three versions are read; this implementation writes version 4 (sign.ts).
  *
  * Version 4 (`"v": 4`): the body is sealed to the recipient (seal.ts). On the wire it
  * carries only the header — from, to, to_session, ts, kind, msg_id — and `sealed`, the
- * encrypted body (text, status, task_id, in_reply_to, reply session). Signed bytes:
- *   "interlink-v4\0" || from (32) || to (32) || to_session || ts (u64 LE) || kind ||
- *   msg_id || sealed (u32 LE length, then the raw sealed bytes)
- * so the signature binds sender, recipient, session and ciphertext: a relay can neither
- * re-target a message nor splice a body from another one. Stores keep the opened form:
- * the wire fields (signature and ciphertext, as admitted) plus the body they hold.
+ * encrypted body (text, status, task_id, in_reply_to, reply session); the signature covers
+ * the header and the ciphertext. Stores keep the opened form: the wire fields (signature
+ * and ciphertext, as admitted) plus the body they hold.
  *
- * Version 3 (`"v": 3`), clear, signed bytes in order:
- *   "interlink-v3\0"                      domain and version
- *   from (32 bytes) || to (32 bytes)      raw public keys
- *   to_session                             the recipient's session (length-prefixed)
- *   ts                                     u64 little-endian, Unix milliseconds
- *   kind, msg_id, text, status, task_id, in_reply_to, reply session
- *                                          each a u32 little-endian byte length, then UTF-8
- * so a relay can neither move a message to another session of the recipient nor rewrite
- * where the answer goes; `reply_to` must name the sender's own key.
+ * Version 3 (`"v": 3`), clear: every field is signed, the recipient's session and the
+ * reply session among them; `reply_to` must name the sender's own key.
  *
- * Version 2 (no `v`): the Rust Interlink's layout, byte for byte — domain "interlink-v2\0",
- * the same parts without `to_session` and the reply session. Its session is not signed, so
- * a replay into another session is stopped only by the receiver's per-identity replay
- * index (agent/claims.ts); its `reply_to` is an unsigned hint honoured only when its key is
+ * Version 2 (no `v`): the Rust Interlink's layout. Its session is not signed, so a replay
+ * into another session is stopped only by the receiver's per-identity replay index
+ * (agent/claims.ts); its `reply_to` is an unsigned hint honoured only when its key is
  * `from`.
  *
  * Clear versions are admitted only from peers a person marked `clear` (the Rust original
@@ -39,17 +29,15 @@
 import { randomFillSync } from 'node:crypto';
 import { z } from 'zod';
 import { InterlinkError } from '../errors.js';
-import { decodeBase64url, encodeBase64url, isBase64urlOfLength, isCanonicalBase64url } from '../identity/base64url.js';
-import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES, signBytes, verifyBytes, type SigningKey } from '../identity/ed25519.js';
+import { isBase64urlOfLength, isCanonicalBase64url } from '../identity/base64url.js';
+import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES } from '../identity/ed25519.js';
 import { isWellFormedUnicode, unsafeNameReason } from '../config/paths.js';
-import { FieldWriter, lengthPrefixed, prefixedSize, u64le } from './bytes.js';
-import { formatRoute, parseRoute, routeText } from './route.js';
-import { MIN_PADDED_BYTES, NONCE_BYTES, SealError, TAG_BYTES, openBody, sealBody, type SealedBody } from './seal.js';
+import { parseRoute, routeText } from './route.js';
+import { MIN_PADDED_BYTES, NONCE_BYTES, TAG_BYTES } from './seal.js';
 
-export const SIGNING_DOMAINS = { 2: 'interlink-v2\0', 3: 'interlink-v3\0', 4: 'interlink-v4\0' } as const;
-export type EnvelopeVersion = keyof typeof SIGNING_DOMAINS;
-/** The version this implementation signs. */
-export const CURRENT_VERSION = 4;
+/** The versions this implementation reads (signed-bytes.ts lays out what each signs). */
+export type EnvelopeVersion = 2 | 3 | 4;
+
 export const MAX_TEXT_BYTES = 256 * 1024;
 export const MAX_TASK_ID_BYTES = 128;
 /**
@@ -73,7 +61,7 @@ const publicKeyText = z.string().refine((s) => isBase64urlOfLength(s, PUBLIC_KEY
 export const msgIdText = z.string().regex(MSG_ID, 'must be 32 lowercase hex digits');
 const nonEmptyOptional = (inner: z.ZodString) => inner.min(1, 'must be absent rather than empty').optional();
 
-const sessionText = z.string().refine((s) => unsafeNameReason(s) === undefined, 'must be a session id (1 to 128 bytes, no "..", "/", "\\", control characters or surrounding white space)');
+export const sessionText = z.string().refine((s) => unsafeNameReason(s) === undefined, 'must be a session id (1 to 128 bytes, no "..", "/", "\\", control characters or surrounding white space)');
 
 /** Canonical base64url of a sealed body: at least a nonce, the smallest size class and a tag. */
 const sealedText = z
@@ -159,7 +147,7 @@ export type SealedWire = z.infer<typeof sealedWireSchema>;
 
 /** What a relay carries: a clear envelope, or a sealed one. */
 export type WireEnvelope = Envelope | SealedWire;
-type UnsignedWire = Omit<Envelope, 'sig'> | Omit<SealedWire, 'sig'>;
+export type UnsignedWire = Omit<Envelope, 'sig'> | Omit<SealedWire, 'sig'>;
 
 export function isSealed(envelope: WireEnvelope | UnsignedWire): envelope is SealedWire {
   return envelope.v === 4;
@@ -188,224 +176,10 @@ export function versionOf(envelope: { v?: 2 | 3 | 4 | undefined }): EnvelopeVers
   return envelope.v ?? 2;
 }
 
-/**
- * The raw bytes of a sealed envelope's `sealed`, decoded once per envelope object: the
- * signature check and the opening both need them.
- */
-const rawSealed = new WeakMap<object, { text: string; bytes: Buffer }>();
-
-function sealedBytesOf(envelope: object, sealed: string): Buffer {
-  const known = rawSealed.get(envelope);
-  if (known !== undefined && known.text === sealed) return known.bytes;
-  const bytes = Buffer.from(sealed, 'base64url');
-  rawSealed.set(envelope, { text: sealed, bytes });
-  return bytes;
-}
-
-const V4_DOMAIN = Buffer.from(SIGNING_DOMAINS[4], 'utf8');
-
-/** Version 4's signed bytes, laid out in one buffer: the header, then the raw sealed bytes. */
-function sealedSignedBytes(envelope: { from: string; to: string; ts: number; kind: string; msg_id: string }, toSession: string, sealed: Buffer): Buffer {
-  const size = V4_DOMAIN.length + 2 * PUBLIC_KEY_BYTES + prefixedSize(toSession) + 8 + prefixedSize(envelope.kind) + prefixedSize(envelope.msg_id) + 4 + sealed.length;
-  const bytes = Buffer.allocUnsafe(size);
-  const writer = new FieldWriter(bytes)
-    .bytes(V4_DOMAIN)
-    .bytes(decodeBase64url(envelope.from, PUBLIC_KEY_BYTES, 'from'))
-    .bytes(decodeBase64url(envelope.to, PUBLIC_KEY_BYTES, 'to'))
-    .text(toSession)
-    .u64(envelope.ts)
-    .text(envelope.kind)
-    .text(envelope.msg_id)
-    .prefixedBytes(sealed);
-  if (writer.written !== size) throw new Error('the signed bytes of a sealed envelope were laid out short');
-  return bytes;
-}
-
-export function signedBytes(envelope: UnsignedWire): Buffer {
-  if (envelope.v === 4) {
-    if (envelope.sealed === undefined || envelope.to_session === undefined) throw new InterlinkError('bad_envelope', 'sealed and to_session are required in version 4');
-    return sealedSignedBytes(envelope, envelope.to_session, sealedBytesOf(envelope, envelope.sealed));
-  }
-  const version = versionOf(envelope);
-  const keys = [decodeBase64url(envelope.from, PUBLIC_KEY_BYTES, 'from'), decodeBase64url(envelope.to, PUBLIC_KEY_BYTES, 'to')];
-  const domain = Buffer.from(SIGNING_DOMAINS[version], 'utf8');
-  const clear = envelope as Omit<Envelope, 'sig'>;
-  const body = [
-    ...lengthPrefixed(clear.kind),
-    ...lengthPrefixed(clear.msg_id),
-    ...lengthPrefixed(clear.text),
-    ...lengthPrefixed(clear.status),
-    ...lengthPrefixed(clear.task_id),
-    ...lengthPrefixed(clear.in_reply_to),
-  ];
-  if (version === 2) return Buffer.concat([domain, ...keys, u64le(clear.ts), ...body]);
-  if (clear.to_session === undefined) throw new InterlinkError('bad_envelope', 'to_session is required in version 3');
-  const replySession = clear.reply_to === undefined ? undefined : parseRoute(clear.reply_to)?.session;
-  return Buffer.concat([domain, ...keys, ...lengthPrefixed(clear.to_session), u64le(clear.ts), ...body, ...lengthPrefixed(replySession)]);
-}
-
-export interface EnvelopeFields {
-  to: string;
-  /**
-   * The recipient's session. Given, the envelope is version 4 (sealed; or 3 with
-   * `version: 3`) and the session is signed; left out, it is version 2 (what older peers
-   * and the Rust Interlink send).
-   */
-  to_session?: string;
-  text: string;
-  kind?: string;
-  task_id?: string;
-  status?: Status;
-  in_reply_to?: string;
-  reply_to?: string;
-  ts?: number;
-  msg_id?: string;
-  /** Only to write a clear version 3 envelope (tests and test vectors; peers marked `clear` get version 2). */
-  version?: 3;
-  /** Only for test vectors: the seal's nonce. A nonce must never be used twice. */
-  seal_nonce?: Uint8Array;
-}
-
-/** What `sealed` is while the fields are checked, before the body is sealed: the shortest valid one. */
-const PLACEHOLDER_SEAL = encodeBase64url(Buffer.alloc(NONCE_BYTES + MIN_PADDED_BYTES + TAG_BYTES));
-
-/** Builds, validates, seals (version 4) and signs an envelope from `key`. */
-export function signEnvelope(key: SigningKey, fields: EnvelopeFields): Envelope {
-  const version: EnvelopeVersion = fields.to_session === undefined ? 2 : (fields.version ?? CURRENT_VERSION);
-  const unsigned: UnsignedEnvelope = {
-    ...(version !== 2 && { v: version }),
-    from: encodeBase64url(key.publicKey),
-    to: fields.to,
-    ...(fields.to_session !== undefined && { to_session: fields.to_session }),
-    ts: fields.ts ?? Date.now(),
-    msg_id: fields.msg_id ?? newMsgId(),
-    kind: fields.kind ?? 'message',
-    text: fields.text,
-    ...(fields.task_id !== undefined && { task_id: fields.task_id }),
-    ...(fields.status !== undefined && { status: fields.status }),
-    ...(fields.in_reply_to !== undefined && { in_reply_to: fields.in_reply_to }),
-    ...(fields.reply_to !== undefined && { reply_to: fields.reply_to }),
-  };
-  // Validate before sealing and signing, so bad fields are refused as such and never signed.
-  const placeholder = encodeBase64url(Buffer.alloc(SIGNATURE_BYTES));
-  const placeholderSeal = version === 4 ? { sealed: PLACEHOLDER_SEAL } : {};
-  parseStoredEnvelope({ ...unsigned, ...placeholderSeal, sig: placeholder });
-  let bytes: Buffer;
-  if (version === 4 && unsigned.to_session !== undefined) {
-    const sealed = sealBody(key, unsigned.to, headerOf({ ...unsigned, to_session: unsigned.to_session }), {
-      text: unsigned.text,
-      ...(unsigned.status !== undefined && { status: unsigned.status }),
-      ...(unsigned.task_id !== undefined && { task_id: unsigned.task_id }),
-      ...(unsigned.in_reply_to !== undefined && { in_reply_to: unsigned.in_reply_to }),
-      ...(unsigned.reply_to !== undefined && { reply_session: parseRoute(unsigned.reply_to)?.session ?? '' }),
-    }, fields.seal_nonce);
-    unsigned.sealed = encodeBase64url(sealed);
-    // Signed over the raw sealed bytes just made, not decoded again from their text.
-    bytes = sealedSignedBytes(unsigned, unsigned.to_session, sealed);
-  } else {
-    bytes = signedBytes(unsigned);
-  }
-  const sig = encodeBase64url(signBytes(key, bytes));
-  return { ...unsigned, sig };
-}
-
-function headerOf(envelope: { to_session: string; ts: number; kind: string; msg_id: string }): { to_session: string; ts: number; kind: string; msg_id: string } {
-  return { to_session: envelope.to_session, ts: envelope.ts, kind: envelope.kind, msg_id: envelope.msg_id };
-}
-
 /** The envelope as a relay carries it: a version 4 envelope without its opened body. */
 export function wireOf(envelope: Envelope): WireEnvelope {
   if (envelope.v !== 4 || envelope.sealed === undefined || envelope.to_session === undefined) return envelope;
   return { v: 4, from: envelope.from, to: envelope.to, to_session: envelope.to_session, ts: envelope.ts, msg_id: envelope.msg_id, kind: envelope.kind, sealed: envelope.sealed, sig: envelope.sig };
-}
-
-/**
- * What to offer a relay for a stored outgoing envelope. A clear version 3 envelope in an
- * outbox was signed before this version sealed: receivers now refuse it (`unsealed`), so
- * it is sealed and signed again, with the same msg_id, ts and fields — the same message.
- */
-export function offerable(key: SigningKey, envelope: Envelope): WireEnvelope {
-  if (envelope.v !== 3 || envelope.to_session === undefined) return wireOf(envelope);
-  const { v: _v, from: _from, sig: _sig, sealed: _sealed, ...fields } = envelope;
-  return wireOf(signEnvelope(key, { ...fields, to_session: envelope.to_session }));
-}
-
-export function verifyEnvelope(envelope: WireEnvelope): boolean {
-  return verifyBytes(
-    decodeBase64url(envelope.from, PUBLIC_KEY_BYTES, 'from'),
-    signedBytes(envelope),
-    decodeBase64url(envelope.sig, SIGNATURE_BYTES, 'sig'),
-  );
-}
-
-/**
- * Opens a sealed envelope addressed to `me` (or sent by `me`): the envelope with its body.
- * Throws InterlinkError `bad_seal` when the body does not open under the key the two
- * share, or what it holds breaks the rules of the clear fields.
- */
-export function openEnvelope(me: SigningKey, wire: SealedWire): Envelope {
-  let body: SealedBody;
-  try {
-    body = openBody(me, wire.from, wire.to, headerOf(wire), sealedBytesOf(wire, wire.sealed));
-  } catch (err) {
-    if (err instanceof SealError) throw new InterlinkError('bad_seal', err.message);
-    throw err;
-  }
-  // The header was validated with the wire form; only the opened fields are checked here.
-  if (!obeysFieldRules(body)) {
-    const fields = openedFieldsSchema.safeParse(body);
-    if (!fields.success) {
-      const issue = fields.error.issues[0];
-      throw new InterlinkError('bad_seal', `the sealed ${issue?.path.join('.') || 'body'} ${issue?.message ?? 'is invalid'}`);
-    }
-    body = fields.data;
-  }
-  // Built from the header fields only: anything else beside the seal is not the message.
-  return {
-    v: 4,
-    from: wire.from,
-    to: wire.to,
-    to_session: wire.to_session,
-    ts: wire.ts,
-    msg_id: wire.msg_id,
-    kind: wire.kind,
-    sealed: wire.sealed,
-    sig: wire.sig,
-    text: body.text,
-    ...(body.task_id !== undefined && { task_id: body.task_id }),
-    ...(body.status !== undefined && { status: body.status as Status }),
-    ...(body.in_reply_to !== undefined && { in_reply_to: body.in_reply_to }),
-    ...(body.reply_session !== undefined && { reply_to: formatRoute({ key: wire.from, session: body.reply_session }) }),
-  };
-}
-
-/** What a sealed body holds, by the rules of the clear fields (the reply session by the session rule). */
-const openedFieldsSchema = z.object({
-  text: envelopeFields.shape.text,
-  task_id: envelopeFields.shape.task_id,
-  status: envelopeFields.shape.status,
-  in_reply_to: envelopeFields.shape.in_reply_to,
-  reply_session: sessionText.optional(),
-});
-
-const STATUS_SET: ReadonlySet<string> = new Set(STATUSES);
-const CONTROL = /[\u0000-\u001f\u007f]/;
-
-/**
- * Whether an opened body obeys openedFieldsSchema, checked directly on the common path
- * (every message a session receives is opened). parseBodyBytes decoded each field as
- * strict UTF-8, so every string is already well-formed Unicode and no field is empty.
- * Stricter than the schema, never looser: a body this refuses goes through the schema,
- * which names what is wrong (or takes it after all).
- */
-function obeysFieldRules(body: SealedBody): boolean {
-  return (
-    Buffer.byteLength(body.text, 'utf8') <= MAX_TEXT_BYTES &&
-    (body.task_id === undefined || (Buffer.byteLength(body.task_id, 'utf8') <= MAX_TASK_ID_BYTES && !CONTROL.test(body.task_id))) &&
-    (body.status === undefined || STATUS_SET.has(body.status)) &&
-    (body.in_reply_to === undefined || MSG_ID.test(body.in_reply_to)) &&
-    (body.reply_session === undefined || unsafeNameReason(body.reply_session) === undefined)
-  );
 }
 
 function failure(error: z.ZodError, what: string): InterlinkError {

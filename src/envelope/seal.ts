@@ -46,6 +46,11 @@ export interface SealHeader {
   msg_id: string;
 }
 
+/** An envelope's seal header, copied out of it: only these four fields, nothing else it carries. */
+export function sealHeaderOf(envelope: SealHeader): SealHeader {
+  return { to_session: envelope.to_session, ts: envelope.ts, kind: envelope.kind, msg_id: envelope.msg_id };
+}
+
 /** The body fields a sealed envelope carries. `reply_session` is the session of `reply_to`. */
 export interface SealedBody {
   text: string;

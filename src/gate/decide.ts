@@ -23,7 +23,8 @@
  * costs a replay slot.
  */
 import { isInterlinkError, type RejectCode } from '../errors.js';
-import { type Envelope, KNOWN_KINDS, type KnownKind, type SealedWire, type WireEnvelope, isSealed, verifyEnvelope } from '../envelope/envelope.js';
+import { type Envelope, KNOWN_KINDS, type KnownKind, type SealedWire, type WireEnvelope, isSealed } from '../envelope/envelope.js';
+import { verifyEnvelope } from '../envelope/sign.js';
 
 export const MAX_FUTURE_MS = 60_000;
 /**

@@ -13,7 +13,9 @@ import type { Recovery } from '../store/json-store.js';
 import type { Receipt } from '../envelope/receipt.js';
 import { mailboxDataSchema, opSchema, type MailboxData, type NoticeOutcome, type Op, type Refusal, type Reservation, type StoredRecord } from './format.js';
 import { DEFAULT_FETCH_LIMIT, DEFAULT_LIMITS, clampFetchLimit, isProgress, type Limits } from './rules.js';
-import { MailboxState, isAcknowledged, isUnread, type AckCounts, type BoundsReport, type NoticeChange, type StoreOutcome } from './state.js';
+import type { NoticeChange } from './notice-reservation.js';
+import { isAcknowledged, isUnread } from './record-state.js';
+import { MailboxState, type AckCounts, type BoundsReport, type StoreOutcome } from './state.js';
 import { log } from '../log.js';
 
 export interface MailboxOptions {

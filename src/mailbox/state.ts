@@ -1,10 +1,13 @@
 /**
- * The mailbox in memory: records, tombstones and the indexes and counters over them.
- * No I/O. Applying the same operations in the same order always gives the same state,
- * which is what lets the journal be replayed after a crash.
+ * The mailbox in memory: records, tombstones and the indexes and counters over them, and
+ * admission, acknowledgement and pruning as they change them. Its parts that stand alone
+ * have their files: tombstones and floors (tombstones.ts), the bounds' refusals
+ * (refusals.ts), each sender's unread holdings (holdings.ts) and the notice reservation
+ * (notice-reservation.ts). No I/O. Applying the same operations in the same order always
+ * gives the same state, which is what lets the journal be replayed after a crash.
  */
 import { receiptKey, receiptOf, type Receipt } from '../envelope/receipt.js';
-import type { AckOp, MailboxData, NoticeOutcomeOp, NoticeReserveOp, Op, RecordState, Refusal, Reservation, StoreOp, StoredRecord } from './format.js';
+import type { AckOp, MailboxData, Op, Refusal, Reservation, StoreOp, StoredRecord } from './format.js';
 import {
   type Bound,
   type Holdings,
@@ -23,6 +26,9 @@ import {
 import { MAX_PAST_MS } from '../gate/decide.js';
 import { Tombstones } from './tombstones.js';
 import { Refusals } from './refusals.js';
+import { NoticeReservation, type NoticeChange } from './notice-reservation.js';
+import { isAcknowledged, isUnread } from './record-state.js';
+import { UnreadHoldings, unreadChange } from './holdings.js';
 
 export type StoreOutcome =
   | { outcome: 'stored'; record: StoredRecord }
@@ -42,28 +48,10 @@ export interface BoundsReport {
   forgotten: { sender: string; until: number }[];
 }
 
-/** Whether a notice op changed anything (and so must be journaled). */
-export interface NoticeChange {
-  notice: boolean;
-}
-
 export interface AckCounts {
   acknowledged: number;
   already_acknowledged: number;
   unknown: number;
-}
-
-export function isAcknowledged(record: StoredRecord): boolean {
-  return record.states.some((s) => s.state === 'receiver_acknowledged');
-}
-
-/** Unread: neither acknowledged nor superseded. Only these are fetched. */
-export function isUnread(record: StoredRecord): boolean {
-  return record.superseded_by === undefined && !isAcknowledged(record);
-}
-
-export function currentState(record: StoredRecord): RecordState {
-  return record.states[record.states.length - 1]!.state;
 }
 
 /** Bytes a store op occupies: the unit of the admission byte bound. */
@@ -83,18 +71,16 @@ export class MailboxState {
    * anything, and a flood of updates for one task keeps this list at one entry.
    */
   private readonly tasks = new Map<string, string[]>();
-  /** sender key → what its unread records hold: what its share bounds. */
-  private readonly held = new Map<string, Holdings>();
+  private readonly unread = new UnreadHoldings();
   private nextSeq = 0;
   private bytes = 0;
-  private unread = 0;
   /**
    * No record, tombstone or refusal can be pruned at or before this time. Kept as a lower
    * bound (lowered whenever something becomes prunable, recomputed by each full scan), so
    * a store skips the scan that would find nothing: pruning stays O(1) per arrival.
    */
   private pruneNotBefore = -Infinity;
-  private reservation: Reservation | undefined;
+  private reservation = new NoticeReservation();
 
   constructor(
     readonly limits: Limits,
@@ -108,23 +94,23 @@ export class MailboxState {
     const state = new MailboxState(limits, data);
     state.nextSeq = data.next_seq;
     for (const record of data.records) state.insert(record);
-    state.reservation = data.notice ?? undefined;
+    state.reservation = new NoticeReservation(data.notice ?? undefined);
     return state;
   }
 
   toData(): MailboxData {
     const { tombstones, floors } = this.tombstones.toData();
-    return { next_seq: this.nextSeq, records: [...this.records.values()], tombstones, notice: this.reservation ?? null, floors, refusals: this.refusals.toData() };
+    return { next_seq: this.nextSeq, records: [...this.records.values()], tombstones, notice: this.reservation.value ?? null, floors, refusals: this.refusals.toData() };
   }
 
   get stats(): { records: number; unread: number; bytes: number; tombstones: number } {
-    return { records: this.records.size, unread: this.unread, bytes: this.bytes, tombstones: this.tombstones.size };
+    return { records: this.records.size, unread: this.unread.count, bytes: this.bytes, tombstones: this.tombstones.size };
   }
 
   /** Each sender's unread holdings against its share, the refusals in force and the forgetting senders. */
   bounds(): BoundsReport {
     return {
-      senders: [...this.held].map(([sender, unread]) => ({ sender, unread: { ...unread } })).sort((a, b) => (a.sender < b.sender ? -1 : a.sender > b.sender ? 1 : 0)),
+      senders: this.unread.list(),
       share: senderShare(this.limits),
       refusals: this.refusals.list(),
       forgotten: [...this.tombstones.forgotten].map(([sender, until]) => ({ sender, until })),
@@ -159,20 +145,17 @@ export class MailboxState {
       case 'ack':
         return this.acknowledge(op);
       case 'notice_reserve':
-        return this.reserveNotice(op);
+        return this.reservation.reserve(op);
       case 'notice_outcome':
-        return this.recordNoticeOutcome(op);
-      case 'notice_reset': {
-        const had = this.reservation !== undefined;
-        this.reservation = undefined;
-        return { notice: had };
-      }
+        return this.reservation.recordOutcome(op, this.records);
+      case 'notice_reset':
+        return this.reservation.reset();
     }
   }
 
   /** The current notice reservation, if one is outstanding. */
   get notice(): Reservation | undefined {
-    return this.reservation;
+    return this.reservation.value;
   }
 
   /** Receipts of unread messages that deserve a notice (everything but progress), in arrival order. */
@@ -180,34 +163,6 @@ export class MailboxState {
     const receipts: Receipt[] = [];
     for (const record of this.records.values()) if (isUnread(record) && !isProgress(record.envelope)) receipts.push(receiptOf(record.envelope));
     return receipts;
-  }
-
-  private reserveNotice(op: NoticeReserveOp): NoticeChange {
-    this.reservation = { id: op.id, at: op.at, attempt: op.attempt, covered: op.covered.map(receiptKey) };
-    return { notice: true };
-  }
-
-  /** Records the notice's fate on the covered messages that are still unread. */
-  private recordNoticeOutcome(op: NoticeOutcomeOp): NoticeChange {
-    if (this.reservation?.id !== op.id) return { notice: false };
-    let changed = false;
-    for (const key of this.reservation.covered) {
-      const record = this.records.get(key);
-      if (record === undefined || !isUnread(record)) continue;
-      record.states.push({ state: op.state, at: op.at });
-      changed = true;
-    }
-    return { notice: changed };
-  }
-
-  /** A reservation ends once everything it covered is acknowledged, superseded or gone. */
-  private releaseNoticeIfDone(): void {
-    if (this.reservation === undefined) return;
-    const open = this.reservation.covered.some((key) => {
-      const record = this.records.get(key);
-      return record !== undefined && isUnread(record);
-    });
-    if (!open) this.reservation = undefined;
   }
 
   /**
@@ -225,9 +180,9 @@ export class MailboxState {
     const members = (task === undefined ? [] : (this.tasks.get(task) ?? [])).map((k) => this.records.get(k)!);
     const decision: { self?: string; others: string[] } = task === undefined ? { others: [] } : supersede(envelope, members.map((r) => ({ envelope: r.envelope, supersededBy: r.superseded_by })));
     const superseded = decision.others.map((msgId) => members.find((r) => r.envelope.msg_id === msgId)!);
-    const change = this.unreadChange(size, decision.self !== undefined, superseded);
+    const change = unreadChange(size, decision.self !== undefined, superseded);
     // An op from before the shares was admitted without them: replayed the same way.
-    const share = op.rules === 2 ? admitToShare(this.heldBy(envelope.from), change, this.limits) : ({ ok: true } as const);
+    const share = op.rules === 2 ? admitToShare(this.unread.of(envelope.from), change, this.limits) : ({ ok: true } as const);
     if (!share.ok) return this.refuse(op, share.reason);
     const room = victims({ records: this.records.size, bytes: this.bytes }, size, this.limits, this.evictable(new Set(superseded)));
     if (!room.ok) return this.refuse(op, room.reason);
@@ -245,7 +200,7 @@ export class MailboxState {
     for (const older of superseded) if (this.records.has(receiptKey(receiptOf(older.envelope)))) this.markSuperseded(older, envelope.msg_id);
     this.insert(record);
     this.refusals.admitted(envelope.from, change.records > 0);
-    this.releaseNoticeIfDone();
+    this.reservation.releaseIfDone(this.records);
     return { outcome: 'stored', record };
   }
 
@@ -262,12 +217,12 @@ export class MailboxState {
         counts.already_acknowledged++;
         continue;
       }
-      if (isUnread(record)) this.countUnread(record, -1);
+      if (isUnread(record)) this.unread.change(record, -1);
       record.states.push({ state: 'receiver_acknowledged', at: op.at });
       this.becamePrunable(record);
       counts.acknowledged++;
     }
-    this.releaseNoticeIfDone();
+    this.reservation.releaseIfDone(this.records);
     return counts;
   }
 
@@ -294,7 +249,7 @@ export class MailboxState {
     const key = receiptKey(receiptOf(record.envelope));
     this.records.set(key, record);
     this.bytes += record.size;
-    if (isUnread(record)) this.countUnread(record, 1);
+    if (isUnread(record)) this.unread.change(record, 1);
     const task = supersessionKey(record.envelope);
     if (task !== undefined && record.superseded_by === undefined) {
       const members = this.tasks.get(task);
@@ -314,7 +269,7 @@ export class MailboxState {
   private remove(key: string, record: StoredRecord, now: number): void {
     this.records.delete(key);
     this.bytes -= record.size;
-    if (isUnread(record)) this.countUnread(record, -1);
+    if (isUnread(record)) this.unread.change(record, -1);
     this.leaveTask(key, record);
     // The gate refuses anything older than the freshness window, so the tombstone
     // needs to outlive the envelope's timestamp by exactly that window.
@@ -322,31 +277,6 @@ export class MailboxState {
     if (until < now) return;
     this.tombstones.lay(record.envelope.from, record.envelope.msg_id, until);
     this.pruneNotBefore = Math.min(this.pruneNotBefore, until);
-  }
-
-  /** Keeps the unread count and the sender's holdings (what its share bounds) in step. */
-  private countUnread(record: StoredRecord, sign: 1 | -1): void {
-    this.unread += sign;
-    const sender = record.envelope.from;
-    const held = this.heldBy(sender);
-    const next = { records: held.records + sign, bytes: held.bytes + sign * record.size };
-    if (next.records === 0) this.held.delete(sender);
-    else this.held.set(sender, next);
-  }
-
-  private heldBy(sender: string): Holdings {
-    return this.held.get(sender) ?? { records: 0, bytes: 0 };
-  }
-
-  /** What an arrival does to its sender's unread holdings: itself unless superseded on arrival, less the unread progress it supersedes. */
-  private unreadChange(size: number, supersededOnArrival: boolean, superseded: readonly StoredRecord[]): Holdings {
-    const change = supersededOnArrival ? { records: 0, bytes: 0 } : { records: 1, bytes: size };
-    for (const older of superseded) {
-      if (!isUnread(older)) continue;
-      change.records--;
-      change.bytes -= older.size;
-    }
-    return change;
   }
 
   /** What admission may evict, in order: superseded progress (and what this arrival supersedes), then acknowledged records; each oldest first. */
@@ -367,7 +297,7 @@ export class MailboxState {
   }
 
   private markSuperseded(older: StoredRecord, by: string): void {
-    if (isUnread(older)) this.countUnread(older, -1);
+    if (isUnread(older)) this.unread.change(older, -1);
     this.leaveTask(receiptKey(receiptOf(older.envelope)), older);
     older.superseded_by = by;
     this.becamePrunable(older);

@@ -7,7 +7,8 @@
  * 24 h freshness window is still fresh when it leaves, and the receiver sees one message
  * however often it was signed. Accepted by one relay, it leaves the queue.
  */
-import { signEnvelope, wireOf } from '../envelope/envelope.js';
+import { wireOf } from '../envelope/envelope.js';
+import { signEnvelope } from '../envelope/sign.js';
 import { formatRoute } from '../envelope/route.js';
 import type { Identity } from '../identity/identity.js';
 import { log } from '../log.js';

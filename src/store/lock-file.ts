@@ -14,65 +14,28 @@
  * refreshing, so a crashed holder blocks others for the stale period (>= 2 s) and a
  * stalled live holder can have its lock taken. Here liveness is asked of the OS instead.
  *
- * This module is the lock file itself: taking, breaking and releasing it. lock.ts
+ * This module is the lock file itself: taking and releasing it, and the mark by which a
+ * waiter asks the holder of a kept lock to let go. What the file holds, and reading it
+ * back, is lock-holder.ts; removing one under the breaker is lock-breaker.ts. lock.ts
  * orders the callers within one process and keeps a lock between uses.
  */
 import { randomBytes } from 'node:crypto';
-import { makePrivateDirSync, PRIVATE_DIR, PRIVATE_FILE } from './private.js';
-import { closeSync, existsSync, fstatSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, rmdirSync, statSync, unlinkSync, utimesSync } from 'node:fs';
+import { makePrivateDirSync, PRIVATE_FILE } from './private.js';
+import { closeSync, existsSync, fstatSync, linkSync, openSync, readFileSync, statSync, unlinkSync, utimesSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { z } from 'zod';
 import { writeFully } from './atomic.js';
+import { BREAKER_STALE_MS, breakDeadLock, removeIf, underBreaker } from './lock-breaker.js';
+import { WANTED_MTIME_S, holderText, inspect, type Holder } from './lock-holder.js';
 import { SELF, holderIsDead } from './liveness.js';
 import { InterlinkError, errnoCode, messageOf } from '../errors.js';
-import { parseJsonWith } from '../json.js';
 import { log } from '../log.js';
 
 export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
-/** A lock-breaker that has not finished in this long died while breaking. */
-const BREAKER_STALE_MS = 10_000;
 /**
  * A lock is never empty while its holder lives (it is linked into place whole), so an
  * unreadable one is debris from an older version or damage: broken after a moment.
  */
 const UNREADABLE_LOCK_STALE_MS = 2_000;
-
-const holderSchema = z.object({
-  host: z.string(),
-  boot: z.string(),
-  pid: z.number().int().positive(),
-  start: z.string(),
-  token: z.string().min(1),
-});
-type Holder = z.infer<typeof holderSchema>;
-
-function parseHolder(text: string): Holder | undefined {
-  const parsed = parseJsonWith(holderSchema, text);
-  return parsed.ok ? parsed.value : undefined;
-}
-
-type LockState = { kind: 'absent' } | { kind: 'held'; holder: Holder } | { kind: 'unreadable'; ageMs: number };
-
-/**
- * What the lock file says now. Synchronous, like the create: a few microseconds of
- * local metadata, cheaper than a trip through the thread pool.
- */
-function inspect(lockPath: string): LockState {
-  try {
-    const holder = parseHolder(readFileSync(lockPath, 'utf8'));
-    return holder ? { kind: 'held', holder } : { kind: 'unreadable', ageMs: Date.now() - lastWritten(lockPath) };
-  } catch (err) {
-    if (errnoCode(err) === 'ENOENT') {
-      // A dangling symlink reads as absent yet blocks every create: say so instead of spinning.
-      if (lstatSync(lockPath, { throwIfNoEntry: false })?.isSymbolicLink() === true) {
-        throw new InterlinkError('storage', `${lockPath} is a symbolic link, not a lock file; remove it`);
-      }
-      return { kind: 'absent' };
-    }
-    if (errnoCode(err) === 'EISDIR') throw new InterlinkError('storage', `${lockPath} is a directory, not a lock file; nothing can use ${lockPath.replace(/\.lock$/, '')} until it is removed`);
-    throw err;
-  }
-}
 
 /**
  * Writes the holder to a private temp file and links it into place: link(2) fails if the
@@ -97,11 +60,6 @@ function writeHolderFile(lockPath: string, holder: Holder): string {
     closeSync(fd);
   }
   return temp;
-}
-
-/** The lock file's exact text for `holder`: written on create, compared on release. */
-function holderText(holder: Holder): string {
-  return JSON.stringify(holder);
 }
 
 /**
@@ -146,67 +104,6 @@ function createInPlace(lockPath: string, holder: Holder): boolean {
     closeSync(fd);
   }
   return true;
-}
-
-/**
- * Runs `remove` holding `<lock>.break`, the one directory under which a lock file is
- * ever removed; `remove` reads the lock again and unlinks it only if it is still the
- * one it means. Returns 'busy' at once if another process holds the breaker (one left
- * by a process that died while holding it is cleared once it is BREAKER_STALE_MS old).
- */
-function underBreaker(lockPath: string, remove: () => boolean): boolean | 'busy' {
-  const breaker = `${lockPath}.break`;
-  try {
-    mkdirSync(breaker, PRIVATE_DIR);
-  } catch (err) {
-    if (errnoCode(err) !== 'EEXIST') throw err;
-    try {
-      if (Date.now() - statSync(breaker).mtimeMs > BREAKER_STALE_MS) rmdirSync(breaker);
-    } catch {
-      // Gone or replaced meanwhile: the caller looks again.
-    }
-    return 'busy';
-  }
-  try {
-    return remove();
-  } finally {
-    try {
-      rmdirSync(breaker);
-    } catch {
-      // Already cleared as stale by another process.
-    }
-  }
-}
-
-/** Unlinks the lock file if `owns` says the state it is in now is the expected one. */
-function removeIf(lockPath: string, owns: (now: LockState) => boolean): boolean {
-  const now = inspect(lockPath);
-  if (now.kind === 'absent') return true;
-  if (!owns(now)) return false;
-  try {
-    unlinkSync(lockPath);
-  } catch (err) {
-    // Removed by hand meanwhile, which is what we wanted.
-    if (errnoCode(err) !== 'ENOENT') throw err;
-  }
-  return true;
-}
-
-/**
- * Removes a dead holder's lock (`deadToken`; undefined for an unreadable lock). Two
- * waiters may judge the same lock dead at once; only one removes it, and only if it is
- * still the dead holder's, never a lock taken since. False: it is another's, or another
- * process is breaking it.
- */
-function breakDeadLock(lockPath: string, deadToken: string | undefined): boolean {
-  try {
-    const outcome = underBreaker(lockPath, () =>
-      removeIf(lockPath, (now) => (now.kind === 'held' ? now.holder.token === deadToken : deadToken === undefined)),
-    );
-    return outcome === true;
-  } catch {
-    return false;
-  }
 }
 
 /** A randomised pause between looks at a contended lock, growing from 1 ms to 20 ms. */
@@ -259,25 +156,7 @@ export async function acquire(lockPath: string, timeoutMs: number): Promise<stri
   }
 }
 
-/**
- * A waiter marks a live holder's lock as wanted by setting its mtime to this instant
- * (one second after the epoch), which no lock written since has: the holder of a kept
- * lock sees it with the one stat it takes before each reuse, and lets go. A holder that
- * keeps nothing never looks; the mark changes nothing else (only an unreadable lock is
- * judged by its age, and only a readable one is marked).
- */
-const WANTED_MTIME_S = 1;
-
-/**
- * When the lock file was last written: its mtime, unless a waiter's mark replaced that
- * (a mark that landed on a lock just created in place, on a filesystem without links, in
- * the moment before its holder is written); then its ctime, which the mark set to now.
- */
-function lastWritten(lockPath: string): number {
-  const info = statSync(lockPath);
-  return info.mtimeMs <= WANTED_MTIME_S * 1000 ? info.ctimeMs : info.mtimeMs;
-}
-
+/** Marks a live holder's lock as wanted (WANTED_MTIME_S, lock-holder.ts): a holder that keeps it lets go. */
 function signalWanted(lockPath: string): void {
   try {
     utimesSync(lockPath, WANTED_MTIME_S, WANTED_MTIME_S);

@@ -1,7 +1,7 @@
 /**
  * Sidecar locks as the stores use them: `<file>.lock` held while a process
- * reads-modifies-writes `<file>` (lock-file.ts takes, breaks and releases the file;
- * DESIGN.md, "Locks").
+ * reads-modifies-writes `<file>` (lock-file.ts takes and releases the file, lock-breaker.ts
+ * breaks a dead holder's; DESIGN.md, "Locks").
  *
  * Within one process a promise queue per lock path orders the callers, so the file lock
  * is only contended between processes.

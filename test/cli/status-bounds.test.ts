@@ -13,7 +13,7 @@ import { MAX_CLAIMS } from '../../src/replay/rules.js';
 import { runCli, userEnv } from '../helpers/cli.js';
 import { freePort } from '../helpers/spawn-relay.js';
 import { newIdentity } from '../helpers/fixtures.js';
-import { signEnvelope } from '../../src/envelope/envelope.js';
+import { signEnvelope } from '../../src/envelope/sign.js';
 
 let root: string;
 let env: NodeJS.ProcessEnv;

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { outboxPath } from '../../src/config/layout.js';
-import { signEnvelope } from '../../src/envelope/envelope.js';
+import { signEnvelope } from '../../src/envelope/sign.js';
 import { loadOrCreateIdentity } from '../../src/identity/identity.js';
 import { Outbox } from '../../src/outbox/outbox.js';
 import { expectSuccess, runCli, userEnv } from '../helpers/cli.js';

@@ -7,7 +7,8 @@
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { newMsgId, verifyEnvelope } from '../../src/envelope/envelope.js';
+import { newMsgId } from '../../src/envelope/envelope.js';
+import { verifyEnvelope } from '../../src/envelope/sign.js';
 import { loadOrCreateIdentity } from '../../src/identity/identity.js';
 import { verificationCode } from '../../src/pairing/code.js';
 import { MAX_CONTROL, MAX_OUTGOING, type PairingData } from '../../src/pairing/rules.js';

@@ -21,7 +21,7 @@ import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, relative, sep } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { signEnvelope } from '../../src/envelope/envelope.js';
+import { signEnvelope } from '../../src/envelope/sign.js';
 import { InterlinkError } from '../../src/errors.js';
 import { setLogLevel } from '../../src/log.js';
 import { commitCursor, readInboxBatch } from '../../src/hosts/claude/inbox.js';

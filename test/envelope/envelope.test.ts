@@ -12,18 +12,15 @@ import {
   newMsgId,
   parseEnvelope,
   replyToSession,
-  signEnvelope,
-  signedBytes,
-  verifyEnvelope,
   type Envelope,
-  type EnvelopeFields,
   isSealed,
-  offerable,
-  openEnvelope,
   parseStoredEnvelope,
   wireOf,
   type SealedWire,
 } from '../../src/envelope/envelope.js';
+import { openEnvelope } from '../../src/envelope/open.js';
+import { offerable, signEnvelope, verifyEnvelope, type EnvelopeFields } from '../../src/envelope/sign.js';
+import { signedBytes } from '../../src/envelope/signed-bytes.js';
 import { InterlinkError, type ErrorCode } from '../../src/errors.js';
 import { decodeBase64url, encodeBase64url } from '../../src/identity/base64url.js';
 import { signBytes, signingKeyFromSeed } from '../../src/identity/ed25519.js';

@@ -5,7 +5,9 @@
  * none); a peer may knock again and answer my open request; my own key never pairs.
  */
 import { describe, expect, it } from 'vitest';
-import { openEnvelope, signEnvelope, wireOf, type EnvelopeFields, type WireEnvelope } from '../../src/envelope/envelope.js';
+import { wireOf, type WireEnvelope } from '../../src/envelope/envelope.js';
+import { openEnvelope } from '../../src/envelope/open.js';
+import { signEnvelope, type EnvelopeFields } from '../../src/envelope/sign.js';
 import { decide, type GateContext, type OutstandingRequest } from '../../src/gate/decide.js';
 import { newIdentity } from '../helpers/fixtures.js';
 

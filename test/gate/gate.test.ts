@@ -6,7 +6,10 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { isSealed, openEnvelope, signEnvelope, signedBytes, wireOf, type Envelope, type SealedWire, type WireEnvelope } from '../../src/envelope/envelope.js';
+import { isSealed, wireOf, type Envelope, type SealedWire, type WireEnvelope } from '../../src/envelope/envelope.js';
+import { openEnvelope } from '../../src/envelope/open.js';
+import { signEnvelope } from '../../src/envelope/sign.js';
+import { signedBytes } from '../../src/envelope/signed-bytes.js';
 import { MAX_FUTURE_MS, MAX_HOLD_MS, MAX_PAST_MS, decide, type Admission, type GateContext, type OutstandingRequest, type RejectCode } from '../../src/gate/decide.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
 import { generateSigningKey, signBytes, type SigningKey } from '../../src/identity/ed25519.js';

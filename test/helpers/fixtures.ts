@@ -2,7 +2,8 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { signEnvelope, type Envelope, type EnvelopeFields } from '../../src/envelope/envelope.js';
+import type { Envelope } from '../../src/envelope/envelope.js';
+import { signEnvelope, type EnvelopeFields } from '../../src/envelope/sign.js';
 import { generateSigningKey, signingKeyFromSeed } from '../../src/identity/ed25519.js';
 import { identityFromSigningKey, type Identity } from '../../src/identity/identity.js';
 

@@ -7,7 +7,9 @@ import { describe, expect, it } from 'vitest';
 import type { Envelope, Status } from '../../src/envelope/envelope.js';
 import type { Op, StoredRecord } from '../../src/mailbox/format.js';
 import { RETENTION_MS, isProgress, isTerminal, supersessionKey, type Limits } from '../../src/mailbox/rules.js';
-import { MailboxState, isAcknowledged, isUnread, type AckCounts, type NoticeChange, type StoreOutcome } from '../../src/mailbox/state.js';
+import type { NoticeChange } from '../../src/mailbox/notice-reservation.js';
+import { isAcknowledged, isUnread } from '../../src/mailbox/record-state.js';
+import { MailboxState, type AckCounts, type StoreOutcome } from '../../src/mailbox/state.js';
 import { message, newIdentity } from '../helpers/fixtures.js';
 
 const receiver = newIdentity(1);

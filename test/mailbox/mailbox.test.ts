@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { isInterlinkError } from '../../src/errors.js';
 import { journalPathOf } from '../../src/store/journal.js';
 import { Mailbox } from '../../src/mailbox/mailbox.js';
-import { currentState } from '../../src/mailbox/state.js';
+import { currentState } from '../../src/mailbox/record-state.js';
 import { message, newIdentity, tempDir } from '../helpers/fixtures.js';
 
 const alice = newIdentity(11);

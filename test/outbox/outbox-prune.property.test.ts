@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { signEnvelope } from '../../src/envelope/envelope.js';
+import { signEnvelope } from '../../src/envelope/sign.js';
 import { OUTBOX_RETENTION_MS, outboxFormat, type OutboxState } from '../../src/outbox/outbox.js';
 import { newIdentity } from '../helpers/fixtures.js';
 

@@ -1,7 +1,9 @@
 /** The pairing control outbox (src/pairing/control.ts) on a real pairing store, against fake relay clients. */
 import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { openEnvelope, parseEnvelope, verifyEnvelope, type SealedWire } from '../../src/envelope/envelope.js';
+import { parseEnvelope, type SealedWire } from '../../src/envelope/envelope.js';
+import { openEnvelope } from '../../src/envelope/open.js';
+import { verifyEnvelope } from '../../src/envelope/sign.js';
 import { ControlOutbox } from '../../src/pairing/control.js';
 import type { ControlJob } from '../../src/pairing/rules.js';
 import { pairingPath } from '../../src/config/layout.js';

@@ -6,7 +6,8 @@
  * everything sent to it before it started: the tests wait on that, never on time.
  */
 import { describe, expect, it } from 'vitest';
-import { newMsgId, signEnvelope } from '../../src/envelope/envelope.js';
+import { newMsgId } from '../../src/envelope/envelope.js';
+import { signEnvelope } from '../../src/envelope/sign.js';
 import { verificationCode } from '../../src/pairing/code.js';
 import { eventually, startPeer, type Peer } from '../helpers/mcp.js';
 import { Hand, logged, person, readPairing, requestPair, snapshot, type Listed, type Requested, pairingWorkspace } from '../helpers/pairing.js';

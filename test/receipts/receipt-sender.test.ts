@@ -11,7 +11,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { join } from 'node:path';
-import { isSealed, openEnvelope, wireOf, type SealedWire } from '../../src/envelope/envelope.js';
+import { isSealed, wireOf, type SealedWire } from '../../src/envelope/envelope.js';
+import { openEnvelope } from '../../src/envelope/open.js';
 import { owedReceipts, oweReceipt } from '../../src/agent/rejected.js';
 import type { Identity } from '../../src/identity/identity.js';
 import { PeerTable } from '../../src/peers/peers.js';

@@ -6,7 +6,7 @@
 import fc from 'fast-check';
 import { z } from 'zod';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { signEnvelope } from '../../src/envelope/envelope.js';
+import { signEnvelope } from '../../src/envelope/sign.js';
 import { InterlinkError } from '../../src/errors.js';
 import { Outbox, remoteState, shownState } from '../../src/outbox/outbox.js';
 import { MAX_RECEIPT_ENTRIES, parseReceiptText, receiptEntrySchema, receiptText, type ReceiptEntry } from '../../src/receipts/receipts.js';
