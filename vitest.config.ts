@@ -63,6 +63,10 @@ export default defineConfig({
     // Log lines written inside a test process are shown only for a test that fails (test/helpers/quiet-logs.ts).
     setupFiles: ['test/helpers/quiet-logs.ts'],
     pool: 'forks',
+    // Most files wait on child processes, sockets and timers, not on the CPU: three at a
+    // time on two cores (vitest's default here is one) take the suite from about 20 to
+    // about 10 minutes. Tests wait on conditions with deadlines, never on fixed sleeps.
+    maxWorkers: 3,
     projects: withPostgres ? [main, relayPostgres] : [main],
   },
 });
