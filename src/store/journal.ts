@@ -23,7 +23,7 @@
  * before checksums (no `line_check` in the header) are still read, and the next writer
  * compacts them into the checked form.
  */
-import { closeSync, constants, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, statSync } from 'node:fs';
+import { closeSync, constants, fstatSync, ftruncateSync, openSync, readSync, statSync } from 'node:fs';
 import { open, stat, type FileHandle } from 'node:fs/promises';
 import { z } from 'zod';
 import { errnoCode, InterlinkError } from '../errors.js';
@@ -303,7 +303,7 @@ export async function appendLines(fd: number, cursor: Cursor, lines: string, cra
 export function cutBack(fd: number, offset: number): boolean {
   try {
     if (fstatSync(fd).size > offset) ftruncateSync(fd, offset);
-    fdatasyncSync(fd);
+    syncs.dataNow(fd);
     return true;
   } catch {
     return false;

@@ -1,6 +1,7 @@
 /**
  * The syncs DESIGN.md promises, watched as they happen ("Durable files", "The mailbox on
- * disk"): a commit is answered only after the journal holding its line was fdatasynced;
+ * disk"): a commit is answered only after the journal holding its line was fdatasynced,
+ * and a failed one reported only after the journal, cut back, was fdatasynced without it;
  * an atomic write only after its temp file, whole and not yet in place, was fsynced, and
  * after the directory was fsynced with the file in place. No crash a test can cause
  * loses a write that was never synced (SIGKILL keeps the page cache), so these are the
@@ -27,6 +28,7 @@ beforeEach(async () => {
 });
 afterEach(async () => {
   vi.restoreAllMocks();
+  vi.unstubAllEnvs();
   await dir.remove();
 });
 
@@ -42,18 +44,30 @@ function inode(path: string): number | undefined {
  * Records, in order, every sync and what it covered, as `events`; the test adds its own
  * events (`answered`) to the same list, so the list is the order things happened in.
  * `describe` says what a sync of the file or directory with stat `info` covers, now.
+ * `watched` is the `syncs` the code under test calls (another instance after resetModules).
  */
-function watchSyncs(describe: (info: { ino: number; size: number; directory: boolean }) => string): string[] {
+function watchSyncs(describe: (info: { ino: number; size: number; directory: boolean }) => string, watched: typeof syncs = syncs): string[] {
   const events: string[] = [];
-  const { data, handle } = syncs;
-  const watched = async (fd: number, sync: () => Promise<void>): Promise<void> => {
+  const { data, dataNow, handle } = watched;
+  const seen = (fd: number): void => {
     const info = fstatSync(fd);
     events.push(describe({ ino: info.ino, size: info.size, directory: info.isDirectory() }));
-    await sync();
-    events.push('returned');
   };
-  vi.spyOn(syncs, 'data').mockImplementation((fd) => watched(fd, () => data(fd)));
-  vi.spyOn(syncs, 'handle').mockImplementation((h) => watched(h.fd, () => handle(h)));
+  vi.spyOn(watched, 'data').mockImplementation(async (fd) => {
+    seen(fd);
+    await data(fd);
+    events.push('returned');
+  });
+  vi.spyOn(watched, 'dataNow').mockImplementation((fd) => {
+    seen(fd);
+    dataNow(fd);
+    events.push('returned');
+  });
+  vi.spyOn(watched, 'handle').mockImplementation(async (h) => {
+    seen(h.fd);
+    await handle(h);
+    events.push('returned');
+  });
   return events;
 }
 
@@ -107,13 +121,13 @@ describe("a journaled store's commit", () => {
   const receiver = newIdentity(82);
 
   /** Watches the syncs of the mailbox at `path`: which of `messages` the file synced holds. */
-  function watchJournal(path: string, messages: readonly Envelope[]): string[] {
+  function watchJournal(path: string, messages: readonly Envelope[], watched: typeof syncs = syncs): string[] {
     const journal = journalPathOf(path);
     return watchSyncs(({ ino, directory }) => {
       if (directory || ino !== inode(journal)) return `fsync of something else than ${basename(journal)}`;
       const text = readFileSync(journal, 'utf8');
       return `fdatasync ${basename(journal)} holding ${messages.filter((m) => text.includes(m.msg_id)).map((m) => m.text).join(', ')}`;
-    });
+    }, watched);
   }
 
   it('fdatasyncs the journal holding the op before it is answered', async () => {
@@ -156,5 +170,23 @@ describe("a journaled store's commit", () => {
       expect(returned, `a journal sync returned before ${m.text} was answered: ${events.join(' | ')}`).toBeGreaterThan(0);
       expect(events[returned - 1]?.split(' holding ')[1]?.split(', ')).toContain(m.text);
     }
+  });
+
+  it('cuts a failed append back and fdatasyncs the journal without its line before the failure is reported', async () => {
+    // The second commit's sync fails (src/store/fault-point.ts, read at module load).
+    vi.stubEnv('INTERLINK_FAULT_AT', 'mailbox.append.sync@2*1');
+    vi.resetModules();
+    const fresh = { Mailbox: (await import('../../src/mailbox/mailbox.js')).Mailbox, syncs: (await import('../../src/store/sync.js')).syncs };
+    const path = join(dir.path, 'mailbox', receiver.key, 's1.json');
+    const mailbox = await fresh.Mailbox.open(path);
+    const kept = message(sender, receiver, { text: 'kept' });
+    const lost = message(sender, receiver, { text: 'lost' });
+    const events = watchJournal(path, [kept, lost], fresh.syncs);
+    expect((await mailbox.store(kept)).outcome).toBe('stored');
+    events.push('answered kept');
+    await expect(mailbox.store(lost)).rejects.toMatchObject({ code: 'storage' });
+    events.push('failed lost');
+    await mailbox.close();
+    expect(events).toEqual(['fdatasync s1.journal holding kept', 'returned', 'answered kept', 'fdatasync s1.journal holding kept', 'returned', 'failed lost']);
   });
 });
