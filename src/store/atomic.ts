@@ -11,6 +11,7 @@ import { basename, dirname, join } from 'node:path';
 import { errnoCode } from '../errors.js';
 import { faultPoint } from './fault-point.js';
 import { makePrivateDir, PRIVATE_FILE } from './private.js';
+import { syncs } from './sync.js';
 
 export interface WriteOptions {
   mode?: number;
@@ -23,7 +24,7 @@ function tempPathFor(path: string): string {
 export async function fsyncDirectory(dir: string): Promise<void> {
   const handle = await open(dir, 'r');
   try {
-    await handle.sync();
+    await syncs.handle(handle);
   } catch (err) {
     // Some filesystems cannot fsync a directory; the rename is still atomic there.
     if (errnoCode(err) !== 'EINVAL' && errnoCode(err) !== 'EISDIR') throw err;
@@ -42,7 +43,7 @@ async function writeSyncedTemp(path: string, data: string | Uint8Array, options:
     faultPoint('atomic.write', 'write');
     await handle.writeFile(data);
     faultPoint('atomic.sync', 'fsync');
-    await handle.sync();
+    await syncs.handle(handle);
   } catch (err) {
     await handle.close();
     await unlink(temp).catch(() => undefined);

@@ -23,7 +23,7 @@
  * before checksums (no `line_check` in the header) are still read, and the next writer
  * compacts them into the checked form.
  */
-import fs, { closeSync, constants, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, statSync } from 'node:fs';
+import { closeSync, constants, fstatSync, ftruncateSync, openSync, readSync, statSync } from 'node:fs';
 import { open, stat, type FileHandle } from 'node:fs/promises';
 import { z } from 'zod';
 import { errnoCode, InterlinkError } from '../errors.js';
@@ -31,6 +31,7 @@ import { describeSchemaError, parseJsonWith } from '../json.js';
 import { writeFileAtomic, writeFully } from './atomic.js';
 import { crashPoint } from './crash-point.js';
 import { faultPoint } from './fault-point.js';
+import { syncs } from './sync.js';
 import { NO_FOLLOW, readPrivateFile } from './private.js';
 import { moveAside, type Recovery } from './json-store.js';
 import { headerLine, headerSchema, journalFormatName, journalHeaderSchema, LINE_CHECK, NEWLINE, parseLines, type ParsedLines } from './journal-lines.js';
@@ -270,10 +271,6 @@ export function readTail<Op>(path: string, cursor: Cursor, opSchema: z.ZodType<O
   }
 }
 
-function datasync(fd: number): Promise<void> {
-  return new Promise((resolve, reject) => fs.fdatasync(fd, (err) => (err ? reject(err) : resolve())));
-}
-
 /** Opens the journal for appending; the caller holds the lock, so it is the cursor's file. */
 export function openJournal(path: string): { fd: number; ino: number } {
   const fd = openSync(journalPathOf(path), constants.O_RDWR | NO_FOLLOW);
@@ -293,7 +290,7 @@ export async function appendLines(fd: number, cursor: Cursor, lines: string, cra
   if (fstatSync(fd).size > end) ftruncateSync(fd, end);
   crashPoint(`${crashLabel}.append.before_sync`);
   faultPoint(`${crashLabel}.append.sync`, 'fdatasync');
-  await datasync(fd);
+  await syncs.data(fd);
   return { ...cursor, offset: end };
 }
 
@@ -306,7 +303,7 @@ export async function appendLines(fd: number, cursor: Cursor, lines: string, cra
 export function cutBack(fd: number, offset: number): boolean {
   try {
     if (fstatSync(fd).size > offset) ftruncateSync(fd, offset);
-    fdatasyncSync(fd);
+    syncs.dataNow(fd);
     return true;
   } catch {
     return false;

@@ -2,8 +2,9 @@
  * Signed receipts (issue 15): the receiver reports `receiver_stored` and
  * `receiver_acknowledged` to the sender's session, which shows them as reported by the
  * receiver, apart from its own states; a receipt never wakes a host and is never itself
- * receipted; a receipt signed by a stranger is refused, and one from a peer about a
- * message that peer was never sent changes nothing. Real serve processes, the SDK client,
+ * receipted; a receipt signed by a stranger is refused, one in a peer's name whose
+ * signature does not verify is refused without touching the outbox, and one from a peer
+ * about a message that peer was never sent changes nothing. Real serve processes, the SDK client,
  * and a lying relay (test/helpers/lying-relay.ts) for the forgeries.
  */
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -132,5 +133,45 @@ describe('signed receipts', () => {
       .map((line) => (JSON.parse(line) as { code: string; from: string }).code);
     expect(refusals).toEqual(['not_allowlisted']);
     expect(await notices(alice, 'a1')).toEqual([]);
+  });
+
+  it("refuses a receipt in a peer's name whose signature does not verify, leaving the outbox as it was; the peer's genuine receipt still counts", async () => {
+    const alice = await pool.start('alice', 'a1', relay.url);
+    const bob = await pool.start('bob', 'b1', relay.url);
+    const { aKey, bKey } = await pair(alice, bob);
+    await relay.reader(`${aKey}#a1`);
+    // Bob is offline from here on: every receipt alice gets is the test's.
+    await pool.stop(bob);
+
+    const sent = await alice.call<{ msg_id: string }>('send_message', { to: 'bob', session: 'b1', text: 'for bob only' });
+    await stateIs(alice, sent.msg_id, 'bus_accepted');
+    const bobId = await loadIdentity(join(bob.config, 'id.key'));
+    const receipt = (from: { signingKey: Parameters<typeof signEnvelope>[0] }) =>
+      wireOf(signEnvelope(from.signingKey, { to: aKey, to_session: 'a1', kind: 'receipt', text: receiptText([{ msg_id: sent.msg_id, state: 'receiver_acknowledged', at: Date.now() }]) })) as unknown as Record<string, unknown>;
+    const genuine = receipt(bobId);
+    const forgeries = [
+      // Unsigned: a signature of zeros.
+      { ...genuine, sig: Buffer.alloc(64).toString('base64url') },
+      // Bob's signature, but over another receipt's bytes.
+      { ...genuine, sig: receipt(bobId).sig },
+      // Signed by a stranger, in bob's name.
+      { ...receipt(newIdentity()), from: bKey },
+    ];
+    for (const forgery of forgeries) await relay.deliver(`${aKey}#a1`, forgery);
+
+    const now = await status(alice, sent.msg_id);
+    expect(now.state).toBe('bus_accepted');
+    expect(now.history.some((h) => h.reported_by !== undefined)).toBe(false);
+    const refusals = alice
+      .stderr()
+      .split('\n')
+      .filter((line) => line.includes('"inbound_rejected"'))
+      .map((line) => JSON.parse(line) as { code: string; from: string });
+    expect(refusals).toEqual(forgeries.map(() => expect.objectContaining({ code: 'bad_signature', from: bKey })));
+
+    // The genuine receipt, under the msg_id the first two forgeries carried, is applied.
+    await relay.deliver(`${aKey}#a1`, genuine);
+    const acked = await stateIs(alice, sent.msg_id, 'receiver_acknowledged');
+    expect(acked.history.filter((h) => h.reported_by === 'receiver').map((h) => h.state)).toEqual(['receiver_acknowledged']);
   });
 });
