@@ -14,14 +14,13 @@ import { mkdtemp } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { performance, PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import { generateSigningKey } from '../../src/identity/ed25519.js';
-import { RelayClient } from '../../src/link/client.js';
 import { wireOf } from '../../src/envelope/envelope.js';
 import { REFUSAL_CODES } from '../../src/errors.js';
 import { COMMIT_BUCKETS, RelayMetrics, type RelayGauges } from '../../src/relay/relay-metrics.js';
 import { makeScratch } from './disk.js';
 import { makeEnvelopes, newCorrespondents } from './records.js';
 import { startRelayProcess } from './relay-process.js';
+import { fillRelay, mib } from './relay-fill.js';
 import { renderConsole, type Section } from './report.js';
 import { formatCount, summarize } from './stats.js';
 import { loadPromClient, PROM_CLIENT_MISSING, promRelayRegistry, type PromClient } from './prom-client-relay.js';
@@ -125,30 +124,10 @@ async function renderCost(client: PromClient, gc: () => void): Promise<Section> 
   };
 }
 
-function mib(bytes: number): string {
-  return (bytes / (1024 * 1024)).toFixed(1);
-}
-
-async function load(url: string, route: string, payloads: readonly Record<string, unknown>[], scrape: () => Promise<unknown>): Promise<void> {
-  const client = new RelayClient({ url, key: generateSigningKey(), routes: [] });
-  client.start();
-  await new Promise<void>((resolve) => client.once('connected', () => resolve()));
-  let next = 0;
-  const lane = async () => {
-    while (next < payloads.length) {
-      const payload = payloads[next++]!;
-      for (;;) {
-        const outcome = await client.send(route, payload);
-        if (outcome.accepted) break;
-        if (outcome.code !== 'rate_limited') throw new Error(`relay refused: ${outcome.code} ${outcome.message}`);
-      }
-    }
-  };
-  const scraper = async () => {
+function load(url: string, route: string, payloads: readonly Record<string, unknown>[], scrape: () => Promise<unknown>): Promise<void> {
+  return fillRelay(url, route, payloads, IN_FLIGHT, async () => {
     for (let i = 0; i < SCRAPES; i++) await scrape();
-  };
-  await Promise.all([...Array.from({ length: IN_FLIGHT }, lane), scraper()]);
-  client.close();
+  });
 }
 
 async function relayMemory(scratch: string): Promise<Section> {

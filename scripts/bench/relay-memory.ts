@@ -4,9 +4,8 @@
  */
 import { mkdtemp } from 'node:fs/promises';
 import { join } from 'node:path';
-import { generateSigningKey } from '../../src/identity/ed25519.js';
-import { RelayClient } from '../../src/link/client.js';
 import { startRelayProcess } from './relay-process.js';
+import { fillRelay, mib } from './relay-fill.js';
 import type { BenchContext, Benchmark, Section } from './report.js';
 import { wireOf } from '../../src/envelope/envelope.js';
 import { makeEnvelopes, newCorrespondents } from './records.js';
@@ -14,29 +13,6 @@ import { formatCount } from './stats.js';
 
 const QUEUED = 10_000;
 const IN_FLIGHT = 64;
-
-function mib(bytes: number): string {
-  return (bytes / (1024 * 1024)).toFixed(1);
-}
-
-async function fill(url: string, route: string, payloads: readonly Record<string, unknown>[]): Promise<void> {
-  const client = new RelayClient({ url, key: generateSigningKey(), routes: [] });
-  client.start();
-  await new Promise<void>((resolve) => client.once('connected', () => resolve()));
-  let next = 0;
-  const lane = async () => {
-    while (next < payloads.length) {
-      const payload = payloads[next++]!;
-      for (;;) {
-        const outcome = await client.send(route, payload);
-        if (outcome.accepted) break;
-        if (outcome.code !== 'rate_limited') throw new Error(`relay refused: ${outcome.code} ${outcome.message}`);
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: IN_FLIGHT }, lane));
-  client.close();
-}
 
 export function relayMemory(projectRoot: string): Benchmark {
   return {
@@ -54,7 +30,7 @@ export function relayMemory(projectRoot: string): Benchmark {
         const relay = await startRelayProcess(projectRoot, db, { flags: ['--max-per-connection', String(QUEUED)] });
         try {
           const idle = relay.rss();
-          await fill(relay.url, route, payloads);
+          await fillRelay(relay.url, route, payloads, IN_FLIGHT);
           const loaded = relay.rss();
           measured[mode] = loaded;
           rows.push([mode, mib(idle), mib(loaded), mib(loaded - idle), formatCount(Math.round((loaded - idle) / QUEUED))]);
