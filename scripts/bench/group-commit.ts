@@ -30,7 +30,7 @@ interface RoundResult {
 async function runRound(context: BenchContext, round: number, pool: readonly Envelope[]): Promise<RoundResult> {
   const dir = await mkdtemp(join(context.scratch, `group-${round}-`));
   const total = START_RECORDS + SEQUENTIAL_COMMITS + IN_FLIGHT * PER_WORKER;
-  const mailbox = await Mailbox.open(join(dir, 'inbox.json'), { limits: { maxRecords: total + 1, maxBytes: 1 << 30 } });
+  const mailbox = await Mailbox.open(join(dir, 'inbox.json'), { limits: { maxRecords: total + 1, maxBytes: 1 << 30, senderRecords: total + 1, senderBytes: 1 << 30 } });
   await prefill(mailbox, pool.slice(0, START_RECORDS));
 
   const sequential = pool.slice(START_RECORDS, START_RECORDS + SEQUENTIAL_COMMITS);

@@ -4,7 +4,7 @@
  *
  * Each size gets a fresh mailbox and a fresh database holding the same records. Then
  * COMMITS single commits are timed on each, in alternating rounds so a slow patch of the
- * disk hits both. The mailbox is opened with limits above size + COMMITS, so no commit is
+ * disk hits both. The mailbox is opened with limits (and one sender's share of them) above size + COMMITS, so no commit is
  * refused or evicts anything: every timed commit adds one record.
  */
 import { mkdtemp, stat } from 'node:fs/promises';
@@ -63,7 +63,7 @@ export async function timedStore(mailbox: Mailbox, envelope: Envelope): Promise<
 }
 
 async function warmUp(dir: string, envelopes: readonly Envelope[], sqlite: SqliteBaseline | undefined): Promise<void> {
-  const mailbox = await Mailbox.open(join(dir, 'warmup.json'), { limits: { maxRecords: envelopes.length + 1, maxBytes: 1 << 30 } });
+  const mailbox = await Mailbox.open(join(dir, 'warmup.json'), { limits: { maxRecords: envelopes.length + 1, maxBytes: 1 << 30, senderRecords: envelopes.length + 1, senderBytes: 1 << 30 } });
   const db = sqlite?.open(join(dir, 'warmup.db'));
   for (const envelope of envelopes) {
     await timedStore(mailbox, envelope);
@@ -84,7 +84,7 @@ async function timeCompaction(path: string, limits: Limits, lineBytes: number): 
 async function measureSize(context: BenchContext, size: number, pool: readonly Envelope[], sqlite: SqliteBaseline | undefined): Promise<SizeResult> {
   const dir = await mkdtemp(join(context.scratch, `mailbox-${size}-`));
   const path = join(dir, 'inbox.json');
-  const limits: Limits = { maxRecords: size + COMMITS + 1, maxBytes: 1 << 30 };
+  const limits: Limits = { maxRecords: size + COMMITS + 1, maxBytes: 1 << 30, senderRecords: size + COMMITS + 1, senderBytes: 1 << 30 };
   const mailbox = await Mailbox.open(path, { limits });
   const db = sqlite?.open(join(dir, 'records.db'));
   await prefill(mailbox, pool.slice(0, size));
