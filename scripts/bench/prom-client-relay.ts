@@ -8,6 +8,7 @@
  * `npm run bench:prometheus` installs it for the benchmark only. It is loaded at run
  * time, and when it is missing the comparison says so.
  */
+import { importOptional } from './optional-import.js';
 
 /** The part of prom-client's API used here. */
 export interface PromMetric {
@@ -43,19 +44,12 @@ function isPromClient(value: unknown): value is Omit<PromClient, 'version'> {
 
 /** prom-client when it is installed; undefined when it is not (any other failure throws). */
 export async function loadPromClient(): Promise<PromClient | undefined> {
-  // A name held in a variable, so the compiler neither resolves the module nor needs its types.
-  const name: string = 'prom-client';
-  let loaded: unknown;
-  try {
-    loaded = await import(name);
-  } catch (err) {
-    if (err instanceof Error && 'code' in err && err.code === 'ERR_MODULE_NOT_FOUND') return undefined;
-    throw err;
-  }
+  const loaded = await importOptional('prom-client');
+  if (loaded === undefined) return undefined;
   const module = typeof loaded === 'object' && loaded !== null && 'default' in loaded ? loaded.default : loaded;
   if (!isPromClient(module)) throw new Error('prom-client exports no Registry, Counter, Gauge and Histogram');
   const { createRequire } = await import('node:module');
-  const manifest: unknown = createRequire(import.meta.url)(`${name}/package.json`);
+  const manifest: unknown = createRequire(import.meta.url)('prom-client/package.json');
   const version = typeof manifest === 'object' && manifest !== null && 'version' in manifest ? String(manifest.version) : 'unknown';
   return { ...module, version };
 }

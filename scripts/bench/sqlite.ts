@@ -6,6 +6,7 @@
  * of the project: `npm run bench:sqlite-setup` installs it for the benchmark only. It is
  * loaded at run time, and when it is missing the baseline is reported as skipped.
  */
+import { importOptional } from './optional-import.js';
 import type { Envelope } from '../../src/envelope/envelope.js';
 
 export const SQLITE_SETUP = 'npm run bench:sqlite-setup';
@@ -47,15 +48,8 @@ export function loadSqlite(): Promise<SqliteBaseline | undefined> {
 }
 
 async function importSqlite(): Promise<SqliteBaseline | undefined> {
-  // A name held in a variable, so the compiler neither resolves the module nor needs its types.
-  const name: string = 'better-sqlite3';
-  let loaded: unknown;
-  try {
-    loaded = await import(name);
-  } catch (err) {
-    if (err instanceof Error && 'code' in err && err.code === 'ERR_MODULE_NOT_FOUND') return undefined;
-    throw err;
-  }
+  const loaded = await importOptional('better-sqlite3');
+  if (loaded === undefined) return undefined;
   const constructor = typeof loaded === 'object' && loaded !== null && 'default' in loaded ? loaded.default : undefined;
   if (!isDatabaseConstructor(constructor)) throw new Error('better-sqlite3 has no default export to open a database with');
   return { sqliteVersion: sqliteVersion(constructor), open: (path) => new SqliteRecords(new constructor(path)) };
