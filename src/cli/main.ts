@@ -48,6 +48,10 @@ const commands: Record<string, Command> = {
     summary: 'run the WebSocket relay (--addr HOST:PORT, --db DIR); `relay stop` stops the local one',
     log: 'info',
   },
+  console: {
+    load: async () => import('./commands/console.js').then((m) => ({ run: m.consoleCommand, help: m.consoleHelp })),
+    summary: 'a web page for this identity: sessions, conversations live, pairing, recovery',
+  },
   demo: { load: async () => import('./commands/demo.js').then((m) => ({ run: m.demo, help: m.demoHelp })), summary: 'show a signed message go through the gate into a mailbox' },
   outbox: { load: async () => import('./commands/outbox.js').then((m) => ({ run: m.outbox, help: m.outboxHelp })), summary: 'drop a message no relay has accepted yet (outbox drop <msg_id>)' },
   'failed-deliveries': {

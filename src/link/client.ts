@@ -146,6 +146,11 @@ export class RelayClient extends EventEmitter {
     return this.connection.unreachable;
   }
 
+  /** When the present outage began (epoch ms), while connection attempts fail. */
+  get unreachableSince(): number | undefined {
+    return this.connection.unreachableSince;
+  }
+
   /** Whether close() was called: it will not connect again. */
   get stopped(): boolean {
     return this.connection.stopped;

@@ -104,6 +104,11 @@ export class RelayConnection {
     return this.outage.error;
   }
 
+  /** When the present outage began (epoch ms), while connection attempts fail. */
+  get unreachableSince(): number | undefined {
+    return this.outage.since;
+  }
+
   /**
    * Why nothing is read here now, for a person: the failed connection attempt while one
    * does (the present fact), else the refused key. Undefined while all is well.

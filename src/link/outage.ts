@@ -21,6 +21,11 @@ export class Outage {
     return this.current?.error;
   }
 
+  /** When the outage began (epoch ms), while there is one. */
+  get since(): number | undefined {
+    return this.current?.since;
+  }
+
   /** A failed connection attempt; true when it starts an outage (logged), false for the retries that follow. */
   failed(error: string): boolean {
     if (this.current !== undefined) return false;
