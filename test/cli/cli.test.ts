@@ -421,6 +421,17 @@ describe('exit codes', () => {
     }
   });
 
+  it('with --json, an unknown command is also {"error": {code: "usage", message}} on stdout (exit 64)', async () => {
+    for (const args of [['frobnicate', '--json'], ['--json']]) {
+      const run = await cli(args);
+      const line = expectOneLine(run, 64, args.join(' '));
+      const printed = z.object({ error: z.object({ code: z.literal('usage'), message: z.string() }).strict() }).strict().parse(JSON.parse(run.stdout));
+      expect(printed.error.message).toBe(`unknown command ${JSON.stringify(args[0])} (see interlink-mcp --help)`);
+      expect(line).toBe(`interlink-mcp: ${printed.error.message}\n`);
+    }
+    await expect(readdir(root)).resolves.toEqual([]);
+  });
+
   it('errors name commands, not MCP tools', async () => {
     expectSuccess(await cli(['keygen']));
     const run = await cli(['inbox', '--peer', 'nobody']);
