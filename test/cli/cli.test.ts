@@ -359,6 +359,29 @@ describe('inbox', () => {
   });
 });
 
+describe('inbox --session', () => {
+  it('names a session this identity never had (exit 1, unknown_session), and lists nothing for one it had', async () => {
+    expectSuccess(await cli(['keygen']));
+    const me = await loadIdentity(keyFile);
+    // Session "asker" has sent a message and received none.
+    const outbox = await Outbox.open(join(stateDir, 'outbox', me.key, 'asker.json'));
+    await outbox.add(message(me, newIdentity(12), { text: 'a question' }), `${newIdentity(12).key}#b1`);
+    await outbox.close();
+
+    for (const view of [[], ['--unread'], ['--sent'], ['--rejected']]) {
+      const args = ['inbox', '--session', 'nosuch', ...view];
+      const run = await cli(args);
+      expect(expectOneLineFailure(run)).toBe('interlink-mcp inbox: this identity has had no session "nosuch" on this machine (`interlink-mcp status --all` lists its sessions)\n');
+      const json = await cli([...args, '--json']);
+      expect(json.code, args.join(' ')).toBe(1);
+      expect(JSON.parse(json.stdout)).toEqual({ error: { code: 'unknown_session', message: expect.stringContaining('"nosuch"') } });
+    }
+    expect(expectSuccess(await cli(['inbox', '--session', 'asker']))).toBe('no messages\n');
+    expect(JSON.parse(expectSuccess(await cli(['inbox', '--session', 'asker', '--json'])))).toEqual({ messages: [] });
+    expect(expectSuccess(await cli(['inbox', '--session', 'asker', '--sent']))).toContain('a question');
+  });
+});
+
 describe('exit codes', () => {
   // Every command's usage errors: exit 64, one line on stderr naming the command, nothing
   // on stdout, nothing created. With --json the same error is also a JSON document on stdout.
