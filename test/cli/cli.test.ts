@@ -559,6 +559,22 @@ describe('relay', () => {
   });
 });
 
+describe('the zero-config relay started by pair', () => {
+  it('`pair list` with no INTERLINK_URL starts it in the background, where it outlives the command until `relay stop`', async () => {
+    const port = await freePort();
+    const local = { INTERLINK_URL: '', INTERLINK_LOCAL_RELAY: `127.0.0.1:${port}` };
+    const url = `ws://127.0.0.1:${port}`;
+    expect(await relayAnswers(url, 500)).toBe(false);
+    expect(expectSuccess(await cli(['pair', 'list'], local))).toContain('No incoming pairing requests.');
+    // pair list has exited; the relay it started has not.
+    const shown = z.object({ local_relay: z.object({ running: z.boolean(), pid: z.number() }).loose() }).loose().parse(JSON.parse(expectSuccess(await cli(['status', '--json'], local))));
+    expect(shown.local_relay.running).toBe(true);
+    expect(await relayAnswers(url, 500)).toBe(true);
+    expect(expectSuccess(await cli(['relay', 'stop'], local))).toContain(`stopped the relay on ${url} (pid ${shown.local_relay.pid})`);
+    expect(await relayAnswers(url, 500)).toBe(false);
+  });
+});
+
 describe('relay --max-age', () => {
   it('refuses a duration shorter than receivers accept mail, or not a duration, in one line (exit 64)', async () => {
     for (const [value, says] of [['1d', 'shorter than receivers accept messages'], ['7d', 'shorter than receivers accept messages'], ['a week', 'is not a duration']] as const) {

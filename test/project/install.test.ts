@@ -17,7 +17,7 @@ import { delimiter, dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { installFromClone, REPO, type Installed } from '../helpers/install.js';
+import { installFromClone, README_INSTALL, REPO, type Installed } from '../helpers/install.js';
 import { eventually, pair, startPeer, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
 import { startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
@@ -134,6 +134,10 @@ describe.skipIf(process.platform === 'win32')('install from a clone, without a r
     expect((await readdir(installed.bin)).sort()).toEqual(['interlink-mcp', 'interlinked']);
     // npm's cache keeps every package it fetches under _cacache; it never got one.
     expect(existsSync(join(installed.cache, '_cacache'))).toBe(false);
+    // The README's command, and npm had nothing to warn about (npm 11.16 and later list
+    // install scripts that no allowScripts entry covers; this one runs none).
+    expect(await readFile(join(REPO, 'README.md'), 'utf8')).toContain(`\`\`\`sh\n${README_INSTALL}\n\`\`\``);
+    expect(installed.npmOutput).not.toMatch(/allowScripts|install-scripts|allow-scripts/);
     const { stdout } = await run('interlink-mcp', ['--help'], { env: { PATH: path, HOME: root } });
     expect(stdout).toMatch(/^usage: interlink-mcp/);
   });
