@@ -31,6 +31,7 @@ export const CODE_MEANINGS = {
   // sending and reading
   no_route: 'no session of the recipient to send to could be chosen',
   invalid_session: 'no session can be called that',
+  unknown_session: 'this identity has never had a session of that id on this machine',
   not_pending: 'the message is no longer pending, so it cannot be dropped',
   idempotency_conflict: 'the idempotency key was used for a different message',
   unknown_message: 'no message with that id in this session',
@@ -84,7 +85,7 @@ export const ERROR_CODES = [
   'key_exists', 'key_missing', 'key_unreadable', 'bad_key', 'bad_name', 'peer_conflict', 'unknown_peer', 'own_key', 'bad_config',
   'bad_envelope', 'too_large', 'empty_text', 'bad_signature', 'bad_seal',
   'busy', 'corrupt', 'storage', 'storage_uncertain',
-  'no_route', 'invalid_session', 'not_pending', 'idempotency_conflict', 'unknown_message', 'relay_unreachable', 'relay_untrusted',
+  'no_route', 'invalid_session', 'unknown_session', 'not_pending', 'idempotency_conflict', 'unknown_message', 'relay_unreachable', 'relay_untrusted',
   'ambiguous_target', 'unknown_target', 'already_peer', 'pairing_full', 'unknown_request', 'confirmation_pending',
   'not_bound', 'thread_mismatch', 'wrong_mode', 'unknown_failure',
   'usage',

@@ -97,12 +97,13 @@ function wantsJson(argv: readonly string[]): boolean {
 
 /**
  * A failure: one line on stderr, and with --json also `{"error": {"code", "message"}}` on
- * stdout, so a JSON consumer reading stdout always gets a JSON document.
+ * stdout, so a JSON consumer reading stdout always gets a JSON document. `name` is the
+ * command the line names; undefined before there is one (an unknown command).
  */
-function fail(name: string, code: ErrorCode | ToolCode, message: string, json: boolean): void {
+function fail(name: string | undefined, code: ErrorCode | ToolCode, message: string, json: boolean): void {
   // One JSON document on stdout: an error, unless the command printed its result first.
   if (json && !resultPrinted()) process.stdout.write(JSON.stringify({ error: { code, message } }, null, 2) + '\n');
-  process.stderr.write(`interlink-mcp ${name}: ${message}\n`);
+  process.stderr.write(`${name === undefined ? 'interlink-mcp' : `interlink-mcp ${name}`}: ${message}\n`);
 }
 
 async function main(argv: readonly string[]): Promise<number> {
@@ -121,7 +122,7 @@ async function main(argv: readonly string[]): Promise<number> {
   }
   const command = commands[name];
   if (command === undefined) {
-    process.stderr.write(`interlink-mcp: unknown command ${JSON.stringify(name)} (see interlink-mcp --help)\n`);
+    fail(undefined, 'usage', `unknown command ${JSON.stringify(name)} (see interlink-mcp --help)`, wantsJson(argv));
     return EXIT_USAGE;
   }
   const loaded = await command.load();

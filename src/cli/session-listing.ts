@@ -7,7 +7,7 @@
  * sessions of a store folder the same way (`sessionsIn`).
  */
 import { readdir, stat } from 'node:fs/promises';
-import { sessionOfFile, sessionPath, type SessionStore } from '../config/layout.js';
+import { identityDir, SESSION_STORES, sessionOfFile, sessionPath, type SessionStore } from '../config/layout.js';
 import { errnoCode } from '../errors.js';
 import { journalPathOf } from '../store/journal.js';
 import { peekSessions, processDead } from '../succession/registry.js';
@@ -19,6 +19,16 @@ export const QUIET_AFTER_MS = 3 * 24 * 60 * 60 * 1000;
 export async function sessionsIn(dir: string): Promise<string[]> {
   const names = await readdir(dir).catch(() => [] as string[]);
   return [...new Set(names.flatMap((n) => sessionOfFile(n) ?? []))];
+}
+
+/**
+ * Whether this identity has had `session` on this machine: a file of it in one of the
+ * per-session stores, or an entry in the session registry (a session that ran and holds
+ * nothing yet). A mistyped id has neither, and a view says so instead of showing nothing.
+ */
+export async function sessionKnown(state: string, identity: string, session: string): Promise<boolean> {
+  for (const store of SESSION_STORES) if ((await sessionsIn(identityDir(state, store, identity))).includes(session)) return true;
+  return Object.hasOwn(await peekSessions(state, identity), session);
 }
 
 /** The folders under the state root that hold per-session files of an identity. */

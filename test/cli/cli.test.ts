@@ -359,6 +359,29 @@ describe('inbox', () => {
   });
 });
 
+describe('inbox --session', () => {
+  it('names a session this identity never had (exit 1, unknown_session), and lists nothing for one it had', async () => {
+    expectSuccess(await cli(['keygen']));
+    const me = await loadIdentity(keyFile);
+    // Session "asker" has sent a message and received none.
+    const outbox = await Outbox.open(join(stateDir, 'outbox', me.key, 'asker.json'));
+    await outbox.add(message(me, newIdentity(12), { text: 'a question' }), `${newIdentity(12).key}#b1`);
+    await outbox.close();
+
+    for (const view of [[], ['--unread'], ['--sent'], ['--rejected']]) {
+      const args = ['inbox', '--session', 'nosuch', ...view];
+      const run = await cli(args);
+      expect(expectOneLineFailure(run)).toBe('interlink-mcp inbox: this identity has had no session "nosuch" on this machine (`interlink-mcp status --all` lists its sessions)\n');
+      const json = await cli([...args, '--json']);
+      expect(json.code, args.join(' ')).toBe(1);
+      expect(JSON.parse(json.stdout)).toEqual({ error: { code: 'unknown_session', message: expect.stringContaining('"nosuch"') } });
+    }
+    expect(expectSuccess(await cli(['inbox', '--session', 'asker']))).toBe('no messages\n');
+    expect(JSON.parse(expectSuccess(await cli(['inbox', '--session', 'asker', '--json'])))).toEqual({ messages: [] });
+    expect(expectSuccess(await cli(['inbox', '--session', 'asker', '--sent']))).toContain('a question');
+  });
+});
+
 describe('exit codes', () => {
   // Every command's usage errors: exit 64, one line on stderr naming the command, nothing
   // on stdout, nothing created. With --json the same error is also a JSON document on stdout.
@@ -419,6 +442,17 @@ describe('exit codes', () => {
       expect(printed.error.code, args.join(' ')).toBe(errorCode);
       expect(line).toBe(`interlink-mcp ${args[0]}: ${printed.error.message}\n`);
     }
+  });
+
+  it('with --json, an unknown command is also {"error": {code: "usage", message}} on stdout (exit 64)', async () => {
+    for (const args of [['frobnicate', '--json'], ['--json']]) {
+      const run = await cli(args);
+      const line = expectOneLine(run, 64, args.join(' '));
+      const printed = z.object({ error: z.object({ code: z.literal('usage'), message: z.string() }).strict() }).strict().parse(JSON.parse(run.stdout));
+      expect(printed.error.message).toBe(`unknown command ${JSON.stringify(args[0])} (see interlink-mcp --help)`);
+      expect(line).toBe(`interlink-mcp: ${printed.error.message}\n`);
+    }
+    await expect(readdir(root)).resolves.toEqual([]);
   });
 
   it('errors name commands, not MCP tools', async () => {
@@ -522,6 +556,22 @@ describe('relay', () => {
         }
       }
     }
+  });
+});
+
+describe('the zero-config relay started by pair', () => {
+  it('`pair list` with no INTERLINK_URL starts it in the background, where it outlives the command until `relay stop`', async () => {
+    const port = await freePort();
+    const local = { INTERLINK_URL: '', INTERLINK_LOCAL_RELAY: `127.0.0.1:${port}` };
+    const url = `ws://127.0.0.1:${port}`;
+    expect(await relayAnswers(url, 500)).toBe(false);
+    expect(expectSuccess(await cli(['pair', 'list'], local))).toContain('No incoming pairing requests.');
+    // pair list has exited; the relay it started has not.
+    const shown = z.object({ local_relay: z.object({ running: z.boolean(), pid: z.number() }).loose() }).loose().parse(JSON.parse(expectSuccess(await cli(['status', '--json'], local))));
+    expect(shown.local_relay.running).toBe(true);
+    expect(await relayAnswers(url, 500)).toBe(true);
+    expect(expectSuccess(await cli(['relay', 'stop'], local))).toContain(`stopped the relay on ${url} (pid ${shown.local_relay.pid})`);
+    expect(await relayAnswers(url, 500)).toBe(false);
   });
 });
 

@@ -1,4 +1,4 @@
-/** `interlinked` starts `claude` with the channel on and passes everything else through. */
+/** `interlinked` starts `claude` with the channel on and passes everything else through; `--help` is its own. */
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,6 +24,24 @@ describe('interlinked', () => {
     const exit = await child.exited;
     expect(child.lines).toEqual(['args:--dangerously-load-development-channels plugin:interlink@interlink --resume abc -p hi there', 'channels:1']);
     expect(exit.code).toBe(7);
+  });
+
+  it('prints its own help for --help or -h and exits 0, without starting claude; after -- they are claude\'s', async () => {
+    const fake = join(dir, 'claude');
+    await writeFile(fake, '#!/bin/sh\necho "args:$*"\n');
+    await chmod(fake, 0o755);
+    const env = { PATH: `${dir}:${process.env.PATH ?? ''}` };
+    for (const args of [['--help'], ['-h'], ['--resume', 'abc', '--help']]) {
+      const child = spawnNode(INTERLINKED, args, env);
+      expect((await child.exited).code, args.join(' ')).toBe(0);
+      expect(child.lines[0], args.join(' ')).toBe('usage: interlinked [claude arguments…]');
+      expect(child.lines.join('\n')).toContain('claude --help');
+      expect(child.lines.some((line) => line.startsWith('args:')), args.join(' ')).toBe(false);
+      expect(child.stderr()).toBe('');
+    }
+    const passed = spawnNode(INTERLINKED, ['--', '-h'], env);
+    expect((await passed.exited).code).toBe(0);
+    expect(passed.lines).toEqual(['args:--dangerously-load-development-channels plugin:interlink@interlink -- -h']);
   });
 
   it('says clearly when claude is not installed', async () => {

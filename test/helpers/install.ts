@@ -22,13 +22,18 @@ export interface Installed {
   registry: string;
   /** npm's cache for the install; it stays without content when nothing was fetched. */
   cache: string;
+  npmOutput: string;
 }
 
+/** The README's install command (README.md, Install), which `installFromClone` runs the second half of. */
+export const README_INSTALL = 'npm ci && npm install -g --ignore-scripts .';
+
 /**
- * Installs this clone into `prefix` as `npm install -g .` does: a link to the clone, whose
- * node_modules (from `npm ci`) hold the runtime dependencies. `--ignore-scripts` skips
- * `prepare`, which would rebuild dist/ while other test files run from it; `npm test` has
- * just built it, and the README's command runs `prepare` itself.
+ * Installs this clone into `prefix` as `npm install -g --ignore-scripts .` does: a link to
+ * the clone, whose node_modules (from `npm ci`) hold the runtime dependencies.
+ * `--ignore-scripts` skips `prepare`, the build `npm ci` ran (here `npm test` did), which
+ * would also rebuild dist/ while other test files run from it. `npmOutput` is what npm
+ * printed on stderr: its warnings.
  */
 export async function installFromClone(prefix: string): Promise<Installed> {
   const cache = join(prefix, '.npm-cache');
@@ -36,10 +41,10 @@ export async function installFromClone(prefix: string): Promise<Installed> {
   const registry = `http://127.0.0.1:${await freePort()}/`;
   const flags = ['--global', '--prefix', prefix, '--ignore-scripts', '--no-audit', '--no-fund', '--no-update-notifier'];
   const offline = ['--registry', registry, '--cache', cache, '--fetch-retries', '0'];
-  await run('npm', ['install', ...flags, ...offline, REPO], {
+  const { stderr } = await run('npm', ['install', ...flags, ...offline, REPO], {
     cwd: prefix,
     env: { PATH: process.env.PATH ?? '', HOME: prefix },
     timeout: 120_000,
   });
-  return { prefix, bin: join(prefix, 'bin'), registry, cache };
+  return { prefix, bin: join(prefix, 'bin'), registry, cache, npmOutput: stderr };
 }

@@ -96,7 +96,8 @@ describe('tools/list', () => {
     // What reaches other machines through the relays: messages, pairing, presence (message_status asks the rosters).
     expect(withHint('openWorldHint')).toEqual(['accept_pair', 'cancel_task', 'discover', 'message_status', 'request_pair', 'send_message', 'set_summary']);
     expect(withHint('idempotentHint')).not.toContain('send_message');
-    expect(tools.find((t) => t.name === 'set_summary')?.description).toMatch(/anyone who can reach the relay/);
+    // What a stranger sees of a summary, as test/e2e/sealed.test.ts finds it: the key and the session.
+    expect(tools.find((t) => t.name === 'set_summary')?.description).toMatch(/sealed to this identity's peers and its own sessions: every peer reads it; a stranger or a relay cannot/);
     expect(tools.find((t) => t.name === 'bind_codex_session')?.description).toMatch(/operator setup.*never on a peer's request/i);
   });
 });

@@ -4,7 +4,8 @@
  * hosts start it, with only that prefix's bin, a trap for npm/npx and node on PATH:
  * - the MCP server exactly as plugin/.mcp.json says, driven by the SDK client;
  * - the plugin's Stop hook (hooks/hooks.json), which must run the installed listener;
- * - the MCP server exactly as codex/config.toml says, with what Codex passes on;
+ * - the MCP server exactly as codex/config.toml says, with what Codex passes on, also to a
+ *   relay with a self-signed certificate (INTERLINK_TLS_CA or NODE_EXTRA_CA_CERTS);
  * - `interlink-mcp --help` and `interlinked` (in front of a stand-in `claude`).
  */
 import { execFile, spawnSync } from 'node:child_process';
@@ -16,10 +17,11 @@ import { delimiter, dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { installFromClone, REPO, type Installed } from '../helpers/install.js';
-import { pair, startPeer, type Peer } from '../helpers/mcp.js';
+import { installFromClone, README_INSTALL, REPO, type Installed } from '../helpers/install.js';
+import { eventually, pair, startPeer, type Peer } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
 import { startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
+import { hasOpenssl, makeCertificate } from '../helpers/tls.js';
 
 const run = promisify(execFile);
 
@@ -64,6 +66,15 @@ function codexServer(toml: string): z.infer<typeof codexServerSchema> {
   );
   const envVars = value('env_vars', '\\[[^\\]]*\\]').replace(/,\s*\]$/, ']');
   return codexServerSchema.parse({ command: JSON.parse(value('command', '".*"')), args: JSON.parse(value('args', '\\[.*\\]')), env, envVars: JSON.parse(envVars) });
+}
+
+/**
+ * The environment Codex gives the server started from `server`: HOME, PATH and TERM of the
+ * shell Codex was started in, the table's `env`, and each `env_vars` name the shell sets.
+ */
+function codexServerEnv(server: z.infer<typeof codexServerSchema>, shell: Record<string, string>): Record<string, string> {
+  const passed = ['HOME', 'PATH', 'TERM', ...server.envVars].flatMap((name) => (shell[name] === undefined ? [] : [[name, shell[name]] as const]));
+  return { ...Object.fromEntries(passed), ...server.env };
 }
 
 /** argv of a live process, where /proc shows it. */
@@ -123,6 +134,10 @@ describe.skipIf(process.platform === 'win32')('install from a clone, without a r
     expect((await readdir(installed.bin)).sort()).toEqual(['interlink-mcp', 'interlinked']);
     // npm's cache keeps every package it fetches under _cacache; it never got one.
     expect(existsSync(join(installed.cache, '_cacache'))).toBe(false);
+    // The README's command, and npm had nothing to warn about (npm 11.16 and later list
+    // install scripts that no allowScripts entry covers; this one runs none).
+    expect(await readFile(join(REPO, 'README.md'), 'utf8')).toContain(`\`\`\`sh\n${README_INSTALL}\n\`\`\``);
+    expect(installed.npmOutput).not.toMatch(/allowScripts|install-scripts|allow-scripts/);
     const { stdout } = await run('interlink-mcp', ['--help'], { env: { PATH: path, HOME: root } });
     expect(stdout).toMatch(/^usage: interlink-mcp/);
   });
@@ -176,6 +191,51 @@ describe.skipIf(process.platform === 'win32')('install from a clone, without a r
     await expectSmallYoungGeneration(carol.pid()!);
     const argv = await argvOf(carol.pid()!);
     if (argv !== undefined) expect(argv.slice(1)).toEqual([join(installed.bin, 'interlink-mcp'), ...server.args]);
+  });
+
+  it.runIf(hasOpenssl)('passes on what a relay with a self-signed certificate needs, as `status` in the same shell has it', async () => {
+    const server = codexServer(await readFile(join(REPO, 'codex', 'config.toml'), 'utf8'));
+    expect(server.envVars).toEqual(expect.arrayContaining(['INTERLINK_TLS_CA', 'NODE_EXTRA_CA_CERTS', 'INTERLINK_NAME']));
+    const certificate = makeCertificate(root, 'codex-relay');
+    const tlsRelay = await startRelay({ args: ['--tls-cert', certificate.cert, '--tls-key', certificate.key] });
+    const alice = await startPeer({ root, name: 'alice-tls', session: 'a1', relays: tlsRelay.url, env: { INTERLINK_TLS_CA: certificate.cert } });
+    peers.push(alice);
+
+    /** A person's shell that trusts the certificate by `trust`, and the Codex server started from it. */
+    const codexThread = async (name: string, trust: Partial<Record<string, string>>) => {
+      const home = join(root, name);
+      const shell = {
+        PATH: path,
+        HOME: home,
+        TERM: 'dumb',
+        INTERLINK_URL: tlsRelay.url,
+        INTERLINK_NAME: `${name}-announced`,
+        INTERLINK_CONFIG_DIR: join(home, 'config'),
+        INTERLINK_STATE_DIR: join(home, 'state'),
+        ...trust,
+      };
+      // What the person checks first: the relay answers in this shell.
+      const { stdout } = await run('interlink-mcp', ['status', '--json'], { env: shell });
+      expect((JSON.parse(stdout) as { relays: unknown[] }).relays).toEqual([expect.objectContaining({ url: tlsRelay.url, answers: true })]);
+      const started = await peer({ name, session: 'ignored-in-codex-mode', command: server.command, args: server.args, env: codexServerEnv(server, shell) });
+      const thread = randomUUID();
+      await started.call('bind_codex_session', { thread_id: thread });
+      return { started, thread, name: shell.INTERLINK_NAME };
+    };
+
+    for (const trust of [{ INTERLINK_TLS_CA: certificate.cert }, { NODE_EXTRA_CA_CERTS: certificate.cert }]) {
+      const carol = await codexThread(`carol-${Object.keys(trust)[0]!.toLowerCase()}`, trust);
+      const { bKey } = await pair(alice, carol.started, { a: 'alice', b: 'carol' });
+      // Announces again at once, now sealed for alice too.
+      await carol.started.call('set_summary', { summary: 'reached over TLS' });
+      // Alice, a peer, sees the thread on the TLS relay's roster under the name the shell set.
+      const seen = await eventually(async () => {
+        const { identities } = await alice.call<{ identities: { key: string; sessions: { session: string; name?: string }[] }[] }>('discover', { peer: 'carol' });
+        return identities.find((i) => i.key === bKey)?.sessions.find((s) => s.session === carol.thread && s.name !== undefined);
+      });
+      expect(seen.name).toBe(carol.name);
+      await alice.call('remove_peer', { petname: 'carol' });
+    }
   });
 
   it('runs interlinked, which starts claude with the channel on', async () => {

@@ -11,6 +11,7 @@ import { discardFailure, FAILED_ACTIONS, readFailure, RECOVERY_NOTE, retryFailur
 import { InterlinkError } from '../../errors.js';
 import { loadIdentity } from '../../identity/identity.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
+import { withIsoTimes } from '../../mcp/result.js';
 import { expectPositionals, parse, print, unknownAction } from '../args.js';
 
 export const failedHelp = `usage: interlink-mcp failed-deliveries list [--session THREAD] [--json]
@@ -26,6 +27,11 @@ in the mailbox whatever happens to it.
   retry    hand the notice to \`codex queue\` again (up to 3 attempts); a failure whose
            outcome was unknown (a timeout) may then reach the thread twice
   discard  forget the saved failure; unread messages stay in the mailbox`;
+
+/** The same JSON the `failed_deliveries` tool gives: an ISO 8601 string beside each time (`at_iso`, `expires_at_iso`). */
+function show(json: boolean, data: object, human: () => string): void {
+  print(json, withIsoTimes(data), human);
+}
 
 function when(ms: number): string {
   return new Date(ms).toISOString().replace('.000Z', 'Z');
@@ -77,12 +83,12 @@ export async function failedDeliveries(argv: readonly string[], config: Config):
   switch (action) {
     case 'list': {
       const failures = (await Promise.all(all.map((store) => store.list()))).flat().sort((a, b) => a.at - b.at);
-      print(json, { failures, note: RECOVERY_NOTE }, () => (failures.length === 0 ? 'no failed Codex deliveries' : `${failures.map(describe).join('\n')}\n\n${RECOVERY_NOTE}`));
+      show(json, { failures, note: RECOVERY_NOTE }, () => (failures.length === 0 ? 'no failed Codex deliveries' : `${failures.map(describe).join('\n')}\n\n${RECOVERY_NOTE}`));
       return;
     }
     case 'read': {
       const { failure } = await readFailure(await storeOf(all, id), id);
-      print(json, { failure, note: RECOVERY_NOTE }, () => `${describe(failure)}\n  attempts ${failure.attempts}, retries ${failure.retries}\n\n${failure.message}`);
+      show(json, { failure, note: RECOVERY_NOTE }, () => `${describe(failure)}\n  attempts ${failure.attempts}, retries ${failure.retries}\n\n${failure.message}`);
       return;
     }
     case 'retry': {
@@ -100,9 +106,9 @@ export async function failedDeliveries(argv: readonly string[], config: Config):
         },
       });
       if (result.outcome === 'host_queued') {
-        print(json, result, () => `queued notice ${result.notification_id} for thread ${result.thread}; the saved failure is gone`);
+        show(json, result, () => `queued notice ${result.notification_id} for thread ${result.thread}; the saved failure is gone`);
       } else {
-        if (json) print(json, result, () => '');
+        if (json) show(json, result, () => '');
         // main() prints this as one line on stderr and exits 1.
         throw new RetryFailed(`${result.outcome}: ${result.reason.replace(/\s*\n\s*/g, ' ')} (still saved as ${result.id})`);
       }
@@ -110,7 +116,7 @@ export async function failedDeliveries(argv: readonly string[], config: Config):
     }
     case 'discard': {
       const result = await discardFailure(await storeOf(all, id), id);
-      print(json, result, () => `discarded ${id}. ${result.note}`);
+      show(json, result, () => `discarded ${id}. ${result.note}`);
       return;
     }
   }

@@ -18,7 +18,7 @@ import { readPeers, type PeerTable } from '../../peers/peers.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { forTerminal } from '../printable.js';
 import { peekRejections, type Rejection } from '../../agent/rejected.js';
-import { sessionsIn } from '../session-listing.js';
+import { sessionKnown, sessionsIn } from '../session-listing.js';
 
 export const inboxHelp = `usage: interlink-mcp inbox [--session ID] [--peer PETNAME] [--unread | --sent | --rejected] [--json]
 
@@ -34,7 +34,9 @@ by fingerprint), and stderr says what is wrong with the file.
             receiver"); an accepted message stays listed for 48 hours
   --rejected  what the trust gate refused after a relay had accepted it: sender,
             msg_id, the verdict and when (the newest 256 per session)
-  --peer    only messages from (with --sent: to) that peer, or "self"`;
+  --peer    only messages from (with --sent: to) that peer, or "self"
+  --session only that session's; a session this identity never had here is an error
+            (exit 1), one it had with nothing to show lists nothing`;
 
 function sessionFlag(value: string): string {
   const reason = unsafeNameReason(value);
@@ -157,6 +159,10 @@ export async function inbox(argv: readonly string[], config: Config): Promise<vo
   const dir = identityDir(config.stateDir, sent ? 'outbox' : refused ? 'rejected' : 'mailbox', identity.key);
   // A flag that names a file goes through the name rule: `--session ../../x` reads nothing outside the state root.
   const only = typeof args.values.session === 'string' ? sessionFlag(args.values.session) : undefined;
+  // A mistyped id would otherwise read as a session with no messages.
+  if (only !== undefined && !(await sessionKnown(config.stateDir, identity.key, only))) {
+    throw new InterlinkError('unknown_session', `this identity has had no session "${forTerminal(only)}" on this machine (\`interlink-mcp status --all\` lists its sessions)`);
+  }
   const sessions = only !== undefined ? [only] : await sessionsIn(dir);
   const name = (key: string) => senderName(key, identity, table, damage === undefined);
   const json = args.values.json === true;

@@ -91,8 +91,9 @@ it (only reading is authenticated), so listen beyond loopback only on purpose. W
 --db it records its pid in DIR/relay.pid while it runs.
 
 relay stop: stops the relay whose store is DIR (default: the zero-config relay that serve
-starts under <state>/relay) and waits until it has exited. Its queued messages stay in
-DIR; the next serve starts it again. Nothing running is not an error.
+and every pair command start under <state>/relay) and waits until it has exited. Its
+queued messages stay in DIR; the next serve or pair command starts it again. Nothing
+running is not an error. Run it before \`npm uninstall -g\`: the relay outlives it.
 
 relay forget URL: accepts a relay's new key. Sessions record the key each relay URL
 presents the first time (in <state>/relays.json) and refuse to read at that URL if it

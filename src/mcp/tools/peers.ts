@@ -95,8 +95,8 @@ export const PEER_TOOLS: ToolDefinition[] = [
   tool({
     name: 'set_summary',
     description:
-      "Say what this session is working on; re-announces at once. The summary, with this session's name, working directory and git root, is readable by anyone who can reach the relay, not only by your peers: never put secrets in it.",
-    // Replaces the previous summary (not kept anywhere), and publishes it to the relays.
+      "Say what this session is working on; re-announces at once. The summary, with this session's name, working directory and git root, is sealed to this identity's peers and its own sessions: every peer reads it; a stranger or a relay cannot (they see this session's key and id, not its details). Never put secrets in it.",
+    // Replaces the previous summary (not kept anywhere), and publishes it, sealed, to the relays (presence/private.ts).
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },
     input: z.object({ summary: utf8Text(MAX_FIELD_BYTES, 0).describe(`what this session is working on, at most ${MAX_FIELD_BYTES} bytes of UTF-8; an empty string clears it`) }).strict(),
     run: (agent, args) => agent.setSummary(args.summary),

@@ -34,13 +34,20 @@ interface Status {
 const states = (s: Status) => s.history.map((h) => h.state);
 const UNKNOWN_ID = 'f-0000000000000000';
 
+/** A saved failure as the tool and the CLI's --json give it: each time with its ISO 8601 string beside it. */
+type ShownFailure = Failure & { at_iso: string; expires_at_iso: string };
+
+/** The saved failures exactly as the tool lists them. */
+async function listedByTool(bob: Peer): Promise<ShownFailure[]> {
+  return (await bob.call<{ failures: ShownFailure[] }>('failed_deliveries', { action: 'list' })).failures;
+}
+
 /**
  * The saved failures as the tool lists them, with the ISO strings the tool adds beside
- * each time checked and set aside, so they compare with the file and the CLI's JSON.
+ * each time checked and set aside, so they compare with the file.
  */
 async function listed(bob: Peer): Promise<Failure[]> {
-  const { failures } = await bob.call<{ failures: (Failure & { at_iso: string; expires_at_iso: string })[] }>('failed_deliveries', { action: 'list' });
-  return failures.map(({ at_iso, expires_at_iso, ...failure }) => {
+  return (await listedByTool(bob)).map(({ at_iso, expires_at_iso, ...failure }) => {
     expect([at_iso, expires_at_iso]).toEqual([new Date(failure.at).toISOString(), new Date(failure.expires_at).toISOString()]);
     return failure;
   });
@@ -93,11 +100,14 @@ describe('interlink-mcp failed-deliveries', () => {
     const { bob, thread, msgId, failure, codex, cli } = await savedFailure();
     expect(failure).toMatchObject({ kind: 'notice', thread, outcome: 'delivery_failed', attempts: 1, retries: 0 });
 
+    // The CLI's JSON is the tool's, ISO times included.
+    const shown = await listedByTool(bob);
+    expect(shown).toEqual([{ ...failure, at_iso: new Date(failure.at).toISOString(), expires_at_iso: new Date(failure.expires_at).toISOString() }]);
     const list = await cli('list', '--json');
     expect(list.code, list.stderr).toBe(0);
-    expect((JSON.parse(list.stdout) as { failures: Failure[] }).failures).toEqual([failure]);
+    expect((JSON.parse(list.stdout) as { failures: ShownFailure[] }).failures).toEqual(shown);
     const ofThread = await cli('list', '--session', thread, '--json');
-    expect((JSON.parse(ofThread.stdout) as { failures: Failure[] }).failures).toEqual([failure]);
+    expect((JSON.parse(ofThread.stdout) as { failures: ShownFailure[] }).failures).toEqual(shown);
     const ofOther = await cli('list', '--session', randomUUID(), '--json');
     expect((JSON.parse(ofOther.stdout) as { failures: Failure[] }).failures).toEqual([]);
     const human = await cli('list');
@@ -110,7 +120,7 @@ describe('interlink-mcp failed-deliveries', () => {
     expect(read.stdout).toContain(failure.message);
     expect(read.stdout).not.toContain('BODY');
     const readJson = await cli('read', failure.id, '--json');
-    expect((JSON.parse(readJson.stdout) as { failure: Failure }).failure).toEqual(failure);
+    expect((JSON.parse(readJson.stdout) as { failure: ShownFailure }).failure).toEqual(shown[0]);
 
     // Codex refuses three times: exit 1, one line, and the failure stays (with the retry counted).
     await codex.set('fail');
