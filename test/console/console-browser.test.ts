@@ -171,8 +171,8 @@ describe.skipIf(executablePath === undefined)('the console in Chromium', () => {
     await accessible(page);
   });
 
-  it('passes the accessibility check on the overview and recovery pages', async () => {
-    for (const [path, name] of [['/', 'overview'], ['/recovery', 'recovery'], ['/conversations', 'conversations']] as const) {
+  it('passes the accessibility check on the overview, recovery and conversations pages', async () => {
+    for (const [path, name] of [['/', 'overview'], ['/recovery', 'recovery-empty'], ['/conversations', 'conversations']] as const) {
       await alice.page.goto(`${alice.console.origin}${path}`);
       await alice.page.locator('h1').waitFor();
       await shot(alice.page, name);
@@ -191,6 +191,8 @@ describe.skipIf(executablePath === undefined)('the console in Chromium', () => {
     await page.goto(`${alice.console.origin}/recovery`);
     await page.locator('#rejected ~ table, section:has(#rejected) table').locator('tr', { hasText: msg_id }).waitFor({ timeout: STEP_MS });
     expect(await page.locator('section:has(#rejected)').textContent()).toContain('not_allowlisted');
+    await shot(page, 'recovery');
+    await accessible(page);
     const { messages } = await aliceAgent.call<{ messages: { msg_id: string }[] }>('receive_messages');
     expect(messages.map((m) => m.msg_id)).not.toContain(msg_id);
   });

@@ -30,11 +30,9 @@ export function cookieName(port: number): string {
   return `interlink_console_${port}`;
 }
 
-/** The Host header values that name this console: its loopback address and `localhost`, with its port. */
+/** The Host header values that name this console: its loopback address (first: the printed link's) and `localhost`, with its port. */
 export function allowedHosts(host: string, port: number): string[] {
-  const names = new Set([host, 'localhost', '127.0.0.1']);
-  if (host === '::1') names.add('[::1]');
-  return [...names].filter((n) => n !== '::1').map((n) => `${n}:${port}`);
+  return [host === '::1' ? '[::1]' : host, 'localhost'].map((n) => `${n}:${port}`);
 }
 
 export interface ConsoleRequest {

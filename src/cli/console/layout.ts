@@ -1,9 +1,10 @@
 /**
  * The frame every console page shares: navigation, the identity, a notice after an
  * action, and the one script and stylesheet (served by the console itself: no asset from
- * the network, and the Content-Security-Policy allows nothing else). Pure.
+ * the network, and the Content-Security-Policy allows nothing else). The title and the
+ * notice may hold names others chose (a petname, a claimed name): shown as text. Pure.
  */
-import { html, type Html } from './html.js';
+import { html, shown, type Html } from './html.js';
 
 export const PAGES = [
   { path: '/', title: 'Overview' },
@@ -34,7 +35,7 @@ export function page(frame: Frame, body: Html): Html {
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${frame.title} · Interlink console</title>
+<title>${shown(frame.title)} · Interlink console</title>
 <link rel="stylesheet" href="/assets/console.css">
 <script src="/assets/console.js" defer></script>
 </head>
@@ -45,8 +46,8 @@ export function page(frame: Frame, body: Html): Html {
 <p class="live" id="live" role="status">Live updates: connecting…</p>
 </header>
 <main id="main">
-${frame.flash === undefined ? '' : html`<p class="flash ${frame.flash.kind}" role="alert">${frame.flash.text}</p>`}
-<h1>${frame.title}</h1>
+${frame.flash === undefined ? '' : html`<p class="flash ${frame.flash.kind}" role="alert">${shown(frame.flash.text)}</p>`}
+<h1>${shown(frame.title)}</h1>
 ${body}
 </main>
 </body>
