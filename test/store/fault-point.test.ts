@@ -16,6 +16,9 @@ beforeEach(async () => {
 });
 afterEach(async () => {
   vi.unstubAllEnvs();
+  // The modules loaded with a fault are dropped: the next file importing them (the unit
+  // project shares one module registry per worker) loads them afresh, without it.
+  vi.resetModules();
   await dir.remove();
 });
 

@@ -29,6 +29,8 @@ beforeEach(async () => {
 afterEach(async () => {
   vi.restoreAllMocks();
   vi.unstubAllEnvs();
+  // Modules loaded with a fault are dropped, for the next file of this worker (fault-point.test.ts says why).
+  vi.resetModules();
   await dir.remove();
 });
 

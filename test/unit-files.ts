@@ -1,0 +1,22 @@
+/**
+ * The test files that start no child process — pure rules, property tests, stores on
+ * real files, in-process relays on the embedded store. `npm run test:unit` runs them for
+ * the edit-test loop (no build needed), and `npm test` runs them as the `unit` project,
+ * whose files share one module registry per worker (no isolation: they need none, and
+ * loading src/ afresh for each file was a third of the suite's CPU on these files). A file
+ * that starts processes (through the helpers below, or spawn/fork/execFile itself) is
+ * left to the `main` project, found by reading its imports, so a new file lands on the
+ * right side by itself.
+ */
+import { readFileSync, readdirSync } from 'node:fs';
+
+const STARTS_PROCESSES = /\b(spawn|fork|execFile|execFileSync|spawnSync)\(|helpers\/(spawn-relay|mcp|cli|children|listener-process|process|codex|postgres|install|noproc|mailbox-writer|listener-writer|replay-claimer|fake-codex|console)\.js'/;
+
+/** Test files that run outside `npm test` (test/host: the real CLIs, `npm run test:host`). */
+export const HOST_TESTS = ['test/host/claude.test.ts', 'test/host/codex.test.ts', 'test/host/marketplace.test.ts'];
+
+export const UNIT_FILES = readdirSync('test', { recursive: true, encoding: 'utf8' })
+  .filter((name) => name.endsWith('.test.ts') && !name.startsWith('host/'))
+  .map((name) => `test/${name.split('\\').join('/')}`)
+  .filter((file) => !STARTS_PROCESSES.test(readFileSync(file, 'utf8')))
+  .sort();
