@@ -172,10 +172,11 @@ describe.skipIf(executablePath === undefined)('the console in Chromium', () => {
   });
 
   it('passes the accessibility check on the overview, recovery and conversations pages', async () => {
-    for (const [path, name] of [['/', 'overview'], ['/recovery', 'recovery-empty'], ['/conversations', 'conversations']] as const) {
+    // The recovery page is pictured after the revoke, when it holds a refusal.
+    for (const [path, name] of [['/', 'overview'], ['/recovery', undefined], ['/conversations', 'conversations']] as const) {
       await alice.page.goto(`${alice.console.origin}${path}`);
       await alice.page.locator('h1').waitFor();
-      await shot(alice.page, name);
+      if (name !== undefined) await shot(alice.page, name);
       await accessible(alice.page);
     }
   });
