@@ -4,7 +4,7 @@
  * states and their times. Peer text is shown as text (html.ts `shown`). Pure.
  */
 import { byTask, type ConversationMessage } from './conversation.js';
-import { html, shown, when, type Html } from './html.js';
+import { html, shown, timeTag, type Html } from './html.js';
 import { empty } from './layout.js';
 
 export interface PeerEntry {
@@ -22,13 +22,9 @@ export function peersBody(peers: readonly PeerEntry[]): Html {
   )}</ul>`;
 }
 
-function timeOf(ms: number): Html {
-  return html`<time datetime="${new Date(ms).toISOString()}">${when(ms)}</time>`;
-}
-
 function history(m: ConversationMessage): Html {
   return html`<ol class="history" aria-label="Delivery states">${m.history.map(
-    (s) => html`<li><span class="state">${s.state}</span> ${timeOf(s.at)}${s.reported === true ? html` <span class="muted">(reported by the receiver, its clock)</span>` : ''}</li>`,
+    (s) => html`<li><span class="state">${s.state}</span> ${timeTag(s.at)}${s.reported === true ? html` <span class="muted">(reported by the receiver, its clock)</span>` : ''}</li>`,
   )}</ol>`;
 }
 
@@ -36,7 +32,7 @@ function message(m: ConversationMessage, petname: string): Html {
   const who = m.direction === 'sent' ? html`to ${shown(petname)}${m.their_session !== undefined ? html` / <code>${shown(m.their_session)}</code>` : ''}` : html`from ${shown(petname)}${m.their_session !== undefined ? html` / <code>${shown(m.their_session)}</code>` : ''}`;
   const task = m.status !== undefined ? html` <span class="status">${m.status}</span>` : '';
   return html`<li class="message ${m.direction}" data-msg-id="${m.msg_id}">
-<p class="meta"><span class="direction">${m.direction === 'sent' ? 'Sent' : 'Received'}</span> ${who} · session <code>${shown(m.session)}</code> · ${timeOf(m.ts)}${task}${m.in_reply_to !== undefined ? html` · reply to <code>${m.in_reply_to}</code>` : ''}</p>
+<p class="meta"><span class="direction">${m.direction === 'sent' ? 'Sent' : 'Received'}</span> ${who} · session <code>${shown(m.session)}</code> · ${timeTag(m.ts)}${task}${m.in_reply_to !== undefined ? html` · reply to <code>${m.in_reply_to}</code>` : ''}</p>
 <pre class="text">${shown(m.text)}</pre>
 <p class="current">State: <strong class="state" data-state="${m.state}">${m.state}</strong>${m.superseded === true ? ' (superseded by a newer message of this task)' : ''} · <code class="id">${m.msg_id}</code></p>
 ${history(m)}

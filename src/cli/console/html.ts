@@ -57,6 +57,11 @@ export function when(ms: number): string {
   return new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
 
+/** A time element: machine-readable, and shown as `when` writes it. */
+export function timeTag(ms: number): Html {
+  return html`<time datetime="${new Date(ms).toISOString()}">${when(ms)}</time>`;
+}
+
 /** The document as the server sends it. */
 export function documentText(page: Html): string {
   return `<!doctype html>\n${page.text}`;

@@ -2,7 +2,7 @@
  * The overview: this identity, its sessions, its relays, and the counts that need a
  * person, each linked to the page where they are handled. Pure: data in, markup out.
  */
-import { html, shown, when, type Html } from './html.js';
+import { html, shown, timeTag, type Html } from './html.js';
 import { empty } from './layout.js';
 import type { RelayRow, SessionRow } from './snapshot.js';
 
@@ -16,7 +16,7 @@ export interface OverviewData {
 function sessionState(s: SessionRow): Html {
   if (s.state === 'ended') {
     const heir = s.taken_by !== undefined ? html`; its mail goes to <code>${s.taken_by}</code>` : '';
-    return html`ended${s.ended_at !== undefined ? html` <time datetime="${new Date(s.ended_at).toISOString()}">${when(s.ended_at)}</time>` : ''}${heir}`;
+    return html`ended${s.ended_at !== undefined ? html` ${timeTag(s.ended_at)}` : ''}${heir}`;
   }
   return html`${s.state}${s.host !== undefined ? ` (${s.host})` : ''}`;
 }
@@ -46,7 +46,7 @@ function relaysTable(relays: readonly RelayRow[]): Html {
       ? 'yes'
       : r.trouble === undefined
         ? 'connecting'
-        : html`no: ${shown(r.trouble.text)}${r.trouble.since !== undefined ? html` (since <time datetime="${new Date(r.trouble.since).toISOString()}">${when(r.trouble.since)}</time>)` : ''}`;
+        : html`no: ${shown(r.trouble.text)}${r.trouble.since !== undefined ? html` (since ${timeTag(r.trouble.since)})` : ''}`;
     return html`<tr><th scope="row"><code>${r.url}</code></th><td>${answers}</td><td>${r.tls ? 'yes' : 'no (loopback or a trusted network only)'}</td><td class="key">${relayKey(r)}</td></tr>`;
   })}</tbody>
 </table>`;

@@ -3,7 +3,7 @@
  * this identity's open requests (confirm after comparing, cancel), a form to ask someone,
  * and the peers (revoke, after a page that asks first). Pure.
  */
-import { html, shown, when, type Html } from './html.js';
+import { html, shown, timeTag, type Html } from './html.js';
 import { actionForm, empty, type Frame } from './layout.js';
 
 export interface Incoming {
@@ -48,7 +48,7 @@ function incomingList(frame: Frame, incoming: readonly Incoming[]): Html {
   if (incoming.length === 0) return empty('No incoming pairing requests.');
   return html`<ul class="requests">${incoming.map(
     (i) => html`<li>
-<p>Fingerprint <code>${i.fingerprint}</code> claims to be <q>${shown(i.claimed_name)}</q> (a claim, not a fact), asked <time datetime="${new Date(i.received_at).toISOString()}">${when(i.received_at)}</time>.${i.already_peer !== undefined ? html` Already your peer <strong>${shown(i.already_peer)}</strong>: it asks again, probably because it removed you.` : ''}</p>
+<p>Fingerprint <code>${i.fingerprint}</code> claims to be <q>${shown(i.claimed_name)}</q> (a claim, not a fact), asked ${timeTag(i.received_at)}.${i.already_peer !== undefined ? html` Already your peer <strong>${shown(i.already_peer)}</strong>: it asks again, probably because it removed you.` : ''}</p>
 <p>Verification code ${code(i.code)}: compare it with the other person over another channel (phone, in person) before accepting. A code that differs means someone in between substituted a key: reject.</p>
 <form method="post" action="/pairing/accept" class="inline">
 <input type="hidden" name="page_token" value="${frame.pageToken}">

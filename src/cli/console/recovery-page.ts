@@ -5,19 +5,15 @@
  * (drop), and messages a relay holds for a session that ended or has not started. Pure.
  */
 import type { Failure } from '../../hosts/codex/failed.js';
-import { html, shown, when, type Html } from './html.js';
+import { html, shown, timeTag, type Html } from './html.js';
 import { actionForm, empty, type Frame } from './layout.js';
 import type { Recovery } from './snapshot.js';
-
-function timeOf(ms: number): Html {
-  return html`<time datetime="${new Date(ms).toISOString()}">${when(ms)}</time>`;
-}
 
 function failedList(frame: Frame, failed: Recovery['failed']): Html {
   if (failed.length === 0) return empty('No failed Codex notices.');
   return html`<p>A notice only points at mail: the messages stay unread in the mailbox whatever happens to it.</p>
 <ul class="items">${failed.map(
-    (f) => html`<li><p><code>${f.id}</code> thread <code>${shown(f.thread)}</code>: ${f.outcome}, saved ${timeOf(f.at)}, expires ${timeOf(f.expires_at)}. ${shown(f.reason)}</p>
+    (f) => html`<li><p><code>${f.id}</code> thread <code>${shown(f.thread)}</code>: ${f.outcome}, saved ${timeTag(f.at)}, expires ${timeTag(f.expires_at)}. ${shown(f.reason)}</p>
 <p><a href="/recovery/failed/${encodeURIComponent(f.id)}">Read the notice</a></p>
 ${actionForm(frame, '/recovery/retry', 'Retry with codex queue', { id: f.id })}
 ${actionForm(frame, '/recovery/discard', 'Discard', { id: f.id }, { danger: true })}</li>`,
@@ -38,7 +34,7 @@ function rejectedList(rejected: Recovery['rejected']): Html {
   return html`<table>
 <caption>Refused after a relay had accepted them (the newest 256 per session)</caption>
 <thead><tr><th scope="col">When</th><th scope="col">Sender</th><th scope="col">Session</th><th scope="col">Reason</th><th scope="col">Message id</th></tr></thead>
-<tbody>${rejected.map((r) => html`<tr><td>${timeOf(r.at)}</td><td>${shown(r.sender)}</td><td><code>${shown(r.session)}</code></td><td><code>${r.code}</code>: ${shown(r.reason)}</td><td><code>${r.msg_id}</code></td></tr>`)}</tbody>
+<tbody>${rejected.map((r) => html`<tr><td>${timeTag(r.at)}</td><td>${shown(r.sender)}</td><td><code>${shown(r.session)}</code></td><td><code>${r.code}</code>: ${shown(r.reason)}</td><td><code>${r.msg_id}</code></td></tr>`)}</tbody>
 </table>`;
 }
 
@@ -50,7 +46,7 @@ function refusingList(refusing: Recovery['refusing']): Html {
 function pendingList(frame: Frame, pending: Recovery['pending']): Html {
   if (pending.length === 0) return empty('Nothing waits for a relay.');
   return html`<ul class="items">${pending.map(
-    (p) => html`<li><p>To ${shown(p.to)} from session <code>${shown(p.session)}</code>, signed ${timeOf(p.record.envelope.ts)}: <code>${p.record.envelope.msg_id}</code></p>
+    (p) => html`<li><p>To ${shown(p.to)} from session <code>${shown(p.session)}</code>, signed ${timeTag(p.record.envelope.ts)}: <code>${p.record.envelope.msg_id}</code></p>
 <pre class="text">${shown(p.record.envelope.text)}</pre>
 ${actionForm(frame, '/recovery/drop', 'Drop (never offered again)', { msg_id: p.record.envelope.msg_id }, { danger: true })}</li>`,
   )}</ul>`;
@@ -59,7 +55,7 @@ ${actionForm(frame, '/recovery/drop', 'Drop (never offered again)', { msg_id: p.
 function awaitingList(awaiting: Recovery['awaiting']): Html {
   if (awaiting.length === 0) return empty('No sent message waits for an absent session.');
   return html`<ul class="items">${awaiting.map(
-    (a) => html`<li>To ${shown(a.to)} / <code>${shown(a.awaiting.session)}</code>, since ${timeOf(a.awaiting.since_at)}: <code>${a.record.envelope.msg_id}</code>. ${a.awaiting.note}.</li>`,
+    (a) => html`<li>To ${shown(a.to)} / <code>${shown(a.awaiting.session)}</code>, since ${timeTag(a.awaiting.since_at)}: <code>${a.record.envelope.msg_id}</code>. ${a.awaiting.note}.</li>`,
   )}</ul>`;
 }
 
