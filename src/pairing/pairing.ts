@@ -17,7 +17,7 @@ import { formatRoute } from '../envelope/route.js';
 import { InterlinkError, messageOf } from '../errors.js';
 import type { OutstandingRequest } from '../gate/decide.js';
 import { normalizeFingerprint, type Identity } from '../identity/identity.js';
-import { addPeer, checkPetname, loadPeers, removePeer } from '../peers/peers.js';
+import { addPeer, checkNotLookalike, checkPetname, loadPeers, removePeer } from '../peers/peers.js';
 import type { RelayClient } from '../link/client.js';
 import { verificationCode } from './code.js';
 import { ControlOutbox } from './control.js';
@@ -97,11 +97,11 @@ export class Pairing {
     const existing = table.petnameOf(resolved.key);
     if (existing !== undefined) throw new InterlinkError('already_peer', `that identity is already your peer ${existing}`);
     // The name the person typed, or one made from the fingerprint: never the name the target announces.
-    const petname = options.petname ?? (resolved.by === 'name' ? target : defaultPetname(fingerprintOfKey(resolved.key)));
-    // The same rule peers.json applies ("self" is reserved), so the accept can be recorded.
-    checkPetname(petname);
+    // The same rules peers.json applies ("self" is reserved, no look-alike), so the accept can be recorded.
+    const petname = checkPetname(options.petname ?? (resolved.by === 'name' ? target : defaultPetname(fingerprintOfKey(resolved.key))));
     const other = table.keyOf(petname);
     if (other !== undefined) throw new InterlinkError('peer_conflict', `petname ${petname} already names another key; pass another petname`);
+    checkNotLookalike(petname, table.peers.map((p) => p.petname));
     const requestId = newMsgId();
     const { outgoing, repeated } = await this.options.store.update((data) =>
       planRequest(data, {
@@ -158,8 +158,7 @@ export class Pairing {
     const { table } = await loadPeers(this.options.peersPath);
     // A peer asking again (it removed this identity on its side) keeps its petname here.
     const current = table.petnameOf(request.from);
-    const petname = current ?? options.petname ?? defaultPetname(fingerprint);
-    if (current === undefined) await addPeer(this.options.peersPath, petname, request.from);
+    const petname = current ?? (await addPeer(this.options.peersPath, options.petname ?? defaultPetname(fingerprint), request.from)).petname;
     const job: ControlJob = {
       msg_id: newMsgId(),
       kind: 'pair_accept',

@@ -17,7 +17,7 @@ import { goingOnWithout, noUsableRelay } from '../../link/reach.js';
 import { readClientTls } from '../../wire/tls.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { presenceInfo } from '../presence-info.js';
-import { forTerminal } from '../printable.js';
+import { visibleName } from '../../config/name-characters.js';
 
 export const CLI_SESSION = PAIRING_SESSION;
 const CONNECT_MS = 5_000;
@@ -193,12 +193,12 @@ function describeList(listed: LocalListing, completed: { petname: string; finger
   else lines.push('Incoming (you decide; compare the code first):');
   for (const i of listed.incoming) {
     const again = i.already_peer !== undefined ? `  (already your peer ${i.already_peer}: it asks again, probably because it removed you)` : '';
-    lines.push(`  ${i.fingerprint}  claims to be ${forTerminal(JSON.stringify(i.claimed_name))}  code ${i.code}${where(i.local_session)}${again}`);
+    lines.push(`  ${i.fingerprint}  claims to be ${visibleName(JSON.stringify(i.claimed_name))}  code ${i.code}${where(i.local_session)}${again}`);
     lines.push(`    interlink-mcp pair accept ${i.fingerprint}   |   interlink-mcp pair reject ${i.fingerprint}`);
   }
   if (listed.outgoing.length > 0) lines.push('Your open requests:');
   for (const o of listed.outgoing) {
-    lines.push(`  ${o.petname} (${o.fingerprint})  code ${o.code}  ${outgoingLine(o)}${where(o.local_session)}`);
+    lines.push(`  ${visibleName(o.petname)} (${o.fingerprint})  code ${o.code}  ${outgoingLine(o)}${where(o.local_session)}`);
   }
   if (listed.unsent_control_messages > 0) lines.push(`${listed.unsent_control_messages} pairing message(s) still wait for a relay.`);
   return lines.join('\n');
