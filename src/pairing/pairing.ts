@@ -23,7 +23,7 @@ import { verificationCode } from './code.js';
 import { ControlOutbox } from './control.js';
 import { fingerprintOfKey, PairingInbound } from './inbound.js';
 import type { PairingNotice } from './notices.js';
-import { checkControlRoom, closeOutgoing, commitAccept, findIncoming, planRequest, reject, type ControlJob, type PairingData } from './rules.js';
+import { checkControlRoom, clearDropped, closeOutgoing, commitAccept, findIncoming, planRequest, reject, type ControlJob, type Dropped, type PairingData } from './rules.js';
 import { siblingSessions, siblingStorePath } from './siblings.js';
 import { PairingStore } from './store.js';
 import { resolveTarget, type RosterView } from './target.js';
@@ -103,7 +103,7 @@ export class Pairing {
     if (other !== undefined) throw new InterlinkError('peer_conflict', `petname ${petname} already names another key; pass another petname`);
     checkNotLookalike(petname, table.peers.map((p) => p.petname));
     const requestId = newMsgId();
-    const { outgoing, repeated } = await this.options.store.update((data) =>
+    const { outgoing, repeated, resent } = await this.options.store.update((data) =>
       planRequest(data, {
         request_id: requestId,
         to: resolved.key,
@@ -124,6 +124,8 @@ export class Pairing {
       petname: outgoing.petname,
       code: outgoing.code,
       repeated,
+      /** An open request queued again by this call: the other side may have dropped it (a full list). */
+      resent,
       state: 'pending' as const,
       /** Picked by a roster name: the acceptance waits for a person's confirm_pair. */
       confirm_needed: outgoing.by_name === true,
@@ -137,6 +139,11 @@ export class Pairing {
     const data = await this.options.store.read();
     const { table } = await loadPeers(this.options.peersPath);
     return pairingView(data, (key) => table.petnameOf(key));
+  }
+
+  /** A person saw this count of dropped requests: it starts again (a later drop stays). */
+  async sawDropped(seen: Dropped): Promise<void> {
+    await this.options.store.update((data) => clearDropped(data, seen));
   }
 
   /**

@@ -110,7 +110,7 @@ describe('pairing with the MCP tools', () => {
     expect(await hasPeer(alice, 'bob')).toEqual({ petname: 'bob', key: bobMe.identity, fingerprint: bobMe.fingerprint });
     // (peers.json is written first, then the request closed: wait for the second too)
     await eventually(async () => ((await alice.call<Listed>('list_pair_requests')).outgoing.length === 0 ? true : undefined), 15_000, 'the request closed');
-    expect(await alice.call<Listed>('list_pair_requests')).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0 });
+    expect(await alice.call<Listed>('list_pair_requests')).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0, dropped_requests: null });
     await eventually(async () => ((await bob.call<Listed>('list_pair_requests')).unsent_control_messages === 0 ? true : undefined), 15_000, 'the confirmation sent');
     expect(await readPeers(join(alice.config, 'peers.json'))).toEqual({ bob: { key: bobMe.identity } });
     expect(await readPeers(join(bob.config, 'peers.json'))).toEqual({ alice: { key: aliceMe.identity } });
@@ -206,7 +206,7 @@ describe('pairing with the MCP tools', () => {
     expect((await bob.call<Listed>('list_pair_requests')).incoming.map((i) => i.key)).toEqual([other.key]);
     // Rejecting from the terminal works the same way.
     expect(await atTerminal.json(['pair', 'reject', other.fingerprint])).toMatchObject({ key: other.key, state: 'rejected' });
-    expect(await bob.call<Listed>('list_pair_requests')).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0 });
+    expect(await bob.call<Listed>('list_pair_requests')).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0, dropped_requests: null });
 
     const { tools } = await bob.client.listTools();
     const described = (name: string) => {

@@ -1,16 +1,43 @@
 /**
  * The pairing commands' manners of issue 37, with the real CLI in child processes and real
  * relay processes: petnames with hidden characters or that look like a peer's are refused
- * before anything is sent or stored.
+ * before anything is sent or stored; a flood of knocks that drops a real request is
+ * counted for the person, and the requester's repeated `pair request` sends it again.
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
+import { wireOf } from '../../src/envelope/envelope.js';
+import { signEnvelope } from '../../src/envelope/sign.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
+import { MAX_INCOMING } from '../../src/pairing/rules.js';
+import { newIdentity } from '../helpers/fixtures.js';
 import { person, type Listed, type Requested, pairingWorkspace } from '../helpers/pairing.js';
+import { TestClient } from '../helpers/relay-test-client.js';
 import { startRelay } from '../helpers/spawn-relay.js';
 
 let root: string;
 pairingWorkspace('interlink-pair-manners-', (dir) => (root = dir));
+const clients: TestClient[] = [];
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((c) => c.close().catch(() => undefined)));
+});
+
+/** `count` pairing requests, each from a new throwaway key, to `route`; the fingerprints in order. */
+async function knock(url: string, to: string, session: string, count: number): Promise<string[]> {
+  const client = await TestClient.connect(url, { autoAck: true });
+  clients.push(client);
+  const fingerprints: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const stranger = newIdentity();
+    const envelope = wireOf(signEnvelope(stranger.signingKey, { to, to_session: session, kind: 'pair_request', text: `knock ${i}`, reply_to: `${stranger.key}#k` }));
+    const reply = await client.send(`${to}#${session}`, envelope as unknown as Record<string, unknown>);
+    if (reply.type !== 'accepted') throw new Error(`relay refused knock ${i}: ${JSON.stringify(reply)}`);
+    fingerprints.push(stranger.fingerprint);
+  }
+  return fingerprints;
+}
+
+type Dropped = { count: number; since: string; since_iso?: string } | null;
 
 const newKey = (): string => encodeBase64url(generateSigningKey().publicKey);
 
@@ -53,5 +80,48 @@ describe('petnames in pairing', () => {
     expect(Object.keys(await bob.peers())).toEqual(['alice']);
     ok(await bob.cli(['pair', 'accept', aliceId.fingerprint, '--petname', 'alice-2']));
     expect((await bob.peers())['alice-2']).toEqual({ key: aliceId.key });
+  });
+});
+
+describe('a flood of knocks', () => {
+  it(`that drops a real request from the full list is counted for the person, and a repeated pair request sends it again`, async () => {
+    const relay = await startRelay();
+    const alice = person(root, 'alice', relay.url);
+    const bob = person(root, 'bob', relay.url);
+    ok(await bob.cli(['pair', 'list']));
+    const bobId = await bob.identity();
+
+    const asked = await alice.json<Requested>(['pair', 'request', bobId.key, '--petname', 'bob']);
+    expect(asked).toMatchObject({ repeated: false, resent: false, sent: true });
+    // 64 throwaway knocks after it: the relay delivers Bob's route in order, so Alice's is the oldest.
+    const knocks = await knock(relay.url, bobId.key, 'cli', MAX_INCOMING);
+    // Bob drains them (every pair command does first) while rejecting the last one.
+    ok(await bob.cli(['pair', 'reject', knocks.at(-1)!]));
+
+    const status = await bob.json<{ sessions: { session: string; pair_requests: number; pair_requests_dropped: Dropped }[] }>(['status']);
+    const cli = status.sessions.find((s) => s.session === 'cli')!;
+    expect(cli).toMatchObject({ pair_requests: MAX_INCOMING - 1, pair_requests_dropped: { count: 1 } });
+    expect(ok(await bob.cli(['status']))).toMatch(/1 pairing request was dropped since \S+ because the list was full/);
+
+    // pair list says so once: a person saw it, and the count starts again.
+    const seen = ok(await bob.cli(['pair', 'list']));
+    expect(seen).toMatch(/1 pairing request was dropped since \S+ because the list was full/);
+    expect(seen).not.toContain(asked.code);
+    const after = await bob.json<Listed & { dropped_requests: Dropped }>(['pair', 'list']);
+    expect(after.dropped_requests).toBeNull();
+    expect(after.incoming.map((i) => i.key)).not.toContain((await alice.identity()).key);
+
+    // Alice asks again: the same request (the same code) goes to the relay again.
+    const human = ok(await alice.cli(['pair', 'request', bobId.key, '--petname', 'bob']));
+    expect(human).toContain('Asked again');
+    expect(human).toContain(`Verification code: ${asked.code}`);
+    const listed = await bob.json<Listed & { dropped_requests: Dropped }>(['pair', 'list']);
+    const aliceId = await alice.identity();
+    expect(listed.incoming).toContainEqual(expect.objectContaining({ key: aliceId.key, code: asked.code }));
+    // The rejected knock left room: nothing else was dropped.
+    expect(listed.dropped_requests).toBeNull();
+    expect(listed.incoming).toHaveLength(MAX_INCOMING);
+    ok(await bob.cli(['pair', 'accept', aliceId.fingerprint, '--petname', 'alice']));
+    expect(await bob.peers()).toEqual({ alice: { key: aliceId.key } });
   });
 });

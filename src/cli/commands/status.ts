@@ -110,6 +110,8 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     awaiting_since: number | undefined;
     failed_deliveries: number | 'unreadable';
     pair_requests: number | 'unreadable';
+    /** Requests dropped from a full list since a person last saw `pair list` (pairing/rules.ts). */
+    pair_requests_dropped: { count: number; since: string } | null;
     rejected: number | 'unreadable';
     last_activity: number | undefined;
     /** Senders a mailbox bound refuses (mailbox/refusals.ts), each named with its bound. */
@@ -161,6 +163,7 @@ export async function status(argv: readonly string[], config: Config): Promise<v
         awaiting_since: awaiting.length === 0 ? undefined : Math.min(...awaiting.map((a) => a.since_at)),
         failed_deliveries: 'failures' in failed ? failed.failures.length : 'unreadable',
         pair_requests: pairing.kind === 'ok' ? pairing.value.incoming.length : pairing.kind === 'missing' ? 0 : 'unreadable',
+        pair_requests_dropped: pairing.kind === 'ok' && pairing.value.dropped !== undefined ? { count: pairing.value.dropped.count, since: new Date(pairing.value.dropped.since).toISOString() } : null,
         rejected: 'damaged' in rejected ? 'unreadable' : rejected.length,
         last_activity: await lastActivity(state, identity.key, session),
         refusing,
@@ -217,7 +220,10 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     if (sessions.length === 0) lines.push('sessions     none yet');
     for (const s of shown) {
       const failed = s.failed_deliveries === 0 ? '' : `; failed Codex notices: ${s.failed_deliveries} (interlink-mcp failed-deliveries list)`;
-      const pairing = s.pair_requests === 0 ? '' : `; pairing requests waiting for you: ${s.pair_requests} (interlink-mcp pair list)`;
+      const dropped = s.pair_requests_dropped;
+      const pairing =
+        (s.pair_requests === 0 ? '' : `; pairing requests waiting for you: ${s.pair_requests} (interlink-mcp pair list)`) +
+        (dropped === null ? '' : `; ${dropped.count} pairing request${dropped.count === 1 ? ' was' : 's were'} dropped since ${dropped.since} because the list was full (interlink-mcp pair list)`);
       const rejected = s.rejected === 0 ? '' : `; refused by the gate: ${s.rejected} (interlink-mcp inbox --rejected)`;
       const awaiting =
         s.awaiting_since === undefined
