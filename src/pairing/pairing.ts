@@ -197,7 +197,7 @@ export class Pairing {
       throw new InterlinkError('unknown_request', `the request from ${fingerprint} changed while it was being accepted (rejected, or replaced by a newer one); nothing was accepted`, undefined, { hint: { tool: 'see list_pair_requests', cli: 'see `interlink-mcp pair list`' } });
     }
     this.kick();
-    return { fingerprint, key: request.from, petname: current ?? petname, code: request.code, state: 'accepted' as const, confirmation: 'queued' as const };
+    return { fingerprint, key: request.from, petname: current ?? petname, code: request.code, state: 'accepted' as const, confirmation: 'queued' as const, already_peer: current !== undefined };
   }
 
   /** Whether the confirmation of an accepted request still waits for a relay (`queued`) or one took it (`sent`). */
@@ -212,10 +212,13 @@ export class Pairing {
     const done = data.handled.findLast((h) => h.outcome === 'accepted' && fingerprintOfKey(h.from) === fingerprint);
     if (done === undefined) throw new InterlinkError('unknown_request', `no open pairing request from ${fingerprint}`, undefined, { hint: { tool: 'see list_pair_requests', cli: 'see `interlink-mcp pair list`' } });
     const { table } = await loadPeers(this.options.peersPath);
+    const petname = table.petnameOf(done.from);
     return {
       fingerprint,
       key: done.from,
-      petname: table.petnameOf(done.from) ?? '',
+      petname: petname ?? '',
+      /** Accepted before: a peer already, unless a person removed it since. */
+      already_peer: petname !== undefined,
       code: verificationCode(done.from, this.options.identity.key, done.msg_id),
       state: 'accepted' as const,
       confirmation: data.control.some((c) => c.kind === 'pair_accept' && c.in_reply_to === done.msg_id) ? ('queued' as const) : ('sent' as const),

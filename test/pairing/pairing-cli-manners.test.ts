@@ -125,3 +125,34 @@ describe('a flood of knocks', () => {
     expect(await bob.peers()).toEqual({ alice: { key: aliceId.key } });
   });
 });
+
+describe('pair accept of a peer who already was', () => {
+  it('says it already was, exit 0, and --json says already_peer', async () => {
+    const relay = await startRelay();
+    const alice = person(root, 'alice', relay.url);
+    const bob = person(root, 'bob', relay.url);
+    ok(await bob.cli(['pair', 'list']));
+    const bobId = await bob.identity();
+    const aliceId = await alice.json<{ key: string; fingerprint: string }>(['keygen']);
+    // Bob has Alice by hand already; Alice (who does not have him) asks to pair.
+    ok(await bob.cli(['peers', 'add', 'alice', aliceId.key]));
+    const asked = await alice.json<Requested>(['pair', 'request', bobId.key, '--petname', 'bob']);
+
+    const said = ok(await bob.cli(['pair', 'accept', aliceId.fingerprint]));
+    expect(said).toContain(`alice (fingerprint ${aliceId.fingerprint}) was already your peer`);
+    expect(said).not.toContain('is now a peer');
+    expect(said).toContain(`Verification code: ${asked.code}`);
+    // Accepting once more: still a peer already, said the same way.
+    const again = await bob.json<{ already_peer: boolean; petname: string; state: string }>(['pair', 'accept', aliceId.fingerprint]);
+    expect(again).toMatchObject({ already_peer: true, petname: 'alice', state: 'accepted' });
+    expect(await bob.peers()).toEqual({ alice: { key: aliceId.key } });
+
+    // A new peer is "now a peer", already_peer false.
+    const carol = person(root, 'carol', relay.url);
+    const carolId = await carol.json<{ key: string; fingerprint: string }>(['keygen']);
+    await carol.json<Requested>(['pair', 'request', bobId.key, '--petname', 'bob']);
+    const fresh = await bob.json<{ already_peer: boolean }>(['pair', 'accept', carolId.fingerprint, '--petname', 'carol']);
+    expect(fresh.already_peer).toBe(false);
+    expect(await bob.peers()).toEqual({ alice: { key: aliceId.key }, carol: { key: carolId.key } });
+  });
+});

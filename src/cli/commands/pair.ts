@@ -38,7 +38,8 @@ means someone in between substituted a key: reject.
            asking again sends the same request (the same code) again
   list     incoming requests waiting for you, your open requests, and what arrived, and
            how many requests were dropped because the list (at most 64) was full
-  accept   trust the requester (peers.json) and send it the confirmation
+  accept   trust the requester (peers.json) and send it the confirmation; of one that
+           was your peer already it says so (--json: already_peer)
   reject   drop an incoming request
   confirm  after the other side accepted a request you made by name, and the codes
            match: make it your peer
@@ -127,7 +128,7 @@ export async function pair(argv: readonly string[], config: Config): Promise<voi
         const sent = (await agent.pairing.confirmation(result.fingerprint)) === 'sent';
         print(json, { ...result, confirmation: sent ? ('sent' as const) : ('queued' as const), sent }, () =>
           [
-            `${result.petname} (fingerprint ${result.fingerprint}) is now a peer. Verification code: ${result.code}`,
+            `${acceptedLine(result)} Verification code: ${result.code}`,
             sent ? 'The confirmation went to a relay.' : 'No relay has taken the confirmation yet; it is saved, and `interlink-mcp pair list` sends it again.',
           ].join('\n'),
         );
@@ -142,6 +143,13 @@ export async function pair(argv: readonly string[], config: Config): Promise<voi
   } finally {
     await agent.close({ goodbye: false });
   }
+}
+
+/** What an accept did to peers.json: added the peer, found it there already, or found it removed since an earlier accept. */
+function acceptedLine(result: { petname: string; fingerprint: string; already_peer: boolean }): string {
+  if (result.already_peer) return `${visibleName(result.petname)} (fingerprint ${result.fingerprint}) was already your peer; peers.json is unchanged.`;
+  if (result.petname === '') return `The request from ${result.fingerprint} was accepted earlier, and that identity is no longer your peer (removed since); nothing changed. To pair again, they send a new request.`;
+  return `${visibleName(result.petname)} (fingerprint ${result.fingerprint}) is now a peer.`;
 }
 
 /**
