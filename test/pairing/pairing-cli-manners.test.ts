@@ -2,8 +2,11 @@
  * The pairing commands' manners of issue 37, with the real CLI in child processes and real
  * relay processes: petnames with hidden characters or that look like a peer's are refused
  * before anything is sent or stored; a flood of knocks that drops a real request is
- * counted for the person, and the requester's repeated `pair request` sends it again.
+ * counted for the person, and the requester's repeated `pair request` sends it again;
+ * `pair accept` of a peer says it already was; and a request after a relay restart,
+ * before the other side announced again, says why it finds nobody and what to do.
  */
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { wireOf } from '../../src/envelope/envelope.js';
 import { signEnvelope } from '../../src/envelope/sign.js';
@@ -13,7 +16,7 @@ import { MAX_INCOMING } from '../../src/pairing/rules.js';
 import { newIdentity } from '../helpers/fixtures.js';
 import { person, type Listed, type Requested, pairingWorkspace } from '../helpers/pairing.js';
 import { TestClient } from '../helpers/relay-test-client.js';
-import { startRelay } from '../helpers/spawn-relay.js';
+import { freePort, startRelay } from '../helpers/spawn-relay.js';
 
 let root: string;
 pairingWorkspace('interlink-pair-manners-', (dir) => (root = dir));
@@ -154,5 +157,38 @@ describe('pair accept of a peer who already was', () => {
     const fresh = await bob.json<{ already_peer: boolean }>(['pair', 'accept', carolId.fingerprint, '--petname', 'carol']);
     expect(fresh.already_peer).toBe(false);
     expect(await bob.peers()).toEqual({ alice: { key: aliceId.key }, carol: { key: carolId.key } });
+  });
+});
+
+describe('pair request after a relay restart', () => {
+  it('says the other identity has no session announcing now and what its person runs, then works once they did', async () => {
+    const port = await freePort();
+    const keyFile = join(root, 'relay.key');
+    const relay = await startRelay({ port, keyFile });
+    const alice = person(root, 'alice', relay.url);
+    const bob = person(root, 'bob', relay.url);
+    ok(await bob.cli(['pair', 'list']));
+    const bobId = await bob.identity();
+    // The relay restarts (same address and key): its in-memory roster is empty.
+    await relay.child.kill('SIGKILL');
+    await startRelay({ port, keyFile });
+
+    for (const target of ['bob', bobId.fingerprint]) {
+      const byName = failure(await alice.cli(['pair', 'request', target, '--json']));
+      expect(byName.code, target).toBe('unknown_target');
+      expect(byName.message).toContain('they list no other identity at all');
+      expect(byName.message).toContain('a relay that restarted has forgotten every announcement');
+      expect(byName.message).toContain('`interlink-mcp pair list` on their machine');
+    }
+    const byKey = failure(await alice.cli(['pair', 'request', bobId.key, '--json']));
+    expect(byKey.code).toBe('no_route');
+    expect(byKey.message).toContain('`interlink-mcp pair list` on their machine');
+    const human = await alice.cli(['pair', 'request', 'bob']);
+    expect(human.code).toBe(1);
+    expect(human.stderr.trimEnd().split('\n')).toHaveLength(1);
+
+    // Bob's person runs pair list: his identity is on the roster again, and the request goes.
+    ok(await bob.cli(['pair', 'list']));
+    expect(await alice.json<Requested>(['pair', 'request', 'bob'])).toMatchObject({ to: bobId.key, sent: true });
   });
 });
