@@ -137,6 +137,11 @@ export function relayKeyFile(db: string): string {
   return join(db, 'relay-key.json');
 }
 
+/** The embedded relay's roster under `--db`, kept across restarts (relay/roster-file.ts). */
+export function relayRosterFile(db: string): string {
+  return join(db, 'roster.json');
+}
+
 /** The relay keys this user's sessions have seen, per URL: trust on first use (link/known-relays.ts). */
 export function knownRelaysPath(stateDir: string): string {
   return join(stateDir, 'relays.json');

@@ -7,10 +7,10 @@
  * The request goes to a live session of that identity if there is one, else an away one
  * (the freshest); with none on the roster it is refused rather than sent nowhere.
  *
- * A relay keeps its roster in memory: after it restarts, an identity is on it again only
- * once one of its processes connects and announces (any session, or `interlink-mcp pair
- * list` on its machine). The refusals say so, since "no match" right after a restart is
- * not a wrong name (issue 37).
+ * A relay without a store keeps its roster in memory only: after it restarts, an identity
+ * is on it again only once one of its processes connects and announces (any session, or
+ * `interlink-mcp pair list` on its machine). The refusals say so, since "no match" right
+ * after such a restart is not a wrong name (issue 37).
  */
 import { InterlinkError } from '../errors.js';
 import { fingerprintOf, normalizeFingerprint, parsePublicKey } from '../identity/identity.js';
@@ -37,7 +37,7 @@ export interface ResolvedTarget {
 
 /** Why a known identity can be missing from the rosters, and what its person does about it. */
 const NOT_ANNOUNCING =
-  'An identity is on a roster only while a session of it announces there, and a relay that restarted has forgotten every announcement until each identity connects again: ' +
+  'An identity is on a roster only while a session of it announces there, and a relay that restarted without a store (--db) has forgotten every announcement until each identity connects again: ' +
   'ask the other person to start any session, or to run `interlink-mcp pair list` on their machine (it announces their identity and leaves it on the roster).';
 
 function isPublicKey(text: string): boolean {

@@ -177,7 +177,7 @@ describe('pair request after a relay restart', () => {
       const byName = failure(await alice.cli(['pair', 'request', target, '--json']));
       expect(byName.code, target).toBe('unknown_target');
       expect(byName.message).toContain('they list no other identity at all');
-      expect(byName.message).toContain('a relay that restarted has forgotten every announcement');
+      expect(byName.message).toContain('a relay that restarted without a store (--db) has forgotten every announcement');
       expect(byName.message).toContain('`interlink-mcp pair list` on their machine');
     }
     const byKey = failure(await alice.cli(['pair', 'request', bobId.key, '--json']));
@@ -189,6 +189,22 @@ describe('pair request after a relay restart', () => {
 
     // Bob's person runs pair list: his identity is on the roster again, and the request goes.
     ok(await bob.cli(['pair', 'list']));
+    expect(await alice.json<Requested>(['pair', 'request', 'bob'])).toMatchObject({ to: bobId.key, sent: true });
+  });
+});
+
+describe('a relay with --db that restarts', () => {
+  it('keeps its roster: pair request finds the identity that announced before the restart', async () => {
+    const port = await freePort();
+    const db = join(root, 'relay-db');
+    const relay = await startRelay({ port, db });
+    const alice = person(root, 'alice', relay.url);
+    const bob = person(root, 'bob', relay.url);
+    ok(await bob.cli(['pair', 'list']));
+    const bobId = await bob.identity();
+    // A clean stop (SIGTERM) and a start on the same store: no process of Bob's runs meanwhile.
+    await relay.child.kill('SIGTERM');
+    await startRelay({ port, db });
     expect(await alice.json<Requested>(['pair', 'request', 'bob'])).toMatchObject({ to: bobId.key, sent: true });
   });
 });
