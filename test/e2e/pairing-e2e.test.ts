@@ -86,6 +86,9 @@ describe('pairing with the MCP tools', () => {
     expect(asked).toMatchObject({ to: bobMe.identity, fingerprint: bobMe.fingerprint, session: 'b1', petname: 'bob', repeated: false, state: 'pending' });
     // A petname peers.json would refuse is refused up front, not when the confirmation arrives.
     expect(await alice.fail('request_pair', { target: bobMe.identity, petname: 'self' })).toMatchObject({ code: 'bad_name' });
+    // And so is one with a hidden character (issue 37), named in the error, through either tool.
+    expect(await alice.fail('request_pair', { target: bobMe.identity, petname: 'bo\u202eb' })).toMatchObject({ code: 'bad_name', message: expect.stringContaining('U+202E') });
+    expect(await alice.fail('add_peer', { petname: 'b\u200bob', key: bobMe.identity })).toMatchObject({ code: 'bad_name', message: expect.stringContaining('U+200B') });
     expect(asked.code).toBe(verificationCode(aliceMe.identity, bobMe.identity, asked.request_id));
     // The next step names the real fingerprint: nothing is left to fill in.
     expect(asked.next).toContain(`interlink-mcp pair accept ${aliceMe.fingerprint}`);
