@@ -7,7 +7,8 @@
  * The skeleton is a deliberately small cousin of Unicode TR39's confusable skeleton:
  * compatibility forms folded (NFKC: full-width letters, ligatures, superscripts), case
  * folded, every Cyrillic and Greek letter that is drawn like a Latin one mapped to it,
- * the digits 0 and 1 to o and l, the dashes and spaces to one of each, and NFC again.
+ * the digits 0 and 1 to o and l, the dashes and spaces to one of each, invisible
+ * characters dropped (a petname stored before they were refused may hold one), and NFC again.
  * Accents are kept: "josé" and "jose" are two names a person reads as two. Capital I and
  * small l (alike in many sans-serif fonts) are kept apart: folding one into the other
  * would refuse "ali" beside "all". The full TR39
@@ -32,7 +33,7 @@ const LOOKALIKES: Readonly<Record<string, string>> = {
 
 /** What a petname looks like: equal skeletons are names a reader cannot tell apart. */
 export function skeleton(name: string): string {
-  const folded = name.normalize('NFKC').toLowerCase().normalize('NFKC');
+  const folded = name.replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu, '').normalize('NFKC').toLowerCase().normalize('NFKC');
   let out = '';
   for (const char of folded) out += /\p{Zs}/u.test(char) ? ' ' : (LOOKALIKES[char] ?? char);
   return out.normalize('NFC');
