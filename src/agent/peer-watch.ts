@@ -60,7 +60,7 @@ export class PeerWatch {
 
   async add(petname: string, key: string) {
     const result = await addPeer(this.path, petname, key, this.me);
-    return { petname, key, outcome: result.outcome };
+    return { petname: result.petname, key, outcome: result.outcome };
   }
 
   async remove(petname: string) {

@@ -94,7 +94,9 @@ export class Sender {
    * a strictly increasing timestamp (`SendClock`): that is the order receivers read this
    * session's messages in.
    */
-  async send(args: SendArgs): Promise<SendReceipt> {
+  async send(input: SendArgs): Promise<SendReceipt> {
+    // A session id that enters is kept in NFC, as every name (config/name-characters.ts).
+    const args = input.session === undefined ? input : { ...input, session: input.session.normalize('NFC') };
     const { identity, outbox } = this.parts;
     // A blank message wakes the receiver for nothing; refused here so every surface
     // (tool, CLI, a future caller) gets the same typed error.

@@ -61,12 +61,14 @@ export interface SessionSummary {
   awaiting_session?: number;
   failed_deliveries: number | 'unreadable';
   pair_requests: number | 'unreadable';
+  /** Pairing requests dropped from a full list that no person has seen counted yet. */
+  pair_requests_dropped?: { count: number } | null;
   last_activity: number | undefined;
 }
 
 /** Something in the session needs a person or an agent (an unreadable file counts). */
 function holdsSomething(s: SessionSummary): boolean {
-  return s.unread > 0 || s.pending > 0 || (s.awaiting_session ?? 0) > 0 || s.failed_deliveries !== 0 || s.pair_requests !== 0;
+  return s.unread > 0 || s.pending > 0 || (s.awaiting_session ?? 0) > 0 || s.failed_deliveries !== 0 || s.pair_requests !== 0 || (s.pair_requests_dropped ?? null) !== null;
 }
 
 /** Splits sessions into those `status` lists and the quiet ones it only counts. */

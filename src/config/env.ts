@@ -72,7 +72,8 @@ const SCHEMA = z.object({
   INTERLINK_LOCAL_RELAY: trimmed,
   INTERLINK_TLS_CA: text,
   INTERLINK_NAME: trimmed.transform((v) => v?.slice(0, MAX_ANNOUNCED_NAME)),
-  INTERLINK_SESSION: text.superRefine((v, ctx) => {
+  // Normalised to NFC like every name that enters (config/name-characters.ts).
+  INTERLINK_SESSION: text.transform((v) => v?.normalize('NFC')).superRefine((v, ctx) => {
     const reason = v === undefined ? undefined : unsafeNameReason(v);
     if (reason !== undefined) ctx.addIssue({ code: 'custom', message: reason });
   }),

@@ -5,7 +5,7 @@
  * component passes the name rule (paths.ts) here.
  */
 import { join } from 'node:path';
-import { checkSafeName, unsafeNameReason } from './paths.js';
+import { checkPathName, unsafePathReason } from './paths.js';
 
 /** The per-identity folders that hold one file per session: `<store>/<identity>/<session>.json`. */
 export const SESSION_STORES = ['mailbox', 'outbox', 'pairing', 'failed', 'rejected'] as const;
@@ -49,7 +49,7 @@ export function identityDir(stateDir: string, store: SessionStore, identity: str
 
 /** The file of `session` in an identity folder; the session id must pass the name rule. */
 export function sessionFileIn(dir: string, session: string): string {
-  return join(dir, `${checkSafeName(session, 'session id')}${SNAPSHOT}`);
+  return join(dir, `${checkPathName(session, 'session id')}${SNAPSHOT}`);
 }
 
 export function sessionPath(stateDir: string, store: SessionStore, identity: string, session: string): string {
@@ -64,7 +64,7 @@ export function sessionPath(stateDir: string, store: SessionStore, identity: str
 export function sessionOfFile(name: string): string | undefined {
   if (name.includes('.corrupt-')) return undefined;
   const session = name.endsWith(SNAPSHOT) ? name.slice(0, -SNAPSHOT.length) : name.endsWith(JOURNAL) ? name.slice(0, -JOURNAL.length) : undefined;
-  return session !== undefined && unsafeNameReason(session) === undefined ? session : undefined;
+  return session !== undefined && unsafePathReason(session) === undefined ? session : undefined;
 }
 
 export function mailboxPath(stateDir: string, identity: string, session: string): string {
@@ -112,7 +112,7 @@ export interface InboxPaths {
 }
 
 export function inboxPaths(stateDir: string, session: string): InboxPaths {
-  checkSafeName(session, 'session id');
+  checkPathName(session, 'session id');
   const dir = join(stateDir, 'inbox');
   return {
     dir,
@@ -135,6 +135,11 @@ export function localRelayLogPath(stateDir: string): string {
 /** A relay's own key, kept with its store (relay/relay-key.ts). */
 export function relayKeyFile(db: string): string {
   return join(db, 'relay-key.json');
+}
+
+/** The embedded relay's roster under `--db`, kept across restarts (relay/roster-file.ts). */
+export function relayRosterFile(db: string): string {
+  return join(db, 'roster.json');
 }
 
 /** The relay keys this user's sessions have seen, per URL: trust on first use (link/known-relays.ts). */

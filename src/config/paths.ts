@@ -1,24 +1,50 @@
 /**
- * The rule that keeps names chosen by users or peers (session ids, petnames) from
- * escaping their directory. Where files live is layout.ts.
+ * The rules for names chosen by users or peers (session ids, petnames): none may escape
+ * its directory (every name, stored ones too), and a new name may not hide characters
+ * from the person reading it (name-characters.ts). Where files live is layout.ts.
  */
 import { InterlinkError } from '../errors.js';
+import { hiddenCharacterReason, notNfcReason, visibleName } from './name-characters.js';
 
 export const MAX_NAME_BYTES = 128;
 
 /**
- * Session ids and petnames become path components. Anything that could name another
- * directory, hide in a terminal or overflow a file name is refused.
+ * Where a session id or petname enters (the command line, a tool's arguments, the
+ * environment): normalised to NFC, then refused if it could name another directory,
+ * hide in a terminal or overflow a file name. Returns the name to use.
  */
 export function checkSafeName(name: string, what: 'session id' | 'petname'): string {
-  const reason = unsafeNameReason(name);
-  if (reason !== undefined) {
-    throw new InterlinkError('bad_name', `${what} ${JSON.stringify(name.slice(0, 40))} is not allowed: ${reason}`);
-  }
+  const normal = name.normalize('NFC');
+  const reason = unsafeNameReason(normal);
+  if (reason !== undefined) throw badName(name, what, reason);
+  return normal;
+}
+
+/** A name a file already holds (a stored session's file): only the path rule applies. */
+export function checkPathName(name: string, what: 'session id' | 'petname'): string {
+  const reason = unsafePathReason(name);
+  if (reason !== undefined) throw badName(name, what, reason);
   return name;
 }
 
+function badName(name: string, what: string, reason: string): InterlinkError {
+  return new InterlinkError('bad_name', `${what} ${JSON.stringify(visibleName(name.slice(0, 40)))} is not allowed: ${reason}`);
+}
+
+/**
+ * The whole rule, for names that enter now and names in signed envelopes and
+ * announcements: the path rule, no hidden character (named as U+XXXX), and NFC.
+ */
 export function unsafeNameReason(name: string): string | undefined {
+  return hiddenCharacterReason(name) ?? unsafePathReason(name) ?? notNfcReason(name);
+}
+
+/**
+ * The path rule alone: what files written before the hidden-character rule (peers.json,
+ * session files) are read with, so an upgrade neither moves aside nor hides what they
+ * hold; views print such names made visible (visibleName).
+ */
+export function unsafePathReason(name: string): string | undefined {
   if (name.length === 0) return 'it is empty';
   if (Buffer.byteLength(name, 'utf8') > MAX_NAME_BYTES) return `it is longer than ${MAX_NAME_BYTES} bytes`;
   if (name === '.' || name === '..' || name.includes('..')) return 'it contains ".."';

@@ -61,7 +61,7 @@ const publicKeyText = z.string().refine((s) => isBase64urlOfLength(s, PUBLIC_KEY
 export const msgIdText = z.string().regex(MSG_ID, 'must be 32 lowercase hex digits');
 const nonEmptyOptional = (inner: z.ZodString) => inner.min(1, 'must be absent rather than empty').optional();
 
-export const sessionText = z.string().refine((s) => unsafeNameReason(s) === undefined, 'must be a session id (1 to 128 bytes, no "..", "/", "\\", control characters or surrounding white space)');
+export const sessionText = z.string().refine((s) => unsafeNameReason(s) === undefined, 'must be a session id (1 to 128 bytes in NFC, no "..", "/", "\\", control or format characters or surrounding white space)');
 
 /** Canonical base64url of a sealed body: at least a nonce, the smallest size class and a tag. */
 const sealedText = z

@@ -85,8 +85,11 @@ export class PairingInbound {
       // Signed: only a newer request from the same key replaces an open one (rules.ts).
       ts: envelope.ts,
     };
-    const outcome = await this.options.store.update((data) => admitRequest(data, request, now));
-    if (outcome === 'evicted') log.warn('pair_request_evicted', { from: envelope.from, reason: 'too many open requests: the oldest one was dropped' });
+    // Peers asking again are kept over strangers when the list is full (rules.ts).
+    const { table } = await loadPeers(this.options.peersPath);
+    const known = new Set(table.peers.map((p) => p.key));
+    const outcome = await this.options.store.update((data) => admitRequest(data, request, now, known));
+    if (outcome === 'evicted') log.warn('pair_request_evicted', { from: envelope.from, reason: 'too many open requests: the oldest from an unknown key was dropped (counted for pair list and status)' });
     // A newer request from the same key replaces the open one quietly (the person sees it in the list).
     if (outcome === 'stored' || outcome === 'evicted') this.knocks.knock();
   }

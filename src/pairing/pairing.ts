@@ -17,13 +17,13 @@ import { formatRoute } from '../envelope/route.js';
 import { InterlinkError, messageOf } from '../errors.js';
 import type { OutstandingRequest } from '../gate/decide.js';
 import { normalizeFingerprint, type Identity } from '../identity/identity.js';
-import { addPeer, checkPetname, loadPeers, removePeer } from '../peers/peers.js';
+import { addPeer, checkNotLookalike, checkPetname, loadPeers, removePeer } from '../peers/peers.js';
 import type { RelayClient } from '../link/client.js';
 import { verificationCode } from './code.js';
 import { ControlOutbox } from './control.js';
 import { fingerprintOfKey, PairingInbound } from './inbound.js';
 import type { PairingNotice } from './notices.js';
-import { checkControlRoom, closeOutgoing, commitAccept, findIncoming, planRequest, reject, type ControlJob, type PairingData } from './rules.js';
+import { checkControlRoom, clearDropped, closeOutgoing, commitAccept, findIncoming, planRequest, reject, type ControlJob, type Dropped, type PairingData } from './rules.js';
 import { siblingSessions, siblingStorePath } from './siblings.js';
 import { PairingStore } from './store.js';
 import { resolveTarget, type RosterView } from './target.js';
@@ -97,13 +97,13 @@ export class Pairing {
     const existing = table.petnameOf(resolved.key);
     if (existing !== undefined) throw new InterlinkError('already_peer', `that identity is already your peer ${existing}`);
     // The name the person typed, or one made from the fingerprint: never the name the target announces.
-    const petname = options.petname ?? (resolved.by === 'name' ? target : defaultPetname(fingerprintOfKey(resolved.key)));
-    // The same rule peers.json applies ("self" is reserved), so the accept can be recorded.
-    checkPetname(petname);
+    // The same rules peers.json applies ("self" is reserved, no look-alike), so the accept can be recorded.
+    const petname = checkPetname(options.petname ?? (resolved.by === 'name' ? target : defaultPetname(fingerprintOfKey(resolved.key))));
     const other = table.keyOf(petname);
     if (other !== undefined) throw new InterlinkError('peer_conflict', `petname ${petname} already names another key; pass another petname`);
+    checkNotLookalike(petname, table.peers.map((p) => p.petname));
     const requestId = newMsgId();
-    const { outgoing, repeated } = await this.options.store.update((data) =>
+    const { outgoing, repeated, resent } = await this.options.store.update((data) =>
       planRequest(data, {
         request_id: requestId,
         to: resolved.key,
@@ -124,6 +124,8 @@ export class Pairing {
       petname: outgoing.petname,
       code: outgoing.code,
       repeated,
+      /** An open request queued again by this call: the other side may have dropped it (a full list). */
+      resent,
       state: 'pending' as const,
       /** Picked by a roster name: the acceptance waits for a person's confirm_pair. */
       confirm_needed: outgoing.by_name === true,
@@ -137,6 +139,11 @@ export class Pairing {
     const data = await this.options.store.read();
     const { table } = await loadPeers(this.options.peersPath);
     return pairingView(data, (key) => table.petnameOf(key));
+  }
+
+  /** A person saw this count of dropped requests: it starts again (a later drop stays). */
+  async sawDropped(seen: Dropped): Promise<void> {
+    await this.options.store.update((data) => clearDropped(data, seen));
   }
 
   /**
@@ -158,8 +165,7 @@ export class Pairing {
     const { table } = await loadPeers(this.options.peersPath);
     // A peer asking again (it removed this identity on its side) keeps its petname here.
     const current = table.petnameOf(request.from);
-    const petname = current ?? options.petname ?? defaultPetname(fingerprint);
-    if (current === undefined) await addPeer(this.options.peersPath, petname, request.from);
+    const petname = current ?? (await addPeer(this.options.peersPath, options.petname ?? defaultPetname(fingerprint), request.from)).petname;
     const job: ControlJob = {
       msg_id: newMsgId(),
       kind: 'pair_accept',
@@ -191,7 +197,7 @@ export class Pairing {
       throw new InterlinkError('unknown_request', `the request from ${fingerprint} changed while it was being accepted (rejected, or replaced by a newer one); nothing was accepted`, undefined, { hint: { tool: 'see list_pair_requests', cli: 'see `interlink-mcp pair list`' } });
     }
     this.kick();
-    return { fingerprint, key: request.from, petname: current ?? petname, code: request.code, state: 'accepted' as const, confirmation: 'queued' as const };
+    return { fingerprint, key: request.from, petname: current ?? petname, code: request.code, state: 'accepted' as const, confirmation: 'queued' as const, already_peer: current !== undefined };
   }
 
   /** Whether the confirmation of an accepted request still waits for a relay (`queued`) or one took it (`sent`). */
@@ -206,10 +212,13 @@ export class Pairing {
     const done = data.handled.findLast((h) => h.outcome === 'accepted' && fingerprintOfKey(h.from) === fingerprint);
     if (done === undefined) throw new InterlinkError('unknown_request', `no open pairing request from ${fingerprint}`, undefined, { hint: { tool: 'see list_pair_requests', cli: 'see `interlink-mcp pair list`' } });
     const { table } = await loadPeers(this.options.peersPath);
+    const petname = table.petnameOf(done.from);
     return {
       fingerprint,
       key: done.from,
-      petname: table.petnameOf(done.from) ?? '',
+      petname: petname ?? '',
+      /** Accepted before: a peer already, unless a person removed it since. */
+      already_peer: petname !== undefined,
       code: verificationCode(done.from, this.options.identity.key, done.msg_id),
       state: 'accepted' as const,
       confirmation: data.control.some((c) => c.kind === 'pair_accept' && c.in_reply_to === done.msg_id) ? ('queued' as const) : ('sent' as const),

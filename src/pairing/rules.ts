@@ -5,7 +5,9 @@
  *
  * - `outgoing`: requests this session sent and that are still open (at most 64).
  * - `incoming`: strangers' requests waiting for a person to decide (at most 64, one per
- *   key; past 64 the oldest goes).
+ *   key; past 64 the oldest goes, after the ones from known keys: see admitRequest).
+ * - `dropped`: how many requests were dropped that way since when, until a person has
+ *   seen it in `pair list`: a flood of throwaway knocks cannot drop a real one silently.
  * - `control`: signed control messages not yet accepted by a relay (at most 128). Each is
  *   signed again with a fresh timestamp whenever it is offered, keeping its msg_id, so a
  *   confirmation outlives an outage longer than the 24 h freshness window.
@@ -79,12 +81,22 @@ const handledSchema = z.object({
 });
 export type Handled = z.infer<typeof handledSchema>;
 
+const droppedSchema = z.object({
+  count: z.number().int().positive(),
+  /** The first drop since a person last saw the count. */
+  since: z.number().int(),
+  last_at: z.number().int(),
+});
+export type Dropped = z.infer<typeof droppedSchema>;
+
 export const pairingFileSchema = z.object({
   v: z.literal(1),
   outgoing: z.array(outgoingSchema),
   incoming: z.array(incomingSchema),
   control: z.array(controlSchema),
   handled: z.array(handledSchema),
+  /** Absent while nothing was dropped (and in files of earlier versions). */
+  dropped: droppedSchema.optional(),
 });
 export type PairingData = z.infer<typeof pairingFileSchema>;
 
@@ -116,18 +128,30 @@ function full(what: string, limit: number): InterlinkError {
   return new InterlinkError('pairing_full', `${what} (at most ${limit}); nothing was changed`);
 }
 
-/** A request to `to`: the open one if there is one (same id), else a new one and its control message. */
+/**
+ * A request to `to`: a new one and its control message; or, when one is open, that one
+ * (same id, so the same verification code) queued to be sent again. The other side may
+ * have dropped it (a full list: admitRequest) or never got it; if it still holds it, the
+ * copy is a duplicate there and changes nothing. An accepted one waiting for confirm is
+ * not sent again: the answer is here.
+ */
 export function planRequest(
   data: PairingData,
   request: Omit<Outgoing, 'conflict' | 'accepted'> & { text: string },
-): Change<{ outgoing: Outgoing; repeated: boolean }> {
+): Change<{ outgoing: Outgoing; repeated: boolean; resent: boolean }> {
   const open = data.outgoing.find((o) => o.to === request.to);
-  if (open !== undefined) return { next: undefined, result: { outgoing: open, repeated: true } };
+  if (open !== undefined) {
+    const queued = data.control.some((c) => c.msg_id === open.request_id);
+    if (queued || open.accepted !== undefined || open.conflict !== undefined) return { next: undefined, result: { outgoing: open, repeated: true, resent: false } };
+    if (data.control.length >= MAX_CONTROL) throw full('too many pairing messages waiting for a relay', MAX_CONTROL);
+    const again: ControlJob = { msg_id: open.request_id, kind: 'pair_request', to: open.to, session: open.session, text: request.text, created_at: open.created_at };
+    return { next: { ...data, control: [...data.control, again] }, result: { outgoing: open, repeated: true, resent: true } };
+  }
   if (data.outgoing.length >= MAX_OUTGOING) throw full('too many open pairing requests of this session', MAX_OUTGOING);
   if (data.control.length >= MAX_CONTROL) throw full('too many pairing messages waiting for a relay', MAX_CONTROL);
   const { text, ...outgoing } = request;
   const job: ControlJob = { msg_id: request.request_id, kind: 'pair_request', to: request.to, session: request.session, text, created_at: request.created_at };
-  return { next: { ...data, outgoing: [...data.outgoing, outgoing], control: [...data.control, job] }, result: { outgoing, repeated: false } };
+  return { next: { ...data, outgoing: [...data.outgoing, outgoing], control: [...data.control, job] }, result: { outgoing, repeated: false, resent: false } };
 }
 
 /** `evicted`: stored, and the oldest open request (of another key) made room for it. */
@@ -137,9 +161,14 @@ export type RequestAdmission = 'stored' | 'replaced' | 'duplicate' | 'evicted';
  * A stranger's verified pair_request. One open request per key: a newer one (by its
  * signed timestamp) replaces it, so a relay replaying an older request cannot swap it
  * back. A request already dealt with, or already here, changes nothing; past 64 the
- * oldest open request makes room.
+ * oldest open request makes room, and the drop is counted (`dropped`) for a person.
+ *
+ * Which one goes: the oldest from a key not known here. Known are the keys this session
+ * asked to pair (a crossing request) and those `known` names (the caller's peers, asking
+ * again): a stranger's key costs nothing to make, theirs do not. Only when every open
+ * request is from a known key does the oldest of those go.
  */
-export function admitRequest(data: PairingData, request: Incoming, now: number): Change<RequestAdmission> {
+export function admitRequest(data: PairingData, request: Incoming, now: number, known: ReadonlySet<string> = new Set()): Change<RequestAdmission> {
   const current = pruned(data, now);
   if (isHandled(current, request.from, request.request_id) || current.incoming.some((i) => sameRequest(i, request))) {
     return { next: undefined, result: 'duplicate' };
@@ -150,8 +179,24 @@ export function admitRequest(data: PairingData, request: Incoming, now: number):
   const replacing = others.length !== current.incoming.length;
   // Full: the oldest request goes. Strangers' keys are free, so dropping new requests
   // instead would let 64 throwaway keys shut pairing out for good.
-  if (!replacing && current.incoming.length >= MAX_INCOMING) return { next: { ...current, incoming: [...current.incoming.slice(1), request] }, result: 'evicted' };
+  if (!replacing && current.incoming.length >= MAX_INCOMING) {
+    const asked = new Set(current.outgoing.map((o) => o.to));
+    const victim = current.incoming.find((i) => !known.has(i.from) && !asked.has(i.from)) ?? current.incoming[0]!;
+    const dropped: Dropped = { count: (current.dropped?.count ?? 0) + 1, since: current.dropped?.since ?? now, last_at: now };
+    return { next: { ...current, incoming: [...current.incoming.filter((i) => i !== victim), request], dropped }, result: 'evicted' };
+  }
   return { next: { ...current, incoming: [...others, request] }, result: replacing ? 'replaced' : 'stored' };
+}
+
+/**
+ * A person saw this count of dropped requests (`pair list`): it starts again from none.
+ * A drop after it was read keeps the count, to be shown next time.
+ */
+export function clearDropped(data: PairingData, seen: Dropped): Change<undefined> {
+  if (data.dropped === undefined || data.dropped.count !== seen.count || data.dropped.last_at !== seen.last_at) return { next: undefined, result: undefined };
+  const next = { ...data };
+  delete next.dropped;
+  return { next, result: undefined };
 }
 
 /** The open incoming request from the identity with this fingerprint. */

@@ -6,6 +6,11 @@
  * identities use is ambiguous and needs the full key.
  * The request goes to a live session of that identity if there is one, else an away one
  * (the freshest); with none on the roster it is refused rather than sent nowhere.
+ *
+ * A relay without a store keeps its roster in memory only: after it restarts, an identity
+ * is on it again only once one of its processes connects and announces (any session, or
+ * `interlink-mcp pair list` on its machine). The refusals say so, since "no match" right
+ * after such a restart is not a wrong name (issue 37).
  */
 import { InterlinkError } from '../errors.js';
 import { fingerprintOf, normalizeFingerprint, parsePublicKey } from '../identity/identity.js';
@@ -29,6 +34,11 @@ export interface ResolvedTarget {
   /** How the person named it: by a roster name (which a relay could fake), or by key or fingerprint. */
   by: 'name' | 'key' | 'fingerprint';
 }
+
+/** Why a known identity can be missing from the rosters, and what its person does about it. */
+const NOT_ANNOUNCING =
+  'An identity is on a roster only while a session of it announces there, and a relay that restarted without a store (--db) has forgotten every announcement until each identity connects again: ' +
+  'ask the other person to start any session, or to run `interlink-mcp pair list` on their machine (it announces their identity and leaves it on the roster).';
 
 function isPublicKey(text: string): boolean {
   try {
@@ -57,7 +67,16 @@ export function resolveTarget(target: string, roster: readonly RosterView[], me:
     }
   }
   const key = keys[0];
-  if (key === undefined) throw new InterlinkError('unknown_target', `no identity on the relay rosters matches ${JSON.stringify(target)}`, undefined, { hint: { tool: 'see discover', cli: 'check the name the other person announces (INTERLINK_NAME), or use their full key from `interlink-mcp whoami`' } });
+  if (key === undefined) {
+    const others = new Set(roster.filter((r) => r.key !== me).map((r) => r.key)).size;
+    throw new InterlinkError(
+      'unknown_target',
+      `no identity on the relay rosters matches ${JSON.stringify(target)} now (${others === 0 ? 'they list no other identity at all' : `they list ${others} other identit${others === 1 ? 'y' : 'ies'}`}). ` +
+        `${NOT_ANNOUNCING} Else check the name they announce (INTERLINK_NAME), or use their full key from \`interlink-mcp whoami\``,
+      undefined,
+      { hint: { tool: 'see discover', cli: 'then run `interlink-mcp pair request` again' } },
+    );
+  }
   if (key === me) throw new InterlinkError('unknown_target', 'that is this identity; its sessions already trust each other');
   const sessions = roster.filter((r) => r.key === key && (session === undefined || r.session === session)).sort((a, b) => a.age_ms - b.age_ms);
   const chosen = sessions.find((s) => s.state === 'live') ?? sessions.find((s) => s.state === 'away');
@@ -65,8 +84,8 @@ export function resolveTarget(target: string, roster: readonly RosterView[], me:
     throw new InterlinkError(
       'no_route',
       session === undefined
-        ? 'no session of that identity is on any relay roster; ask its person to start a session or run `interlink-mcp pair list`'
-        : `session ${session} of that identity is not on any relay roster`,
+        ? `no session of that identity is on any relay roster now. ${NOT_ANNOUNCING} Then ask again`
+        : `session ${session} of that identity is not on any relay roster now: it is not running, or has not announced itself since a relay restarted`,
     );
   }
   return { key, session: chosen.session, ...(chosen.name !== undefined && { name: chosen.name }), by };

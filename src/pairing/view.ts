@@ -28,7 +28,17 @@ export function pairingView(data: PairingData, petnameOf: (key: string) => strin
       ...(o.conflict !== undefined && { conflict: o.conflict }),
     })),
     unsent_control_messages: data.control.length,
+    /** Requests dropped because the list was full, since a person last saw this in `pair list`. */
+    dropped_requests: data.dropped === undefined ? null : { count: data.dropped.count, since: data.dropped.since, since_iso: new Date(data.dropped.since).toISOString(), last_at: data.dropped.last_at },
   };
+}
+
+/** The sentence a person reads about dropped requests: who can still reach them, and how. */
+export function droppedSentence(dropped: { count: number; since: number }): string {
+  return (
+    `${dropped.count} pairing request${dropped.count === 1 ? ' was' : 's were'} dropped since ${new Date(dropped.since).toISOString()} because the list was full ` +
+    `(at most 64; the oldest from unknown keys go first). Someone who asked you and is not listed can run \`interlink-mcp pair request\` again: it is sent again.`
+  );
 }
 
 /** Which step an outgoing request waits on, and on whom. */

@@ -4,12 +4,14 @@
  * replacement. A petname is never silently re-pointed to another key.
  */
 import { z } from 'zod';
-import { unsafeNameReason, checkSafeName } from '../config/paths.js';
+import { visibleName } from '../config/name-characters.js';
+import { checkPathName, checkSafeName, unsafePathReason } from '../config/paths.js';
 import { InterlinkError } from '../errors.js';
 import { parsePublicKey } from '../identity/identity.js';
 import { isAcceptablePoint } from '../identity/ed25519.js';
 import { damageSentence, kindOf, type Damage } from '../store/damage.js';
 import { peekJson, readJson, updateJson, type Recovery } from '../store/json-store.js';
+import { lookalikeOf } from './lookalike.js';
 
 const keySchema = z.string().refine((key) => {
   try {
@@ -34,7 +36,7 @@ const isEntryShaped = (entry: unknown): boolean => typeof entry === 'object' && 
 const peersShape = z.record(z.string(), z.unknown()).superRefine((peers, ctx) => {
   for (const [name, entry] of Object.entries(peers)) {
     const reason = checkPetnameReason(name);
-    if (reason !== undefined) ctx.addIssue({ code: 'custom', message: `petname ${JSON.stringify(name)}: ${reason}`, path: [name] });
+    if (reason !== undefined) ctx.addIssue({ code: 'custom', message: `petname ${JSON.stringify(visibleName(name))}: ${reason}`, path: [name] });
     else if (!isEntryShaped(entry)) {
       const found = typeof entry === 'object' && entry !== null && !Array.isArray(entry) ? 'an object without a "key" string' : kindOf(entry);
       ctx.addIssue({
@@ -54,15 +56,31 @@ export const PEERS_UNAVAILABLE = 'the peers it lists can neither message this id
 export type PeersFile = Record<string, { key: string; clear?: boolean }>;
 const emptyPeers = (): PeersFile => ({});
 
-/** The reserved word `self` addresses this identity's own sessions, so it is no petname. */
+/**
+ * The reserved word `self` addresses this identity's own sessions, so it is no petname.
+ * A stored petname is held to the path rule only: one written before the hidden-character
+ * rule keeps working (listings show it made visible) until the person renames it.
+ */
 function checkPetnameReason(name: string): string | undefined {
   if (name === 'self') return '"self" is reserved for your own sessions';
-  return unsafeNameReason(name);
+  return unsafePathReason(name);
 }
 
+/** A petname that enters (command line, tool arguments): the whole rule; returns it in NFC. */
 export function checkPetname(name: string): string {
-  if (name === 'self') throw new InterlinkError('bad_name', 'petname "self" is reserved for your own sessions');
-  return checkSafeName(name, 'petname');
+  const petname = checkSafeName(name, 'petname');
+  if (petname === 'self') throw new InterlinkError('bad_name', 'petname "self" is reserved for your own sessions');
+  return petname;
+}
+
+/** The existing petname that looks the same as `petname`, refused as `peer_conflict` (lookalike.ts). */
+export function checkNotLookalike(petname: string, existing: Iterable<string>): void {
+  const other = lookalikeOf(petname, existing);
+  if (other === undefined) return;
+  throw new InterlinkError(
+    'peer_conflict',
+    `petname ${JSON.stringify(petname)} looks the same as your peer ${JSON.stringify(visibleName(other))}; choose a petname that reads differently`,
+  );
 }
 
 export interface Peer {
@@ -122,13 +140,14 @@ export async function readPeers(path: string): Promise<{ table: PeerTable; damag
 
 export type AddPeerOutcome = 'added' | 'unchanged' | 'updated';
 
-/** The arguments of an add, checked before peers.json is touched. */
-export function checkNewPeer(petname: string, key: string, own: string | undefined): void {
-  checkPetname(petname);
+/** The arguments of an add, checked before peers.json is touched. Returns the petname in NFC. */
+export function checkNewPeer(name: string, key: string, own: string | undefined): string {
+  const petname = checkPetname(name);
   parsePublicKey(key, `key for ${petname}`);
   // Trusting one's own key under a petname would make "self" and that petname two names
   // for the same sessions; "self" already reaches them.
   if (key === own) throw new InterlinkError('own_key', `that key is this identity's own; your other sessions are reached as "self", not as a peer`);
+  return petname;
 }
 
 /**
@@ -136,14 +155,14 @@ export function checkNewPeer(petname: string, key: string, own: string | undefin
  * exchanges clear envelopes (a Rust Interlink peer); adding an existing peer with it marks
  * that peer. Only removing the peer takes the mark away.
  */
-export async function addPeer(path: string, petname: string, key: string, own?: string, options: { clear?: boolean } = {}): Promise<{ outcome: AddPeerOutcome; recovered?: Recovery }> {
-  checkNewPeer(petname, key, own);
+export async function addPeer(path: string, name: string, key: string, own?: string, options: { clear?: boolean } = {}): Promise<{ outcome: AddPeerOutcome; petname: string; recovered?: Recovery }> {
+  const petname = checkNewPeer(name, key, own);
   const mark = options.clear === true ? { clear: true } : {};
-  return updateJson(path, peersFileSchema, emptyPeers, (current): { next: PeersFile | undefined; result: { outcome: AddPeerOutcome } } => {
+  return updateJson(path, peersFileSchema, emptyPeers, (current): { next: PeersFile | undefined; result: { outcome: AddPeerOutcome; petname: string } } => {
     const existing = current[petname];
     if (existing !== undefined) {
-      if (existing.key === key && options.clear === true && existing.clear !== true) return { next: { ...current, [petname]: { ...existing, clear: true } }, result: { outcome: 'updated' } };
-      if (existing.key === key) return { next: undefined, result: { outcome: 'unchanged' } };
+      if (existing.key === key && options.clear === true && existing.clear !== true) return { next: { ...current, [petname]: { ...existing, clear: true } }, result: { outcome: 'updated', petname } };
+      if (existing.key === key) return { next: undefined, result: { outcome: 'unchanged', petname } };
       throw new InterlinkError(
         'peer_conflict',
         `petname ${petname} already names a different key (${existing.key}); remove it first if the peer really changed keys`,
@@ -151,17 +170,21 @@ export async function addPeer(path: string, petname: string, key: string, own?: 
     }
     const other = Object.entries(current).find(([, entry]) => entry.key === key);
     if (other !== undefined) {
-      throw new InterlinkError('peer_conflict', `that key is already your peer ${other[0]}; remove that petname first to rename it`);
+      throw new InterlinkError('peer_conflict', `that key is already your peer ${visibleName(other[0])}; remove that petname first to rename it`);
     }
-    return { next: { ...current, [petname]: { key, ...mark } }, result: { outcome: 'added' } };
+    checkNotLookalike(petname, Object.keys(current));
+    return { next: { ...current, [petname]: { key, ...mark } }, result: { outcome: 'added', petname } };
   }, storeOptions);
 }
 
-export async function removePeer(path: string, petname: string): Promise<{ key: string; recovered?: Recovery }> {
-  checkPetname(petname);
+/** The path rule only, and the name as typed or in NFC: a petname stored before the hidden-character rule can be removed. */
+export async function removePeer(path: string, name: string): Promise<{ key: string; recovered?: Recovery }> {
+  if (name === 'self') throw new InterlinkError('bad_name', 'petname "self" is reserved for your own sessions');
+  checkPathName(name, 'petname');
   return updateJson(path, peersFileSchema, emptyPeers, (current) => {
+    const petname = current[name] !== undefined ? name : name.normalize('NFC');
     const existing = current[petname];
-    if (existing === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${petname}`);
+    if (existing === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${visibleName(name)}`);
     const next = { ...current };
     delete next[petname];
     return { next, result: { key: existing.key } };

@@ -3,13 +3,14 @@
  * queues, the roster and the relay's key — embedded (in memory, or a journal under
  * `--db`) or on PostgreSQL (`--store`), where every relay of the database shares all three.
  */
-import { relayKeyFile } from '../config/layout.js';
+import { relayKeyFile, relayRosterFile } from '../config/layout.js';
 import type { QueueLimits } from './limits.js';
 import { PostgresRoster } from './postgres/roster.js';
 import { PostgresStore } from './postgres/store.js';
 import type { QueueStore, RosterStore } from './queue-store.js';
 import { freshRelayKey, loadOrCreateRelayKey, type RelayKey } from './relay-key.js';
 import { Roster, type RosterLimits } from './roster.js';
+import { RosterFile } from './roster-file.js';
 import { RelayStorage } from './storage.js';
 
 export interface OpenedStore {
@@ -53,7 +54,15 @@ export async function openStore(options: StoreOptions, limits: QueueLimits, rost
   }
   const storage = await RelayStorage.open(options.dbDir, limits, now, onCommit);
   try {
-    return { storage, roster: new Roster(now, rosterLimits), relayKey: await localKey(options), close: () => storage.release() };
+    // Under --db the roster outlives a restart (roster-file.ts); in memory it starts empty.
+    const memory = new Roster(now, rosterLimits);
+    const roster = options.dbDir !== undefined ? await RosterFile.open(memory, relayRosterFile(options.dbDir)) : memory;
+    const relayKey = await localKey(options);
+    const close = async () => {
+      if (roster instanceof RosterFile) await roster.flush();
+      await storage.release();
+    };
+    return { storage, roster, relayKey, close };
   } catch (err) {
     await storage.release();
     throw err;

@@ -103,11 +103,13 @@ export class Roster {
   /** ts of the last goodbye per route. */
   private readonly goodbyes: ReceiveOrder<number>;
   private changes = 0;
+  private readonly retainMs: number;
 
   constructor(
     private readonly now: () => number = Date.now,
     limits: RosterLimits = DEFAULT_ROSTER_LIMITS,
   ) {
+    this.retainMs = limits.retainMs;
     this.entries = new ReceiveOrder(limits, (_key, announcement) => Buffer.byteLength(JSON.stringify(announcement), 'utf8'));
     this.goodbyes = new ReceiveOrder(limits, (key) => Buffer.byteLength(key, 'utf8') + 8);
   }
@@ -149,6 +151,26 @@ export class Roster {
     this.entries.delete(key);
     this.changes++;
     return 'removed';
+  }
+
+  /**
+   * An announcement heard before this process started (roster-file.ts), verified again
+   * and kept with the time it was first received; call oldest first.
+   */
+  restore(data: unknown, receivedAt: number): void {
+    const announcement = verifiedAnnouncement(data);
+    if (announcement === undefined || this.now() - receivedAt >= this.retainMs) return;
+    const key = formatRoute(announcement);
+    const current = this.entries.get(key);
+    if (current !== undefined && current.ts >= announcement.ts) return;
+    this.entries.set(key, announcement, receivedAt);
+    this.changes++;
+  }
+
+  /** The entries with the times they were received, oldest first: what roster-file.ts keeps. */
+  heard(): { announcement: Announcement; received_at: number }[] {
+    this.expire();
+    return this.entries.newestFirst().reverse().map((e) => ({ announcement: e.value, received_at: e.receivedAt }));
   }
 
   /** Every live entry, most recently heard first. */

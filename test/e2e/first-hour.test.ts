@@ -137,7 +137,7 @@ describe('a one-sided revocation can be repaired', () => {
     const listed = ok(await alice.cli(['pair', 'list']));
     expect(listed).toContain(bobId.fingerprint);
     expect(listed).toContain('already your peer bob');
-    expect(ok(await alice.cli(['pair', 'accept', bobId.fingerprint]))).toContain('is now a peer');
+    expect(ok(await alice.cli(['pair', 'accept', bobId.fingerprint]))).toContain(`bob (fingerprint ${bobId.fingerprint}) was already your peer`);
     expect(await alice.peers()).toEqual({ bob: { key: bobId.key } });
 
     // Bob asked by name: his next list shows the acceptance, and he confirms.

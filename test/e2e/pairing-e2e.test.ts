@@ -86,6 +86,9 @@ describe('pairing with the MCP tools', () => {
     expect(asked).toMatchObject({ to: bobMe.identity, fingerprint: bobMe.fingerprint, session: 'b1', petname: 'bob', repeated: false, state: 'pending' });
     // A petname peers.json would refuse is refused up front, not when the confirmation arrives.
     expect(await alice.fail('request_pair', { target: bobMe.identity, petname: 'self' })).toMatchObject({ code: 'bad_name' });
+    // And so is one with a hidden character (issue 37), named in the error, through either tool.
+    expect(await alice.fail('request_pair', { target: bobMe.identity, petname: 'bo\u202eb' })).toMatchObject({ code: 'bad_name', message: expect.stringContaining('U+202E') });
+    expect(await alice.fail('add_peer', { petname: 'b\u200bob', key: bobMe.identity })).toMatchObject({ code: 'bad_name', message: expect.stringContaining('U+200B') });
     expect(asked.code).toBe(verificationCode(aliceMe.identity, bobMe.identity, asked.request_id));
     // The next step names the real fingerprint: nothing is left to fill in.
     expect(asked.next).toContain(`interlink-mcp pair accept ${aliceMe.fingerprint}`);
@@ -110,7 +113,7 @@ describe('pairing with the MCP tools', () => {
     expect(await hasPeer(alice, 'bob')).toEqual({ petname: 'bob', key: bobMe.identity, fingerprint: bobMe.fingerprint });
     // (peers.json is written first, then the request closed: wait for the second too)
     await eventually(async () => ((await alice.call<Listed>('list_pair_requests')).outgoing.length === 0 ? true : undefined), 15_000, 'the request closed');
-    expect(await alice.call<Listed>('list_pair_requests')).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0 });
+    expect(await alice.call<Listed>('list_pair_requests')).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0, dropped_requests: null });
     await eventually(async () => ((await bob.call<Listed>('list_pair_requests')).unsent_control_messages === 0 ? true : undefined), 15_000, 'the confirmation sent');
     expect(await readPeers(join(alice.config, 'peers.json'))).toEqual({ bob: { key: bobMe.identity } });
     expect(await readPeers(join(bob.config, 'peers.json'))).toEqual({ alice: { key: aliceMe.identity } });
@@ -206,7 +209,7 @@ describe('pairing with the MCP tools', () => {
     expect((await bob.call<Listed>('list_pair_requests')).incoming.map((i) => i.key)).toEqual([other.key]);
     // Rejecting from the terminal works the same way.
     expect(await atTerminal.json(['pair', 'reject', other.fingerprint])).toMatchObject({ key: other.key, state: 'rejected' });
-    expect(await bob.call<Listed>('list_pair_requests')).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0 });
+    expect(await bob.call<Listed>('list_pair_requests')).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0, dropped_requests: null });
 
     const { tools } = await bob.client.listTools();
     const described = (name: string) => {

@@ -37,6 +37,9 @@ import { readRelayPid } from '../../src/relay/pid-file.js';
 import { loadOrCreateRelayKey } from '../../src/relay/relay-key.js';
 import { DEFAULT_QUEUE_LIMITS } from '../../src/relay/limits.js';
 import { RelayStorage } from '../../src/relay/storage.js';
+import { Roster } from '../../src/relay/roster.js';
+import { RosterFile } from '../../src/relay/roster-file.js';
+import { signAnnouncement } from '../../src/presence/announcement.js';
 import { ReplayIndex } from '../../src/replay/claims.js';
 import { pairingFileSchema } from '../../src/pairing/rules.js';
 import { relayQueueFormat } from '../../src/relay/queues.js';
@@ -201,6 +204,12 @@ const owners: [RegExp, string, Owner][] = [
   }],
   [/^relaydb\/relay-key/, 'relay key', ({ db }) => loadOrCreateRelayKey(join(db, 'relay-key.json'))],
   [/^relaydb\/relay\.pid/, 'relay pid file', ({ db }) => readRelayPid(db)],
+  [/^relaydb\/roster\.json/, 'relay roster', async ({ db }) => {
+    const roster = await RosterFile.open(new Roster(), join(db, 'roster.json'));
+    roster.announce(signAnnouncement(someone.signingKey, { name: 'someone', session: 's', cwd: '/x', git_root: '/x', summary: '', ts: Date.now() }));
+    await roster.flush();
+    roster.list();
+  }],
   [/^relaydb\//, 'relay queues', async ({ db }) => {
     const storage = await RelayStorage.open(db, DEFAULT_QUEUE_LIMITS, Date.now);
     await storage.release();
@@ -346,7 +355,7 @@ describe('every file under the state root, the config root and a relay database,
     const unowned = files.filter((file) => ownerOf(file) === undefined && !/\.(lock|io-lock|log)$/.test(file));
     expect(unowned).toEqual([]);
     // What real use wrote, so that a store that stopped writing is noticed here.
-    for (const expected of ['state/mailbox/', 'state/outbox/', 'state/replay/', 'state/inbox/', 'state/sessions/', 'state/relays.json', 'state/pairing/', 'config/id.key', 'config/peers.json', 'relaydb/relay-key.json']) {
+    for (const expected of ['state/mailbox/', 'state/outbox/', 'state/replay/', 'state/inbox/', 'state/sessions/', 'state/relays.json', 'state/pairing/', 'config/id.key', 'config/peers.json', 'relaydb/relay-key.json', 'relaydb/roster.json']) {
       expect(files.some((file) => file.startsWith(expected)), expected).toBe(true);
     }
   });

@@ -292,6 +292,8 @@ export interface Requested {
   petname: string;
   code: string;
   repeated: boolean;
+  /** an open request queued again by this call (the other side may have dropped it) */
+  resent?: boolean;
   /** the tool's result */
   state?: string;
   /** the CLI's: a relay took the request */
@@ -305,6 +307,8 @@ export interface Listed {
   incoming: { fingerprint: string; key: string; claimed_name: string; session: string; code: string }[];
   outgoing: { fingerprint: string; key: string; petname: string; code: string; state: string }[];
   unsent_control_messages: number;
+  /** requests dropped from a full list since a person last saw it in `pair list` */
+  dropped_requests?: { count: number; since: number; since_iso: string } | null;
   /** the CLI's: open requests that completed during this run */
   completed?: { petname: string; fingerprint: string; key: string }[];
   /** the CLI's: open requests closed because their key is a peer already (added by hand) */

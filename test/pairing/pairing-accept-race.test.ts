@@ -111,7 +111,7 @@ describe('the petname of an accepted requester', () => {
 describe('accept when the request closes between the read and the commit', () => {
   it('without a race: adds the peer and queues one pair_accept', async () => {
     const result = await pairing.accept(requester.fingerprint, { petname: 'ann' });
-    expect(result).toEqual({ fingerprint: requester.fingerprint, key: requester.key, petname: 'ann', code: open.code, state: 'accepted', confirmation: 'queued' });
+    expect(result).toEqual({ fingerprint: requester.fingerprint, key: requester.key, petname: 'ann', code: open.code, state: 'accepted', confirmation: 'queued', already_peer: false });
     expect(await peers()).toEqual([ann, bob]);
     const data = await store.read();
     expect(data.incoming).toEqual([]);
@@ -162,7 +162,8 @@ describe('accept when the request closes between the read and the commit', () =>
     const other: ControlJob = { msg_id: msgId(900), kind: 'pair_accept', to: requester.key, session: open.session, text: 'host', in_reply_to: open.request_id, created_at: now };
     const record = race((d) => commitAccept(d, open, other, now));
     const result = await pairing.accept(requester.fingerprint, { petname: 'ann' });
-    expect(result).toEqual({ fingerprint: requester.fingerprint, key: requester.key, petname: 'ann', code: open.code, state: 'accepted', confirmation: 'queued' });
+    // The other accept made it a peer: this one reports that acceptance, a peer already.
+    expect(result).toEqual({ fingerprint: requester.fingerprint, key: requester.key, petname: 'ann', code: open.code, state: 'accepted', confirmation: 'queued', already_peer: true });
     expect(record.seen).toEqual([[ann, bob]]);
     expect(store.raced).toEqual([{ queued: true }]);
     expect(await peers()).toEqual([ann, bob]);

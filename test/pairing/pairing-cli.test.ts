@@ -45,7 +45,7 @@ describe('pairing from the command line', () => {
 
     // Bob's cli session goes on the roster (and stays there, away, after the command).
     const empty = await bob.json<Listed>(['pair', 'list']);
-    expect(empty).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0, completed: [], closed_already_peers: [] });
+    expect(empty).toEqual({ incoming: [], outgoing: [], unsent_control_messages: 0, dropped_requests: null, completed: [], closed_already_peers: [] });
     const bobId = await bob.identity();
 
     // Alice asks by the name Bob announces, once for people and once more as JSON (the same request).
@@ -85,7 +85,7 @@ describe('pairing from the command line', () => {
     expect(await alice.peers()).toEqual({ bob: { key: bobId.key } });
     expect(await bob.peers()).toEqual({ alice: { key: aliceId.key } });
     // Nothing left over on either side.
-    const cleared = { incoming: [], outgoing: [], unsent_control_messages: 0, completed: [], closed_already_peers: [] };
+    const cleared = { incoming: [], outgoing: [], unsent_control_messages: 0, dropped_requests: null, completed: [], closed_already_peers: [] };
     expect(await alice.json<Listed>(['pair', 'list'])).toEqual(cleared);
     expect(await bob.json<Listed>(['pair', 'list'])).toEqual(cleared);
     // And a request to an existing peer is refused, with one line.

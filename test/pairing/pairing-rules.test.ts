@@ -16,6 +16,7 @@ import {
   MAX_OUTGOING,
   admitRequest,
   checkControlRoom,
+  clearDropped,
   commitAccept,
   commitAccepted,
   controlDone,
@@ -120,7 +121,7 @@ describe('planRequest', () => {
   it('opens a request and queues its signed pair_request under the same id', () => {
     const change = planRequest(frozen(emptyPairing()), request(ann.key, msgId(1), T0));
     const { text: _text, ...outgoing } = request(ann.key, msgId(1), T0);
-    expect(change.result).toEqual({ outgoing, repeated: false });
+    expect(change.result).toEqual({ outgoing, repeated: false, resent: false });
     expect(change.next).toEqual({
       v: 1,
       outgoing: [outgoing],
@@ -150,7 +151,29 @@ describe('planRequest', () => {
   it('repeats even when the bounds are reached', () => {
     const full = filled({ outgoing: MAX_OUTGOING, accepts: MAX_CONTROL - MAX_OUTGOING });
     const change = planRequest(full, request(fillerKey('out', 5), msgId(9), T0));
-    expect(change).toEqual({ next: undefined, result: { outgoing: full.outgoing[5], repeated: true } });
+    expect(change).toEqual({ next: undefined, result: { outgoing: full.outgoing[5], repeated: true, resent: false } });
+  });
+
+  it('queues an open request a relay already took again, with its id and code, so a receiver that dropped it gets it', () => {
+    const data = after(emptyPairing(), planRequest(frozen(emptyPairing()), request(ann.key, msgId(1), T0)));
+    const taken = after(data, controlDone(data, msgId(1)));
+    const again = planRequest(frozen(taken), { ...request(ann.key, msgId(2), T0 + 5), text: 'my new name' });
+    expect(again.result).toEqual({ outgoing: taken.outgoing[0], repeated: true, resent: true });
+    expect(again.next?.outgoing).toEqual(taken.outgoing);
+    expect(again.next?.control).toEqual([{ msg_id: msgId(1), kind: 'pair_request', to: ann.key, session: taken.outgoing[0]!.session, text: 'my new name', created_at: T0 }]);
+    // Queued once: asking a third time before a relay took it changes nothing.
+    expect(planRequest(after(taken, again), request(ann.key, msgId(3), T0 + 6))).toEqual({ next: undefined, result: { outgoing: taken.outgoing[0], repeated: true, resent: false } });
+  });
+
+  it('does not send again a request that was accepted (the answer is here), and refuses a resend with the queue full', () => {
+    const data = after(emptyPairing(), planRequest(frozen(emptyPairing()), request(ann.key, msgId(1), T0)));
+    const taken = after(data, controlDone(data, msgId(1)));
+    const accepted = frozen({ ...taken, outgoing: [{ ...taken.outgoing[0]!, accepted: { msg_id: msgId(7), at: T0 + 1 } }] });
+    expect(planRequest(accepted, request(ann.key, msgId(2), T0 + 5)).next).toBeUndefined();
+    const full = frozen({ ...taken, control: filled({ accepts: MAX_CONTROL }).control });
+    const before = structuredClone(full);
+    throwsWith(() => planRequest(full, request(ann.key, msgId(2), T0 + 5)), 'pairing_full');
+    expect(full).toEqual(before);
   });
 
   it(`refuses a ${MAX_OUTGOING + 1}th open request, changing nothing`, () => {
@@ -315,7 +338,7 @@ describe('admitRequest', () => {
     const full = filled({ incoming: MAX_INCOMING });
     const change = admitRequest(full, incoming(ann, msgId(1), T0), T0);
     // The first in the array (the oldest) goes, the new one is appended; nothing is remembered as handled.
-    expect(change).toEqual({ next: { ...full, incoming: [...full.incoming.slice(1), incoming(ann, msgId(1), T0)] }, result: 'evicted' });
+    expect(change).toEqual({ next: { ...full, incoming: [...full.incoming.slice(1), incoming(ann, msgId(1), T0)], dropped: { count: 1, since: T0, last_at: T0 } }, result: 'evicted' });
     const evicted = after(full, change);
     expect(evicted.incoming).toHaveLength(MAX_INCOMING);
     expect(findIncoming(evicted, fillerFingerprint(0))).toBeUndefined();
@@ -325,6 +348,32 @@ describe('admitRequest', () => {
     const again = admitRequest(evicted, incoming(ben, msgId(2), T0 + 1), T0 + 1);
     expect(again.result).toBe('evicted');
     expect(again.next?.incoming).toEqual([...full.incoming.slice(2), incoming(ann, msgId(1), T0), incoming(ben, msgId(2), T0 + 1)]);
+    // Counted, since the first drop, for a person (pair list, status).
+    expect(again.next?.dropped).toEqual({ count: 2, since: T0, last_at: T0 + 1 });
+  });
+
+  it('at the bound keeps requests from known keys (peers asking again, keys this session asked) and drops the oldest stranger', () => {
+    const full = filled({ incoming: MAX_INCOMING });
+    const peer = fillerKey('in', 0);
+    const asked = fillerKey('in', 1);
+    const crossing = frozen({ ...full, outgoing: [{ request_id: msgId(77), to: asked, session: 's', petname: 'asked', created_at: T0, code: 'c' }] });
+    const change = admitRequest(crossing, incoming(ann, msgId(1), T0), T0, new Set([peer]));
+    expect(change.result).toBe('evicted');
+    expect(change.next?.incoming.map((i) => i.from)).toEqual([peer, asked, ...full.incoming.slice(3).map((i) => i.from), ann.key]);
+    // Every open request from a known key: the oldest of them goes.
+    const allKnown = new Set(full.incoming.map((i) => i.from));
+    expect(admitRequest(full, incoming(ann, msgId(1), T0), T0, allKnown).next?.incoming[0]).toEqual(full.incoming[1]);
+  });
+
+  it('forgets the drop count once a person saw it, unless more were dropped after', () => {
+    const full = filled({ incoming: MAX_INCOMING });
+    const one = after(full, admitRequest(full, incoming(ann, msgId(1), T0), T0));
+    const seen = one.dropped!;
+    expect(clearDropped(one, seen).next).not.toHaveProperty('dropped');
+    expect(pairingFileSchema.parse(clearDropped(one, seen).next)).toEqual(clearDropped(one, seen).next);
+    const two = after(one, admitRequest(one, incoming(ben, msgId(2), T0 + 1), T0 + 1));
+    expect(clearDropped(two, seen)).toEqual({ next: undefined, result: undefined });
+    expect(clearDropped(frozen(emptyPairing()), seen)).toEqual({ next: undefined, result: undefined });
   });
 
   it(`does not evict at ${MAX_INCOMING} when a key replaces its own request or repeats one`, () => {
@@ -357,7 +406,7 @@ describe('admitRequest', () => {
     const evicted = after(full, admitRequest(full, incoming(ann, msgId(1), T0), T0));
     const replay = { ...full.incoming[0]!, received_at: T0 + 1 };
     const change = admitRequest(evicted, replay, T0 + 1);
-    expect(change).toEqual({ next: { ...evicted, incoming: [...evicted.incoming.slice(1), replay] }, result: 'evicted' });
+    expect(change).toEqual({ next: { ...evicted, incoming: [...evicted.incoming.slice(1), replay], dropped: { count: 2, since: T0, last_at: T0 + 1 } }, result: 'evicted' });
   });
 });
 
@@ -724,6 +773,7 @@ describe('transitions agree with the model over random operation sequences', () 
     let bare = 0;
     let answeredQueued = 0;
     let answeredSent = 0;
+    let resends = 0;
     fc.assert(
       fc.property(startArb, fc.array(opArb, { maxLength: 80, size: 'max' }), (start, ops) => {
         let data = filled(start);
@@ -756,14 +806,21 @@ describe('transitions agree with the model over random operation sequences', () 
               const to = targets[op.target % targets.length]!;
               const req = request(to, nextId(), now);
               const open = m.outgoing.get(to);
-              const refuse = open === undefined && (m.outgoing.size >= MAX_OUTGOING || m.control.size >= MAX_CONTROL);
+              // An open request a relay took already, neither accepted nor in conflict, is queued again (same id).
+              const resend = open !== undefined && !m.control.has(open.request_id) && open.accepted === undefined && open.conflict === undefined;
+              const refuse = (open === undefined && (m.outgoing.size >= MAX_OUTGOING || m.control.size >= MAX_CONTROL)) || (resend && m.control.size >= MAX_CONTROL);
               const change = attempt(() => planRequest(data, req), refuse, label);
               if (change === undefined) break;
-              if (open !== undefined) {
-                expect(change, label).toEqual({ next: undefined, result: { outgoing: open, repeated: true } });
+              if (open !== undefined && resend) {
+                expect(change.result, label).toEqual({ outgoing: open, repeated: true, resent: true });
+                m.control.set(open.request_id, { msg_id: open.request_id, kind: 'pair_request', to, session: open.session, text: req.text, created_at: open.created_at });
+                m.done.delete(open.request_id);
+                resends++;
+              } else if (open !== undefined) {
+                expect(change, label).toEqual({ next: undefined, result: { outgoing: open, repeated: true, resent: false } });
               } else {
                 const { text, ...outgoing } = req;
-                expect(change.result, label).toEqual({ outgoing, repeated: false });
+                expect(change.result, label).toEqual({ outgoing, repeated: false, resent: false });
                 m.outgoing.set(to, outgoing);
                 m.control.set(outgoing.request_id, { msg_id: outgoing.request_id, kind: 'pair_request', to, session: outgoing.session, text, created_at: now });
               }
@@ -809,7 +866,11 @@ describe('transitions agree with the model over random operation sequences', () 
                 }
                 if (expected === 'evicted') {
                   evictions++;
-                  m.incoming.delete(oldest!.from);
+                  // The oldest from a key this session did not ask; the oldest of all when every one is asked.
+                  const victim = [...m.incoming.values()].find((i) => !m.outgoing.has(i.from)) ?? oldest!;
+                  m.incoming.delete(victim.from);
+                  const before = data.dropped;
+                  expect(change.next?.dropped, label).toEqual({ count: (before?.count ?? 0) + 1, since: before?.since ?? now, last_at: now });
                 }
                 // Handled more than HANDLED_MS ago: forgotten, so the same request is admitted again.
                 if (m.handled.some((h) => h.from === from.key && h.msg_id === id)) forgotten++;
@@ -979,5 +1040,6 @@ describe('transitions agree with the model over random operation sequences', () 
     expect(bare).toBeGreaterThan(0);
     expect(answeredQueued).toBeGreaterThan(0);
     expect(answeredSent).toBeGreaterThan(0);
+    expect(resends).toBeGreaterThan(0);
   });
 });

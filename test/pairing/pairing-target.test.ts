@@ -74,6 +74,14 @@ describe('resolveTarget: which identity', () => {
     }
   });
 
+  it('says, when nobody matches, how many other identities the rosters list and that a restarted relay forgot them', () => {
+    const none = throwsWith(() => resolveTarget('dave', [], me.key), 'unknown_target');
+    expect(none.message).toContain('they list no other identity at all');
+    expect(none.message).toContain('`interlink-mcp pair list` on their machine');
+    expect(throwsWith(() => resolveTarget('dave', roster, me.key), 'unknown_target').message).toMatch(/they list \d+ other identit/);
+    expect(throwsWith(() => resolveTarget(dave.key, [], me.key), 'no_route').message).toContain('a relay that restarted');
+  });
+
   it('refuses this identity by key even when it is on no roster', () => {
     throwsWith(() => resolveTarget(me.key, [], me.key), 'unknown_target');
   });

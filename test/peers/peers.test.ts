@@ -50,9 +50,9 @@ async function fileState(path: string): Promise<{ bytes: string; ino: number } |
 describe('peers.json edits', () => {
   it('adds, lists in petname order, and removes', async () => {
     const [alice, bob, carol] = [newKey(), newKey(), newKey()];
-    expect(await addPeer(peersFile, 'carol', carol)).toEqual({ outcome: 'added' });
-    expect(await addPeer(peersFile, 'alice', alice)).toEqual({ outcome: 'added' });
-    expect(await addPeer(peersFile, 'bob', bob)).toEqual({ outcome: 'added' });
+    expect(await addPeer(peersFile, 'carol', carol)).toEqual({ outcome: 'added', petname: 'carol' });
+    expect(await addPeer(peersFile, 'alice', alice)).toEqual({ outcome: 'added', petname: 'alice' });
+    expect(await addPeer(peersFile, 'bob', bob)).toEqual({ outcome: 'added', petname: 'bob' });
 
     const onDisk: unknown = JSON.parse(await readFile(peersFile, 'utf8'));
     expect(onDisk).toEqual({ alice: { key: alice }, bob: { key: bob }, carol: { key: carol } });
@@ -86,7 +86,7 @@ describe('peers.json edits', () => {
     const key = newKey();
     await addPeer(peersFile, 'alice', key);
     const before = await fileState(peersFile);
-    expect(await addPeer(peersFile, 'alice', key)).toEqual({ outcome: 'unchanged' });
+    expect(await addPeer(peersFile, 'alice', key)).toEqual({ outcome: 'unchanged', petname: 'alice' });
     expect(await fileState(peersFile)).toEqual(before);
   });
 

@@ -7,6 +7,7 @@
  */
 import type { Config } from '../../config/env.js';
 import { identityDir, sessionFileIn } from '../../config/layout.js';
+import { visibleName } from '../../config/name-characters.js';
 import { unsafeNameReason } from '../../config/paths.js';
 import { InterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey, type Identity } from '../../identity/identity.js';
@@ -39,9 +40,10 @@ by fingerprint), and stderr says what is wrong with the file.
             (exit 1), one it had with nothing to show lists nothing`;
 
 function sessionFlag(value: string): string {
-  const reason = unsafeNameReason(value);
-  if (reason !== undefined) throw new InterlinkError('usage', `--session ${JSON.stringify(value.slice(0, 40))} is not a session id: ${reason}`);
-  return value;
+  const session = value.normalize('NFC');
+  const reason = unsafeNameReason(session);
+  if (reason !== undefined) throw new InterlinkError('usage', `--session ${JSON.stringify(visibleName(value.slice(0, 40)))} is not a session id: ${reason}`);
+  return session;
 }
 
 function senderName(key: string, me: Identity, table: PeerTable, peersKnown: boolean): string {
@@ -140,7 +142,7 @@ async function rejectedRows(dir: string, sessions: readonly string[], peerKey: s
 function describeRow(r: MessageRow, who: string): string {
   const task = r.task_id !== undefined ? ` [${r.task_id}${r.status !== undefined ? ` ${r.status}` : ''}]` : '';
   const text = forTerminal(r.text.length > 200 ? `${r.text.slice(0, 200)}…` : r.text);
-  return `${new Date(r.ts).toISOString()}  ${r.session}  ${forTerminal(who)}${forTerminal(task)}  ${r.state}  ${r.msg_id}\n    ${text.replace(/\n/g, '\n    ')}`;
+  return `${new Date(r.ts).toISOString()}  ${visibleName(r.session)}  ${visibleName(who)}${forTerminal(task)}  ${r.state}  ${r.msg_id}\n    ${text.replace(/\n/g, '\n    ')}`;
 }
 
 export async function inbox(argv: readonly string[], config: Config): Promise<void> {
@@ -154,8 +156,8 @@ export async function inbox(argv: readonly string[], config: Config): Promise<vo
   const { table, damage } = await readPeers(config.peersPath);
   const peer = typeof args.values.peer === 'string' ? args.values.peer : undefined;
   if (peer !== undefined && peer !== 'self' && damage !== undefined) throw new InterlinkError('corrupt', damage.message);
-  const peerKey = peer === undefined ? undefined : peer === 'self' ? identity.key : table.keyOf(peer);
-  if (peer !== undefined && peerKey === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${peer}`, undefined, { hint: { tool: 'see list_peers', cli: 'see `interlink-mcp peers list`' } });
+  const peerKey = peer === undefined ? undefined : peer === 'self' ? identity.key : (table.keyOf(peer) ?? table.keyOf(peer.normalize('NFC')));
+  if (peer !== undefined && peerKey === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${visibleName(peer)}`, undefined, { hint: { tool: 'see list_peers', cli: 'see `interlink-mcp peers list`' } });
   const dir = identityDir(config.stateDir, sent ? 'outbox' : refused ? 'rejected' : 'mailbox', identity.key);
   // A flag that names a file goes through the name rule: `--session ../../x` reads nothing outside the state root.
   const only = typeof args.values.session === 'string' ? sessionFlag(args.values.session) : undefined;
@@ -169,7 +171,7 @@ export async function inbox(argv: readonly string[], config: Config): Promise<vo
   if (refused) {
     const rows = (await rejectedRows(dir, sessions, peerKey, name)).sort((a, b) => a.at - b.at);
     print(json, { rejected: rows }, () =>
-      rows.length === 0 ? 'nothing refused' : rows.map((r) => `${new Date(r.at).toISOString()}  ${r.session}  ${forTerminal(r.sender)}  refused ${r.code}: ${r.reason}  ${r.msg_id}`).join('\n'),
+      rows.length === 0 ? 'nothing refused' : rows.map((r) => `${new Date(r.at).toISOString()}  ${visibleName(r.session)}  ${visibleName(r.sender)}  refused ${r.code}: ${r.reason}  ${r.msg_id}`).join('\n'),
     );
   } else if (sent) {
     const rows = (await sentRows(dir, sessions, peerKey, name)).sort((a, b) => a.ts - b.ts);

@@ -9,6 +9,7 @@
 import { Agent } from '../../agent/agent.js';
 import { relayUrls } from '../../agent/local-relay.js';
 import { PAIRING_SESSION } from '../../agent/routing.js';
+import { droppedSentence } from '../../pairing/view.js';
 import type { Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
 import { loadOrCreateIdentity } from '../../identity/identity.js';
@@ -17,7 +18,7 @@ import { goingOnWithout, noUsableRelay } from '../../link/reach.js';
 import { readClientTls } from '../../wire/tls.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { presenceInfo } from '../presence-info.js';
-import { forTerminal } from '../printable.js';
+import { visibleName } from '../../config/name-characters.js';
 
 export const CLI_SESSION = PAIRING_SESSION;
 const CONNECT_MS = 5_000;
@@ -33,9 +34,12 @@ export const pairHelp = `usage: interlink-mcp pair request <target> [--petname N
 Pairing by people. Both sides see the same verification code: compare it with the other
 person over another channel (phone, in person) before accepting. A code that differs
 means someone in between substituted a key: reject.
-  request  ask <target> (a name on the roster, a full public key, or a fingerprint) to pair
-  list     incoming requests waiting for you, your open requests, and what arrived
-  accept   trust the requester (peers.json) and send it the confirmation
+  request  ask <target> (a name on the roster, a full public key, or a fingerprint) to pair;
+           asking again sends the same request (the same code) again
+  list     incoming requests waiting for you, your open requests, and what arrived, and
+           how many requests were dropped because the list (at most 64) was full
+  accept   trust the requester (peers.json) and send it the confirmation; of one that
+           was your peer already it says so (--json: already_peer)
   reject   drop an incoming request
   confirm  after the other side accepted a request you made by name, and the codes
            match: make it your peer
@@ -86,7 +90,8 @@ export async function pair(argv: readonly string[], config: Config): Promise<voi
         const sent = !(await agent.pairing.list()).outgoing.some((o) => o.key === result.to && o.state === 'waiting_for_relay');
         print(json, { ...result, sent }, () =>
           [
-            `${result.repeated ? 'Already asked' : 'Asked'} ${result.petname} (fingerprint ${result.fingerprint}, session ${result.session}) to pair.`,
+            `${!result.repeated ? 'Asked' : result.resent ? 'Asked again' : 'Already asked'} ${visibleName(result.petname)} (fingerprint ${result.fingerprint}, session ${result.session}) to pair.`,
+            ...(result.resent ? ['The same request as before (the same code), sent again in case their list of requests was full and dropped it.'] : []),
             `Verification code: ${result.code}`,
             'Compare it with the other person over another channel. They accept with',
             `  interlink-mcp pair accept ${identity.fingerprint}`,
@@ -101,8 +106,10 @@ export async function pair(argv: readonly string[], config: Config): Promise<voi
       case 'list': {
         await flushAll(agent);
         const moot = (await Promise.all((await sessionsOf(agent)).map((p) => p.closeMoot()))).flat();
-        const listed = await listAll(agent);
+        const { listed, seen } = await listAll(agent);
         print(json, { ...listed, completed, closed_already_peers: moot }, () => describeList(listed, completed, moot));
+        // Shown: the count starts again (a drop after the read stays for next time).
+        await Promise.all(seen.map(({ pairing, dropped }) => pairing.sawDropped(dropped)));
         return;
       }
       case 'confirm': {
@@ -121,7 +128,7 @@ export async function pair(argv: readonly string[], config: Config): Promise<voi
         const sent = (await agent.pairing.confirmation(result.fingerprint)) === 'sent';
         print(json, { ...result, confirmation: sent ? ('sent' as const) : ('queued' as const), sent }, () =>
           [
-            `${result.petname} (fingerprint ${result.fingerprint}) is now a peer. Verification code: ${result.code}`,
+            `${acceptedLine(result)} Verification code: ${result.code}`,
             sent ? 'The confirmation went to a relay.' : 'No relay has taken the confirmation yet; it is saved, and `interlink-mcp pair list` sends it again.',
           ].join('\n'),
         );
@@ -136,6 +143,13 @@ export async function pair(argv: readonly string[], config: Config): Promise<voi
   } finally {
     await agent.close({ goodbye: false });
   }
+}
+
+/** What an accept did to peers.json: added the peer, found it there already, or found it removed since an earlier accept. */
+function acceptedLine(result: { petname: string; fingerprint: string; already_peer: boolean }): string {
+  if (result.already_peer) return `${visibleName(result.petname)} (fingerprint ${result.fingerprint}) was already your peer; peers.json is unchanged.`;
+  if (result.petname === '') return `The request from ${result.fingerprint} was accepted earlier, and that identity is no longer your peer (removed since); nothing changed. To pair again, they send a new request.`;
+  return `${visibleName(result.petname)} (fingerprint ${result.fingerprint}) is now a peer.`;
 }
 
 /**
@@ -154,6 +168,8 @@ type LocalListing = {
   incoming: (Listed['incoming'][number] & { local_session: string })[];
   outgoing: (Listed['outgoing'][number] & { local_session: string })[];
   unsent_control_messages: number;
+  /** Summed over the sessions: requests dropped from a full list since a person last saw it here. */
+  dropped_requests: { count: number; since: number; since_iso: string } | null;
 };
 
 /**
@@ -165,14 +181,18 @@ async function sessionsOf(agent: Agent): Promise<Agent['pairing'][]> {
   return [agent.pairing, ...(await agent.pairing.otherSessions())];
 }
 
-async function listAll(agent: Agent): Promise<LocalListing> {
+async function listAll(agent: Agent): Promise<{ listed: LocalListing; seen: { pairing: Agent['pairing']; dropped: NonNullable<Listed['dropped_requests']> }[] }> {
   const sessions = await sessionsOf(agent);
   const all = await Promise.all(sessions.map((p) => p.list()));
-  return {
+  const seen = all.flatMap((l, i) => (l.dropped_requests === null ? [] : [{ pairing: sessions[i]!, dropped: l.dropped_requests }]));
+  const since = Math.min(...seen.map((s) => s.dropped.since));
+  const listed = {
     incoming: all.flatMap((l, i) => l.incoming.map((entry) => ({ ...entry, local_session: sessions[i]!.session }))),
     outgoing: all.flatMap((l, i) => l.outgoing.map((entry) => ({ ...entry, local_session: sessions[i]!.session }))),
     unsent_control_messages: all.reduce((sum, l) => sum + l.unsent_control_messages, 0),
+    dropped_requests: seen.length === 0 ? null : { count: seen.reduce((sum, s) => sum + s.dropped.count, 0), since, since_iso: new Date(since).toISOString() },
   };
+  return { listed, seen };
 }
 
 type OutgoingView = { key: string; petname: string; fingerprint: string; state: string };
@@ -189,16 +209,17 @@ function describeList(listed: LocalListing, completed: { petname: string; finger
   const lines: string[] = [];
   for (const c of completed) lines.push(`${c.petname} (fingerprint ${c.fingerprint}) accepted your request: now a peer.`);
   for (const m of moot) lines.push(`${m.petname} (fingerprint ${m.fingerprint}) is already your peer (peers.json); your open request to it is closed.`);
+  if (listed.dropped_requests !== null) lines.push(droppedSentence(listed.dropped_requests));
   if (listed.incoming.length === 0) lines.push('No incoming pairing requests.');
   else lines.push('Incoming (you decide; compare the code first):');
   for (const i of listed.incoming) {
     const again = i.already_peer !== undefined ? `  (already your peer ${i.already_peer}: it asks again, probably because it removed you)` : '';
-    lines.push(`  ${i.fingerprint}  claims to be ${forTerminal(JSON.stringify(i.claimed_name))}  code ${i.code}${where(i.local_session)}${again}`);
+    lines.push(`  ${i.fingerprint}  claims to be ${visibleName(JSON.stringify(i.claimed_name))}  code ${i.code}${where(i.local_session)}${again}`);
     lines.push(`    interlink-mcp pair accept ${i.fingerprint}   |   interlink-mcp pair reject ${i.fingerprint}`);
   }
   if (listed.outgoing.length > 0) lines.push('Your open requests:');
   for (const o of listed.outgoing) {
-    lines.push(`  ${o.petname} (${o.fingerprint})  code ${o.code}  ${outgoingLine(o)}${where(o.local_session)}`);
+    lines.push(`  ${visibleName(o.petname)} (${o.fingerprint})  code ${o.code}  ${outgoingLine(o)}${where(o.local_session)}`);
   }
   if (listed.unsent_control_messages > 0) lines.push(`${listed.unsent_control_messages} pairing message(s) still wait for a relay.`);
   return lines.join('\n');

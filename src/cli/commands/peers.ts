@@ -1,4 +1,5 @@
 import type { Config } from '../../config/env.js';
+import { visibleName } from '../../config/name-characters.js';
 import { InterlinkError, isInterlinkError } from '../../errors.js';
 import { fingerprintOf, loadIdentity, parsePublicKey } from '../../identity/identity.js';
 import { addPeer, checkNewPeer, readPeers, removePeer } from '../../peers/peers.js';
@@ -29,9 +30,9 @@ async function ownKey(keyPath: string): Promise<string | undefined> {
 }
 
 /** A malformed petname or key is a mistake in the command line: exit 64, not 1. */
-function checkAddArguments(petname: string, key: string, own: string | undefined): void {
+function checkAddArguments(petname: string, key: string, own: string | undefined): string {
   try {
-    checkNewPeer(petname, key, own);
+    return checkNewPeer(petname, key, own);
   } catch (err) {
     if (isInterlinkError(err, 'bad_key') || isInterlinkError(err, 'bad_name')) throw new InterlinkError('usage', err.message);
     throw err;
@@ -50,14 +51,14 @@ export async function peers(argv: readonly string[], config: Config): Promise<vo
       if (damage !== undefined) throw new InterlinkError('corrupt', damage.message);
       const rows = table.peers.map((p) => ({ petname: p.petname, key: p.key, fingerprint: fingerprintOf(parsePublicKey(p.key)), ...(p.clear === true && { clear: true }) }));
       print(json, { peers: rows }, () =>
-        rows.length === 0 ? 'no peers yet (add one with `interlink-mcp peers add <petname> <key>`)' : rows.map((r) => `${r.petname}  ${r.fingerprint}  ${r.key}${r.clear === true ? '  (clear)' : ''}`).join('\n'),
+        rows.length === 0 ? 'no peers yet (add one with `interlink-mcp peers add <petname> <key>`)' : rows.map((r) => `${visibleName(r.petname)}  ${r.fingerprint}  ${r.key}${r.clear === true ? '  (clear)' : ''}`).join('\n'),
       );
       return;
     }
     case 'add': {
-      const [petname, key] = expectPositionals(args, 2, 'interlink-mcp peers add <petname> <key>') as [string, string];
+      const [typed, key] = expectPositionals(args, 2, 'interlink-mcp peers add <petname> <key>') as [string, string];
       const own = await ownKey(config.keyPath);
-      checkAddArguments(petname, key, own);
+      const petname = checkAddArguments(typed, key, own);
       const clear = args.values.clear === true;
       const { outcome } = await addPeer(path, petname, key, own, { clear });
       const clearNote = 'its clear (unsealed) envelopes are admitted, and it is sent clear ones';
@@ -72,7 +73,7 @@ export async function peers(argv: readonly string[], config: Config): Promise<vo
     case 'remove': {
       const [petname] = expectPositionals(args, 1, 'interlink-mcp peers remove <petname>') as [string];
       const { key } = await removePeer(path, petname);
-      print(json, { petname, key, outcome: 'removed' }, () => `removed ${petname}`);
+      print(json, { petname, key, outcome: 'removed' }, () => `removed ${visibleName(petname)}`);
       return;
     }
     default:

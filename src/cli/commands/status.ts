@@ -25,6 +25,7 @@ import { Mailbox } from '../../mailbox/mailbox.js';
 import { Outbox, isPending, shownState } from '../../outbox/outbox.js';
 import { readPeers } from '../../peers/peers.js';
 import { expectPositionals, parse, print } from '../args.js';
+import { visibleName } from '../../config/name-characters.js';
 import { forTerminal } from '../printable.js';
 import { peekRejections } from '../../agent/rejected.js';
 import { lastActivity, partitionSessions, sessionLives, sessionsIn, type SessionLife } from '../session-listing.js';
@@ -74,7 +75,7 @@ function lifeText(life: SessionLife | undefined): string {
   if (life === undefined) return '';
   if (life.state === 'live') return ` (live${life.host !== undefined ? `, ${life.host}` : ''})`;
   const when = life.ended_at === undefined ? '' : ` ${new Date(life.ended_at).toISOString()}`;
-  if (life.taken_by !== undefined) return ` (ended${when}; its mail goes to ${life.taken_by})`;
+  if (life.taken_by !== undefined) return ` (ended${when}; its mail goes to ${visibleName(life.taken_by)})`;
   return life.inherits === true ? ` (ended${when}; its mail waits for a session of this identity to start)` : ` (ended${when})`;
 }
 
@@ -109,6 +110,8 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     awaiting_since: number | undefined;
     failed_deliveries: number | 'unreadable';
     pair_requests: number | 'unreadable';
+    /** Requests dropped from a full list since a person last saw `pair list` (pairing/rules.ts). */
+    pair_requests_dropped: { count: number; since: string } | null;
     rejected: number | 'unreadable';
     last_activity: number | undefined;
     /** Senders a mailbox bound refuses (mailbox/refusals.ts), each named with its bound. */
@@ -160,6 +163,7 @@ export async function status(argv: readonly string[], config: Config): Promise<v
         awaiting_since: awaiting.length === 0 ? undefined : Math.min(...awaiting.map((a) => a.since_at)),
         failed_deliveries: 'failures' in failed ? failed.failures.length : 'unreadable',
         pair_requests: pairing.kind === 'ok' ? pairing.value.incoming.length : pairing.kind === 'missing' ? 0 : 'unreadable',
+        pair_requests_dropped: pairing.kind === 'ok' && pairing.value.dropped !== undefined ? { count: pairing.value.dropped.count, since: new Date(pairing.value.dropped.since).toISOString() } : null,
         rejected: 'damaged' in rejected ? 'unreadable' : rejected.length,
         last_activity: await lastActivity(state, identity.key, session),
         refusing,
@@ -195,7 +199,7 @@ export async function status(argv: readonly string[], config: Config): Promise<v
   };
   print(args.values.json === true, data, () => {
     const lines = [identity ? `identity     ${identity.fingerprint}  ${identity.key}` : 'identity     none yet (`interlink-mcp keygen`, or start the server once)'];
-    const peers = data.peers.length === 0 ? 'none' : data.peers.map((p) => `${p.petname} (${p.fingerprint}${clockText(p.clock_offset_ms)})`).join(', ');
+    const peers = data.peers.length === 0 ? 'none' : data.peers.map((p) => `${visibleName(p.petname)} (${p.fingerprint}${clockText(p.clock_offset_ms)})`).join(', ');
     lines.push(`peers        ${damage === undefined ? peers : `unreadable: ${damage.file} is damaged (see below)`}`);
     for (const [i, r] of relays.entries()) {
       const k = relayKeys[i]!;
@@ -216,13 +220,16 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     if (sessions.length === 0) lines.push('sessions     none yet');
     for (const s of shown) {
       const failed = s.failed_deliveries === 0 ? '' : `; failed Codex notices: ${s.failed_deliveries} (interlink-mcp failed-deliveries list)`;
-      const pairing = s.pair_requests === 0 ? '' : `; pairing requests waiting for you: ${s.pair_requests} (interlink-mcp pair list)`;
+      const dropped = s.pair_requests_dropped;
+      const pairing =
+        (s.pair_requests === 0 ? '' : `; pairing requests waiting for you: ${s.pair_requests} (interlink-mcp pair list)`) +
+        (dropped === null ? '' : `; ${dropped.count} pairing request${dropped.count === 1 ? ' was' : 's were'} dropped since ${dropped.since} because the list was full (interlink-mcp pair list)`);
       const rejected = s.rejected === 0 ? '' : `; refused by the gate: ${s.rejected} (interlink-mcp inbox --rejected)`;
       const awaiting =
         s.awaiting_since === undefined
           ? ''
           : `; ${s.awaiting_session} sent waiting on a relay for a session on no roster since ${new Date(s.awaiting_since).toISOString()} (awaiting_session: a live session of the recipient's identity takes them when one runs)`;
-      lines.push(`session      ${s.session}${lifeText(lives.get(s.session))}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${awaiting}${failed}${pairing}${rejected}`);
+      lines.push(`session      ${visibleName(s.session)}${lifeText(lives.get(s.session))}: ${s.unread} unread of ${s.stored} stored, ${s.pending} not yet accepted by a relay${awaiting}${failed}${pairing}${rejected}`);
       for (const r of s.refusing) lines.push(`  REFUSING   ${forTerminal(r.message)}`);
     }
     if (replayIndex?.full === true) {

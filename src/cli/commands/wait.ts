@@ -17,6 +17,7 @@
  */
 import { pinnedSession } from '../../agent/session.js';
 import type { Config } from '../../config/env.js';
+import { visibleName } from '../../config/name-characters.js';
 import { unsafeNameReason } from '../../config/paths.js';
 import { InterlinkError, messageOf } from '../../errors.js';
 import { runListener, type ListenerOutcome } from '../../hosts/claude/listener.js';
@@ -55,9 +56,10 @@ function renewAfterMs(value: string | boolean | undefined): number {
 
 function sessionFlag(value: string | boolean | undefined): string | undefined {
   if (typeof value !== 'string') return undefined;
-  const reason = unsafeNameReason(value);
-  if (reason !== undefined) throw new InterlinkError('usage', `--session ${JSON.stringify(value.slice(0, 40))} is not allowed: ${reason}`);
-  return value;
+  const session = value.normalize('NFC');
+  const reason = unsafeNameReason(session);
+  if (reason !== undefined) throw new InterlinkError('usage', `--session ${JSON.stringify(visibleName(value.slice(0, 40)))} is not allowed: ${reason}`);
+  return session;
 }
 
 /** The session rule of agent/session.ts, with the listener's own steps 2 and 3. */

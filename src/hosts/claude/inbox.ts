@@ -23,7 +23,7 @@ import { open, readFile, type FileHandle } from 'node:fs/promises';
 import { makePrivateDir, NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { z } from 'zod';
 import { inboxPaths, type InboxPaths } from '../../config/layout.js';
-import { unsafeNameReason } from '../../config/paths.js';
+import { unsafePathReason } from '../../config/paths.js';
 import { MAX_NOTICE_BYTES } from '../../notices/notice.js';
 import { asStorageError, errnoCode, InterlinkError, messageOf } from '../../errors.js';
 import { describeSchemaError, parseJsonWith } from '../../json.js';
@@ -53,7 +53,8 @@ const noticeRecordSchema = z.object({
   mailbox: z
     .object({
       identity: z.string().regex(/^[A-Za-z0-9_-]{43}$/),
-      session: z.string().refine((s) => unsafeNameReason(s) === undefined, 'not a safe session id'),
+      // A stored line: the path rule only, so a session named before the hidden-character rule keeps its notices.
+      session: z.string().refine((s) => unsafePathReason(s) === undefined, 'not a safe session id'),
     })
     .optional(),
 });

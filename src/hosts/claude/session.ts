@@ -30,7 +30,7 @@ export class ClaudeSession {
    * old inbox is sent again to the new one.
    */
   async bind(sessionId: string): Promise<ClaudeBindResult> {
-    checkSafeName(sessionId, 'session id');
+    sessionId = checkSafeName(sessionId, 'session id');
     const changed = sessionId !== this.current;
     if (changed) {
       this.current = sessionId;

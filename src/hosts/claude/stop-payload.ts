@@ -46,8 +46,9 @@ export async function sessionFromStopPayload(): Promise<string | undefined> {
   const text = await readStdinBounded();
   const parsed = parseJsonWith(stopPayloadSchema, text);
   if (!parsed.ok) return undefined;
-  const reason = unsafeNameReason(parsed.value.session_id);
-  if (reason === undefined) return parsed.value.session_id;
+  const session = parsed.value.session_id.normalize('NFC');
+  const reason = unsafeNameReason(session);
+  if (reason === undefined) return session;
   log.warn('listener_payload_session_unusable', { reason });
   return undefined;
 }
