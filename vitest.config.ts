@@ -1,6 +1,6 @@
 import { defineConfig, type TestProjectInlineConfiguration } from 'vitest/config';
 import { postgresBinDir } from './test/helpers/postgres.js';
-import { HOST_TESTS, UNIT_FILES } from './test/unit-files.js';
+import { HOST_TESTS } from './test/unit-files.js';
 
 /**
  * The files of test/relay that start relays, in process or as processes, but
@@ -23,24 +23,12 @@ const RELAY_SUITE = [
   'test/relay/relay-postgres.test.ts',
 ];
 
-/** The files that start processes (the real CLI, relays, servers, PostgreSQL), each in a fresh module registry. */
 const main: TestProjectInlineConfiguration = {
   extends: true,
   test: {
     name: 'main',
     include: ['test/**/*.test.ts'],
-    exclude: [...HOST_TESTS, ...UNIT_FILES, 'test/relay/relay-postgres.test.ts', '**/node_modules/**'],
-    provide: { relayPgUrl: '' },
-  },
-};
-
-/** The files that start no process (test/unit-files.ts), sharing one module registry per worker. */
-const unit: TestProjectInlineConfiguration = {
-  extends: true,
-  test: {
-    name: 'unit',
-    include: UNIT_FILES,
-    isolate: false,
+    exclude: [...HOST_TESTS, 'test/relay/relay-postgres.test.ts', '**/node_modules/**'],
     provide: { relayPgUrl: '' },
   },
 };
@@ -77,6 +65,6 @@ export default defineConfig({
     // time on two cores (vitest's default here is one) take the suite from about 20 to
     // about 10 minutes. Tests wait on conditions with deadlines, never on fixed sleeps.
     maxWorkers: 3,
-    projects: withPostgres ? [unit, main, relayPostgres] : [unit, main],
+    projects: withPostgres ? [main, relayPostgres] : [main],
   },
 });

@@ -1,12 +1,11 @@
 /**
  * The test files that start no child process — pure rules, property tests, stores on
- * real files, in-process relays on the embedded store. `npm run test:unit` runs them for
- * the edit-test loop (no build needed), and `npm test` runs them as the `unit` project,
- * whose files share one module registry per worker (no isolation: they need none, and
- * loading src/ afresh for each file was a third of the suite's CPU on these files). A file
+ * real files, in-process relays on the embedded store — which `npm run test:unit` runs
+ * for the edit-test loop (no build needed), sharing one module registry per worker (they
+ * need no isolation; loading src/ afresh for each file was a third of their CPU). A file
  * that starts processes (through the helpers below, or spawn/fork/execFile itself) is
- * left to the `main` project, found by reading its imports, so a new file lands on the
- * right side by itself.
+ * left to `npm test`, found by reading its imports, so a new file lands on the right
+ * side by itself.
  */
 import { readFileSync, readdirSync } from 'node:fs';
 
