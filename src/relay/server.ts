@@ -19,7 +19,7 @@ import { ConnectionCounts, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_
 import { ConnectionSet, DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from './connection.js';
 import { DEFAULT_DELIVERY_WINDOW } from './delivery.js';
 import { Dispatcher } from './dispatch.js';
-import { hostForUrl, httpServer, listen, refuseUpgrade } from './http-server.js';
+import { hostForUrl, httpServer, listen, refuseUpgrade, upgradeAsked } from './http-server.js';
 import { MAX_FRAME_BYTES, PROTOCOL_REVISION, PROTOCOL_VERSION } from '../wire/frames.js';
 import { DEFAULT_QUEUE_LIMITS, shareLimits } from './limits.js';
 import { openStore, type OpenedStore } from './open-store.js';
@@ -61,6 +61,8 @@ export interface RelayOptions {
   now?: () => number;
   /** Serve `wss://` with this certificate and key instead of plain `ws://`. */
   tls?: ServerTls;
+  /** How long a socket may take to ask for the WebSocket upgrade, its TLS handshake included (http-server.ts). */
+  upgradeWithinMs?: number;
 }
 
 /**
@@ -128,6 +130,7 @@ export class RelayServer {
     );
     this.wss.on('error', (err) => log.error('relay_ws_error', { error: err.message }));
     http.on('upgrade', (req, socket, head) => {
+      upgradeAsked(socket);
       socket.on('error', (err) => log.debug('relay_upgrade_error', { error: err.message }));
       if (this.closing) {
         socket.destroy();
@@ -162,7 +165,7 @@ export class RelayServer {
    * at once with `address in use`; then opens the store; then accepts connections.
    */
   static async start(options: RelayOptions): Promise<RelayServer> {
-    const http = httpServer(options.tls);
+    const http = httpServer(options.tls, options.upgradeWithinMs);
     try {
       await listen(http, options.host, options.port);
       // Only after the bind: a failed bind is reported once, by the error thrown below.
