@@ -257,7 +257,8 @@ export class RelayClient extends EventEmitter {
   private onFrame(frame: TrustedFrame): void {
     switch (frame.type) {
       case 'auth_ok':
-        this.routes.accepted(frame.route);
+        if (frame.read === false) return this.routes.accepted(frame.route, false);
+        this.routes.accepted(frame.route, true);
         this.emit('authenticated', frame.route);
         return;
       case 'accepted':

@@ -12,6 +12,9 @@ import { signAuth } from '../wire/auth.js';
 import { PROTOCOL_VERSION, type ClientFrame } from '../wire/frames.js';
 import type { Challenge } from './handshake.js';
 
+/** The relay revision that takes `auth` with `read: false` (wire/frames.ts). */
+const PROOF_ONLY_REVISION = 4;
+
 export class RouteReading {
   /** The routes read: the options' own, then those added by `add`. */
   private readonly routes: string[];
@@ -61,14 +64,22 @@ export class RouteReading {
     if (open !== undefined) this.authenticate(open);
   }
 
-  /** The relay was trusted: the routes are authenticated against its challenge, if this connection reads them. */
+  /**
+   * The relay was trusted: the routes are authenticated against its challenge, if this
+   * connection reads them; if it does not, its own route's key is proved without reading
+   * (a relay of revision 4 closes a connection that proves no key).
+   */
   trusted(challenge: Challenge): void {
-    if (this.reading) this.authenticate(challenge);
+    if (this.reading) return this.authenticate(challenge);
+    const route = this.own[0];
+    if (route !== undefined && (challenge.revision ?? 0) >= PROOF_ONLY_REVISION) {
+      this.write({ v: PROTOCOL_VERSION, type: 'auth', route, relay: challenge.key, sig: signAuth(this.key, challenge.key, challenge.nonce, route), read: false });
+    }
   }
 
-  /** The relay's `auth_ok`. */
-  accepted(route: string): void {
-    this.authenticated.add(route);
+  /** The relay's `auth_ok`; one for a proof only (`read: false`) reads nothing. */
+  accepted(route: string, read: boolean): void {
+    if (read) this.authenticated.add(route);
   }
 
   /** A connection closed: nothing is authenticated any more. */

@@ -1,8 +1,7 @@
 /**
- * The source address of a relay connection: the remote IP of its upgrade request, written
+ * The source address of a relay connection: the remote IP of its socket, written
  * one way, so that counts per address (connection caps, fair shares) see one peer once.
  */
-import type { IncomingMessage } from 'node:http';
 import { isIP } from 'node:net';
 
 const MAPPED_IPV4 = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i;
@@ -13,10 +12,6 @@ export function normalizeAddress(address: string | undefined): string {
   const mapped = MAPPED_IPV4.exec(address);
   if (mapped !== null) return mapped[1]!;
   return address.toLowerCase();
-}
-
-export function sourceAddress(req: IncomingMessage): string {
-  return normalizeAddress(req.socket.remoteAddress);
 }
 
 /** 127.0.0.0/8 and ::1 (also IPv4-mapped): a peer on this machine. */

@@ -32,8 +32,16 @@ export const MAX_BUFFERED_BYTES = 8 * 1024 * 1024;
 export const READ_PAUSE_BYTES = 64 * 1024;
 /** Random bytes in each heartbeat ping: only a pong that echoes them counts as life. */
 const PING_BYTES = 8;
-/** How long closeAll() lets peers finish the closing handshake before cutting them off. */
+/** How long closeAll() and closeSoon() let peers finish the closing handshake before cutting them off. */
 const CLOSE_GRACE_MS = 2_000;
+/**
+ * How long a connection may take to prove a key (`auth`, or `auth` with `read: false`)
+ * after the relay's challenge: a WebSocket that proves nothing, pongs answered or not, is
+ * closed, so idle sockets cannot hold the relay's connections for good.
+ */
+export const DEFAULT_PROOF_WITHIN_MS = 10_000;
+/** WebSocket close code 1008, "policy violation": the connection proved no key in time. */
+const NO_PROOF_CLOSE_CODE = 1008;
 
 /** The part of a ws socket a connection sends on (a fake one in unit tests). */
 export interface RelaySocket {
@@ -118,6 +126,9 @@ export class Connection {
   private readonly flushed: () => void;
   /** The payload of the last ping, which the next pong must echo. */
   private lastPing: Buffer | undefined;
+  /** The connection proved a key over its challenge (`auth`). */
+  proven = false;
+  private proofDeadline: NodeJS.Timeout | undefined;
 
   constructor(
     readonly id: number,
@@ -142,6 +153,31 @@ export class Connection {
 
   get open(): boolean {
     return this.ws.readyState === WebSocket.OPEN;
+  }
+
+  /** Closes the connection unless it proves a key within `ms`. */
+  awaitProof(ms: number): void {
+    this.proofDeadline = setTimeout(() => {
+      if (this.proven) return;
+      log.debug('relay_no_proof', { conn: this.id, message: `no key proved within ${ms} ms: closed` });
+      this.closeSoon(NO_PROOF_CLOSE_CODE, `no key proved within ${ms} ms; send auth (with read: false to only prove a key)`);
+    }, ms);
+    this.proofDeadline.unref();
+    this.ws.once('close', () => clearTimeout(this.proofDeadline));
+  }
+
+  /** A valid `auth` arrived: the connection stays past the proof deadline. */
+  proved(): void {
+    this.proven = true;
+    clearTimeout(this.proofDeadline);
+  }
+
+  /** Asks the peer to close, and cuts it off if the closing handshake has not ended within CLOSE_GRACE_MS. */
+  closeSoon(code: number, reason: string): void {
+    this.ws.close(code, reason);
+    const cutOff = setTimeout(() => this.ws.terminate(), CLOSE_GRACE_MS);
+    cutOff.unref();
+    this.ws.once('close', () => clearTimeout(cutOff));
   }
 
   send(frame: RelayFrame): void {
@@ -213,6 +249,8 @@ export interface ConnectionEvents {
 export interface FrameBudget {
   frameRate: number;
   frameBurst: number;
+  /** Close a connection that proves no key within this long (none: never). */
+  proofWithinMs?: number;
 }
 
 /** The open connections of one relay. */
@@ -254,6 +292,7 @@ export class ConnectionSet {
       this.events.closed(conn);
     });
     this.connections.add(conn);
+    if (this.budget.proofWithinMs !== undefined) conn.awaitProof(this.budget.proofWithinMs);
     return conn;
   }
 

@@ -112,7 +112,7 @@ export class Dispatcher {
       case 'hello':
         return this.onHello(conn, frame.nonce);
       case 'auth':
-        return this.onAuth(conn, frame.route, frame.sig, frame.relay);
+        return this.onAuth(conn, frame.route, frame.sig, frame.relay, frame.read !== false);
       case 'send':
         return this.sends.onSend(conn, frame.ref, frame.to, memberText(text, 'payload')!, frame.after);
       case 'ack':
@@ -134,7 +134,7 @@ export class Dispatcher {
     conn.send({ v: PROTOCOL_VERSION, type: 'welcome', sig: signWelcome(this.settings.key.signingKey, conn.nonce, nonce) });
   }
 
-  private onAuth(conn: Connection, route: string, sig: string, relay: string | undefined): void {
+  private onAuth(conn: Connection, route: string, sig: string, relay: string | undefined, read: boolean): void {
     const own = this.settings.key.key;
     if (relay === undefined) {
       return conn.refuse(undefined, 'auth_failed', `the auth for ${route} is the old proof (interlink-relay-auth-v1), which names no relay; this relay takes only interlink-relay-auth-v2 proofs, which name its key ${own}: upgrade interlink-mcp`);
@@ -147,6 +147,8 @@ export class Dispatcher {
     if (!verifyAuth(own, conn.nonce, route, sig)) {
       return conn.refuse(undefined, 'auth_failed', `the signature does not prove the key of ${route} for this relay and this connection's challenge`);
     }
+    conn.proved();
+    if (!read) return conn.send({ v: PROTOCOL_VERSION, type: 'auth_ok', route, read: false });
     let subscription = conn.subscriptions.get(route);
     if (subscription === undefined) {
       if (conn.subscriptions.size >= MAX_ROUTES_PER_CONNECTION) {

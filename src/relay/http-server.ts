@@ -31,11 +31,15 @@ export function hostForUrl(host: string): string {
   return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
 }
 
+/** The 503 that answers an upgrade the relay will not take, with a line saying why. */
+export function refusalResponse(message: string): string {
+  const body = `interlink relay: ${message}\n`;
+  return `HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+}
+
 /** Answers an upgrade the relay will not take with a 503 and a line saying why, then closes. */
 export function refuseUpgrade(socket: Duplex, message: string): void {
-  const body = `interlink relay: ${message}\n`;
-  const head = `HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`;
-  socket.end(head + body, () => socket.destroy());
+  socket.end(refusalResponse(message), () => socket.destroy());
 }
 
 /**

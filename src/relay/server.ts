@@ -10,18 +10,20 @@
  * parses payloads: it verifies only auth proofs, announcements and goodbyes.
  */
 import type { Server as HttpServer } from 'node:http';
+import type { Socket } from 'node:net';
 import WebSocket, { WebSocketServer } from 'ws';
 import { errnoCode, InterlinkError, messageOf } from '../errors.js';
 import { MAX_HOLD_MS, MAX_PAST_MS } from '../gate/decide.js';
 import { log } from '../log.js';
-import { sourceAddress } from './address.js';
-import { ConnectionCounts, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS } from './admission.js';
-import { ConnectionSet, DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS } from './connection.js';
+import { connectionCaps } from './admission.js';
+import { SocketAdmission } from './socket-admission.js';
+import { type Connection, ConnectionSet, DEFAULT_FRAME_BURST, DEFAULT_FRAME_RATE, DEFAULT_HEARTBEAT_MS, DEFAULT_PROOF_WITHIN_MS } from './connection.js';
 import { DEFAULT_DELIVERY_WINDOW } from './delivery.js';
 import { Dispatcher } from './dispatch.js';
 import { hostForUrl, httpServer, listen, refuseUpgrade, upgradeAsked } from './http-server.js';
 import { MAX_FRAME_BYTES, PROTOCOL_REVISION, PROTOCOL_VERSION } from '../wire/frames.js';
 import { DEFAULT_QUEUE_LIMITS, shareLimits } from './limits.js';
+import { openFilesLimit, openFilesWarning } from './open-files.js';
 import { openStore, type OpenedStore } from './open-store.js';
 import { DEFAULT_ROSTER_LIMITS } from './roster.js';
 import { RelayMetrics } from './relay-metrics.js';
@@ -56,8 +58,10 @@ export interface RelayOptions {
   maxPerConnection?: number;
   /** Connections held at once; more are refused at the upgrade (HTTP 503). */
   maxConnections?: number;
-  /** Connections held at once from one non-loopback source address (admission.ts). */
+  /** Connections held at once from one source address (admission.ts has the defaults; a /64 holds four times as many). */
   maxConnectionsPerAddress?: number;
+  /** How long a connection may take to prove a key (connection.ts). */
+  proofWithinMs?: number;
   now?: () => number;
   /** Serve `wss://` with this certificate and key instead of plain `ws://`. */
   tls?: ServerTls;
@@ -88,11 +92,13 @@ export interface RelayStats {
 
 /** WebSocket close code 1013, "try again later": the relay's store does not commit. */
 const STORE_DOWN_CLOSE_CODE = 1013;
+/** The same code for a connection evicted at the total cap (admission.ts). */
+const EVICTED_CLOSE_CODE = 1013;
 
 export class RelayServer {
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false, clientTracking: false });
   private readonly connections: ConnectionSet;
-  private readonly counts: ConnectionCounts;
+  private readonly admission: SocketAdmission;
   private readonly dispatcher: Dispatcher;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly expiry: NodeJS.Timeout;
@@ -114,16 +120,16 @@ export class RelayServer {
     const now = options.now ?? Date.now;
     const frameRate = options.frameRate ?? DEFAULT_FRAME_RATE;
     this.dispatcher = new Dispatcher(storage, roster, { frameRate, deliveryWindow: options.deliveryWindow ?? DEFAULT_DELIVERY_WINDOW, metrics, key: relayKey }, now);
-    this.connections = new ConnectionSet({ frameRate, frameBurst: options.frameBurst ?? DEFAULT_FRAME_BURST }, now, {
+    const proofWithinMs = options.proofWithinMs ?? DEFAULT_PROOF_WITHIN_MS;
+    this.connections = new ConnectionSet({ frameRate, frameBurst: options.frameBurst ?? DEFAULT_FRAME_BURST, proofWithinMs }, now, {
       frame: (conn, data, isBinary) => this.dispatcher.onFrame(conn, data, isBinary),
       drained: (conn) => this.dispatcher.onDrained(conn),
       closed: (conn) => this.dispatcher.onClosed(conn),
       refused: (code) => metrics.refused(code),
     });
-    this.counts = new ConnectionCounts({
-      maxConnections: options.maxConnections ?? DEFAULT_MAX_CONNECTIONS,
-      maxConnectionsPerAddress: options.maxConnectionsPerAddress ?? DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
-    });
+    this.admission = new SocketAdmission(connectionCaps(options.host, options), options.tls !== undefined);
+    // Every accepted socket is counted from here on (a TLS one before its handshake).
+    http.on('connection', (socket: Socket) => this.admission.accepted(socket));
     storage.onOutage?.(
       (why) => this.onStoreDown(why),
       () => this.onStoreBack(),
@@ -140,16 +146,12 @@ export class RelayServer {
         refuseUpgrade(socket, `${this.storeDown}; try another address of this relay, or again shortly`);
         return;
       }
-      // Counted from the upgrade until the socket closes, so upgrades in progress count too.
-      const address = sourceAddress(req);
-      const admission = this.counts.tryAdd(address);
-      if (!admission.admitted) {
-        log.warn('relay_connection_refused', { address, cap: admission.cap });
-        refuseUpgrade(socket, admission.message);
-        return;
-      }
-      socket.once('close', () => this.counts.release(address));
-      this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, req.socket.remoteAddress));
+      const held = this.admission.upgrading(socket);
+      if (held === undefined) return;
+      this.wss.handleUpgrade(req, socket, head, (ws) => {
+        const conn = this.accept(ws, req.socket.remoteAddress);
+        if (conn !== undefined) held.evict = () => conn.closeSoon(EVICTED_CLOSE_CODE, 'the relay is full and your network holds the most connections; try again later');
+      });
     });
     this.heartbeat = setInterval(() => this.connections.beat(), options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
     this.heartbeat.unref();
@@ -194,7 +196,20 @@ export class RelayServer {
       throw err;
     }
     const relay = new RelayServer(options, http, opened, port, metrics);
-    log.info('relay_listening', { url: relay.url, store: opened.storage.kind, durable: opened.storage.kind !== 'memory', key: opened.relayKey.key, ...opened.storage.stats() });
+    const files = openFilesLimit();
+    const caps = relay.admission.caps;
+    log.info('relay_listening', {
+      url: relay.url,
+      store: opened.storage.kind,
+      durable: opened.storage.kind !== 'memory',
+      key: opened.relayKey.key,
+      ...opened.storage.stats(),
+      max_connections: caps.maxConnections,
+      max_connections_per_address: caps.maxConnectionsPerAddress,
+      ...(files !== undefined && { open_files: Number.isFinite(files.soft) ? files.soft : 'unlimited' }),
+    });
+    const tooFew = openFilesWarning(files, caps.maxConnections);
+    if (tooFew !== undefined) log.warn('relay_open_files_low', { open_files: files?.soft, message: tooFew });
     return relay;
   }
 
@@ -285,13 +300,14 @@ export class RelayServer {
     log.info('relay_closed', { url: this.url });
   }
 
-  private accept(ws: WebSocket, address: string | undefined): void {
+  private accept(ws: WebSocket, address: string | undefined): Connection | undefined {
     if (this.closing) {
       ws.on('error', () => undefined);
       ws.terminate();
-      return;
+      return undefined;
     }
     const conn = this.connections.add(ws, address);
     conn.send({ v: PROTOCOL_VERSION, type: 'challenge', nonce: conn.nonce, key: this.store.relayKey.key, revision: PROTOCOL_REVISION });
+    return conn;
   }
 }

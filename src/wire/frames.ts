@@ -1,6 +1,6 @@
 /**
- * Relay wire protocol, version 1, revision 2 (docs/PROTOCOL.md, "Relay frames"; revision 2
- * adds the relay's key, `hello`/`welcome` and the auth-v2 proof): JSON text frames
+ * Relay wire protocol, version 1, revision 4 (docs/PROTOCOL.md, "Relay frames"; revision 2
+ * added the relay's key, `hello`/`welcome` and the auth-v2 proof): JSON text frames
  * over one WebSocket. Every frame carries `v: 1` and a `type`. These schemas are the
  * single definition of both directions; both ends validate every frame they receive.
  */
@@ -13,8 +13,8 @@ import { parseJsonWith } from '../json.js';
 import { NONCE_BYTES } from './auth.js';
 
 export const PROTOCOL_VERSION = 1;
-/** The revision of version 1 this implementation speaks: 3 added `after` on `send`, and `defer`. */
-export const PROTOCOL_REVISION = 3;
+/** The revision of version 1 this implementation speaks: 3 added `after` on `send`, and `defer`; 4 the proof-only `auth` (`read: false`). */
+export const PROTOCOL_REVISION = 4;
 /** Largest payload (the JSON of one signed envelope) a relay accepts. */
 export const MAX_PAYLOAD_BYTES = 512 * 1024;
 /** Largest frame; bigger than any valid frame so that oversized payloads get a clear refusal. */
@@ -42,9 +42,12 @@ const id = z.number().int().min(0);
 export const helloFrame = z.object({ v, type: z.literal('hello'), nonce });
 /**
  * `relay` is the relay key the proof names (auth-v2). An auth without it is the old
- * proof, which named no relay: the relay refuses it `auth_failed`, saying so.
+ * proof, which named no relay: the relay refuses it `auth_failed`, saying so. `read:
+ * false` (revision 4) proves the key without reading the route: what a connection that
+ * reads nothing sends, since the relay closes one that has proved no key within its
+ * deadline.
  */
-export const authFrame = z.object({ v, type: z.literal('auth'), route, sig, relay: key.optional() });
+export const authFrame = z.object({ v, type: z.literal('auth'), route, sig, relay: key.optional(), read: z.literal(false).optional() });
 /**
  * `after`: the ref of an earlier send on this connection that this one follows; decided
  * after it, and refused `out_of_order` unless it was accepted (relay/send-chain.ts).
@@ -70,7 +73,8 @@ export type ClientFrame = z.infer<typeof clientFrame>;
 export const challengeFrame = z.object({ v, type: z.literal('challenge'), nonce, key, revision: z.number().int().min(1).optional() });
 /** The relay's signature over its key, its nonce and the client's `hello` nonce (auth.ts). */
 export const welcomeFrame = z.object({ v, type: z.literal('welcome'), sig });
-export const authOkFrame = z.object({ v, type: z.literal('auth_ok'), route });
+/** `read: false` answers a proof-only auth: the route is not delivered on this connection. */
+export const authOkFrame = z.object({ v, type: z.literal('auth_ok'), route, read: z.literal(false).optional() });
 export const acceptedFrame = z.object({ v, type: z.literal('accepted'), ref, id });
 export const refusedFrame = z.object({ v, type: z.literal('refused'), ref: ref.optional(), code: z.enum(REFUSAL_CODES), message: z.string() });
 export const deliverFrame = z.object({ v, type: z.literal('deliver'), route, id, payload });

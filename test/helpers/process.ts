@@ -14,8 +14,10 @@ export interface Child {
 
 const live = new Set<ChildProcess>();
 
-export function spawnNode(script: string, args: readonly string[], env: NodeJS.ProcessEnv = {}): Child {
-  const child = spawn(process.execPath, [script, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+/** `shellFirst` (e.g. `ulimit -Sn 256`) runs in sh before it execs node, which keeps its pid. */
+export function spawnNode(script: string, args: readonly string[], env: NodeJS.ProcessEnv = {}, shellFirst?: string): Child {
+  const [command, argv] = shellFirst === undefined ? [process.execPath, [script, ...args]] : ['sh', ['-c', `${shellFirst}; exec "$0" "$@"`, process.execPath, script, ...args]];
+  const child = spawn(command, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   live.add(child);
   const lines: string[] = [];
   let partial = '';

@@ -122,6 +122,18 @@ export class TestClient {
       };
       ws.on('message', onMessage);
       ws.once('close', () => reject(new Error('closed before the challenge and the welcome')));
+      // A refused upgrade: the error says the status and the relay's line (`503: interlink relay: …`).
+      ws.once('unexpected-response', (_req, res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => (body += chunk));
+        const refused = () => {
+          reject(new Error(`${res.statusCode ?? '?'}: ${body.trim()}`));
+          ws.terminate();
+        };
+        res.once('end', refused);
+        res.once('error', refused);
+      });
     });
     const [challenge, welcome] = frames;
     if (challenge?.type !== 'challenge' || welcome?.type !== 'welcome') throw new Error(`expected a challenge, then a welcome: ${JSON.stringify(frames)}`);
@@ -171,6 +183,13 @@ export class TestClient {
   async auth(reader: Reader, signer: SigningKey = reader.key, relayKey = this.relayKey): Promise<RelayFrame> {
     const from = this.frames.length;
     this.frame({ type: 'auth', route: reader.route, relay: relayKey, sig: signAuth(signer, relayKey, this.nonce, reader.route) });
+    return this.waitFor('auth reply', (f) => f.type === 'auth_ok' || (f.type === 'refused' && f.ref === undefined), from);
+  }
+
+  /** Proves `reader`'s key (a fresh one by default) without reading its route: `auth` with `read: false`. */
+  async prove(reader: Reader = newReader()): Promise<RelayFrame> {
+    const from = this.frames.length;
+    this.frame({ type: 'auth', route: reader.route, relay: this.relayKey, sig: signAuth(reader.key, this.relayKey, this.nonce, reader.route), read: false });
     return this.waitFor('auth reply', (f) => f.type === 'auth_ok' || (f.type === 'refused' && f.ref === undefined), from);
   }
 

@@ -10,6 +10,7 @@ import { connect as tlsConnect } from 'node:tls';
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import { readServerTls } from '../../src/wire/tls.js';
+import { RelayClient } from '../../src/link/client.js';
 import type { RelayServer } from '../../src/relay/server.js';
 import { tempDir } from '../helpers/fixtures.js';
 import { newReader, TestClient } from '../helpers/relay-test-client.js';
@@ -17,9 +18,10 @@ import { startTestRelay } from '../helpers/relay-store.js';
 import { hasOpenssl, makeCertificate } from '../helpers/tls.js';
 
 const DEADLINE_MS = 400;
-const open: { relays: RelayServer[]; sockets: Socket[]; dirs: { remove: () => Promise<void> }[] } = { relays: [], sockets: [], dirs: [] };
+const open: { relays: RelayServer[]; sockets: Socket[]; dirs: { remove: () => Promise<void> }[]; clients: RelayClient[] } = { relays: [], sockets: [], dirs: [], clients: [] };
 
 afterEach(async () => {
+  for (const c of open.clients.splice(0)) c.close();
   for (const s of open.sockets.splice(0)) s.destroy();
   await Promise.all(open.relays.splice(0).map((r) => r.close()));
   await Promise.all(open.dirs.splice(0).map((d) => d.remove()));
@@ -71,5 +73,29 @@ describe('a socket that never asks for the upgrade', () => {
     const secureClosed = once(secure, 'close');
     await Promise.all([silent.gone, secureClosed]);
     expect(secure.destroyed).toBe(true);
+  });
+});
+
+describe('a WebSocket that proves no key', () => {
+  it('is closed at the deadline (1008), pongs answered or not, while one that proves a key without reading stays', async () => {
+    const relay = await startTestRelay({ proofWithinMs: DEADLINE_MS });
+    open.relays.push(relay);
+    const prover = await TestClient.connect(relay.url);
+    expect(await prover.prove()).toMatchObject({ type: 'auth_ok', read: false });
+    // A session's connection that does not read (a relay listed at several addresses) proves its key on its own.
+    const reader = newReader();
+    const standby = new RelayClient({ url: relay.url, key: reader.key, routes: [reader.route], readOnConnect: false });
+    open.clients.push(standby);
+    let dropped = 0;
+    standby.on('disconnected', () => dropped++);
+    standby.start();
+    expect(await standby.ready(5_000)).toBe(true);
+    // A proof reads nothing: a message to the proven route is not delivered on that connection.
+    expect(await prover.send(reader.route, { queued: true })).toMatchObject({ type: 'accepted' });
+    // Connected last, so when its deadline closes it the others' deadlines are past too.
+    const idle = await TestClient.connect(relay.url);
+    expect(await idle.closed).toMatchObject({ code: 1008, reason: expect.stringContaining('no key proved within 400 ms') });
+    expect([prover.isOpen, standby.connected, dropped, prover.deliveries()]).toEqual([true, true, 0, []]);
+    await prover.close();
   });
 });
