@@ -14,7 +14,7 @@ import { NO_FOLLOW, PRIVATE_FILE } from '../../store/private.js';
 import { DEFAULT_LOCAL_RELAY as DEFAULT_RELAY_ADDR, type Config } from '../../config/env.js';
 import { InterlinkError } from '../../errors.js';
 import { isLoopbackAddress } from '../../relay/address.js';
-import { DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS } from '../../relay/admission.js';
+import { DEFAULT_LOOPBACK_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_NETWORK_MULTIPLE } from '../../relay/admission.js';
 import { isRelayProcess, isRunning, readRelayPid, removeRelayPid, writeRelayPid } from '../../relay/pid-file.js';
 import { serveMetrics } from '../../relay/metrics-http.js';
 import { MIN_MAX_AGE_MS, RelayServer } from '../../relay/server.js';
@@ -58,13 +58,19 @@ messages until that session's reader, proving its key, acknowledges them.
   --max-per-connection N
                     the same for one connection (default 5000: a twentieth)
   --max-connections N
-                    hold at most N connections at once (default ${DEFAULT_MAX_CONNECTIONS});
-                    more are refused with HTTP 503 at the upgrade
+                    hold at most N connections at once (default ${DEFAULT_MAX_CONNECTIONS}), counting
+                    every accepted socket; past it a socket from an address holding at
+                    least two fewer than the heaviest one is still let in, and the
+                    heaviest's newest connection is closed (1013, try again later)
   --max-connections-per-address N
-                    at most N of them from one remote address (default
-                    ${DEFAULT_MAX_CONNECTIONS_PER_ADDRESS}); loopback peers count only against
-                    --max-connections, since every local session (and every client of a
-                    reverse proxy on this host) shares 127.0.0.1
+                    at most N of them from one remote address, loopback aliases included
+                    (default ${DEFAULT_MAX_CONNECTIONS_PER_ADDRESS}; ${DEFAULT_LOOPBACK_CONNECTIONS_PER_ADDRESS} listening on loopback, where every local session
+                    and every client of a reverse proxy on this host is 127.0.0.1), and
+                    ${DEFAULT_NETWORK_MULTIPLE} times N from one IPv6 /64; past it the socket is answered HTTP 503.
+                    A socket must ask for the WebSocket upgrade within 10 s and prove a
+                    key within 10 s more, or it is closed. Each connection holds an open
+                    file: keep --max-connections under the hard open-files limit
+                    (LimitNOFILE; the relay warns at start when it does not fit)
   --key FILE        the relay's own Ed25519 key, created there if missing (default
                     DIR/relay-key.json with --db; without either, a new key at every
                     start, which clients that pinned or recorded the old one refuse)
