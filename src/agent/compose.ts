@@ -150,7 +150,7 @@ export async function composeSession(options: AgentOptions, agent: AgentHooks): 
     store: new PairingStore(pairingPath(stateDir, identity.key, session)),
     peersPath: options.peersPath,
     relays,
-    roster: () => presence.roster({ fresh: true }),
+    lookup: async (query) => (await presence.lookup(query)).entries,
     name: options.presence.name,
   });
   // Seeded from the stores, so a restarted session routes to a peer it met before even with no relay answering.

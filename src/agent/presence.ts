@@ -1,7 +1,9 @@
 /**
  * This session's presence: a signed announcement to every relay every 30 s (and at once
  * after each connect or summary change), a signed goodbye on clean exit, and the merged,
- * verified roster of everyone the relays know.
+ * verified roster of the sessions it cares about: its own identity's and its peers' (and,
+ * for pairing, whoever a key, fingerprint or name finds). A relay answers those alone
+ * (relay/roster-index.ts); nobody is handed the whole roster.
  *
  * Announcements are version 2 (presence/private.ts): the name, cwd, git root and summary
  * are sealed to this identity's peers and its own sessions, so the roster shows a stranger
@@ -11,12 +13,14 @@
 import { formatRoute } from '../envelope/route.js';
 import type { SigningKey } from '../identity/ed25519.js';
 import { log } from '../log.js';
-import { signAnnouncementV2, signGoodbye, verifiedAnnouncement, type Announcement, type AnnouncementV2 } from '../presence/announcement.js';
-import { nameTag, openDetails, sealDetails, type Details } from '../presence/private.js';
+import { signAnnouncementV2, signAnnouncementV3, signGoodbye, verifiedAnnouncement, type Announcement, type AnnouncementV2, type AnnouncementV3 } from '../presence/announcement.js';
+import { nameBucket, nameTag, openDetails, sealDetails, type Details } from '../presence/private.js';
 import type { RelayClient } from '../link/client.js';
 import type { RosterSighting } from './awaiting.js';
 import { presenceState, type PresenceState } from './routing.js';
 import { messageOf } from '../errors.js';
+import { fingerprintOf } from '../identity/identity.js';
+import { MAX_QUERY_KEYS, type RosterEntry, type RosterQuery } from '../wire/frames.js';
 
 export const ANNOUNCE_INTERVAL_MS = 30_000;
 const ROSTER_CACHE_MS = 2_000;
@@ -51,6 +55,26 @@ export interface RosterView {
 const OPENED_LIMIT = 4096;
 const SIGHTINGS_LIMIT = 4096;
 
+/** One relay asked for `query`, its keys split into queries of MAX_QUERY_KEYS; undefined unless every part was answered. */
+async function askInParts(relay: RelayClient, query: RosterQuery): Promise<RosterEntry[] | undefined> {
+  const keys = query.keys ?? [];
+  if (keys.length <= MAX_QUERY_KEYS) return relay.rosterAnswer(query);
+  const parts: RosterQuery[] = [];
+  for (let i = 0; i < keys.length; i += MAX_QUERY_KEYS) parts.push({ keys: keys.slice(i, i + MAX_QUERY_KEYS) });
+  if (query.fingerprints !== undefined || query.name_bucket !== undefined) {
+    parts.push({ ...(query.fingerprints && { fingerprints: query.fingerprints }), ...(query.name_bucket !== undefined && { name_bucket: query.name_bucket }) });
+  }
+  const answers = await Promise.all(parts.map((part) => relay.rosterAnswer(part)));
+  return answers.some((a) => a === undefined) ? undefined : answers.flatMap((a) => a ?? []);
+}
+
+/** Whether a verified announcement is one `query` asked for: its key or fingerprint named, or any for a name bucket (the caller matches the name tag). */
+function askedFor(query: RosterQuery): (a: Announcement) => boolean {
+  const keys = new Set(query.keys ?? []);
+  const fingerprints = new Set(query.fingerprints ?? []);
+  return (a) => query.name_bucket !== undefined || keys.has(a.key) || (fingerprints.size > 0 && fingerprints.has(fingerprintOf(Buffer.from(a.key, 'base64url'))));
+}
+
 function readersId(readers: Iterable<string>): string {
   return [...new Set(readers)].sort().join(' ');
 }
@@ -79,7 +103,7 @@ export class Presence {
     for (const relay of this.relays) {
       relay.on('connected', () => {
         this.announcement().then(
-          (a) => relay.announce(a),
+          (a) => relay.announce(relay.queriesRoster ? a.v3 : a.v2),
           (err: unknown) => log.warn('announce_failed', { error: messageOf(err) }),
         );
       });
@@ -100,22 +124,36 @@ export class Presence {
   }
 
   /**
-   * The merged roster and how many relays answered for it: with none, the roster is
-   * unknown, not empty (routing.ts, awaiting.ts).
+   * The merged roster of this identity's and its peers' sessions, and how many relays
+   * answered for it: with none, the roster is unknown, not empty (routing.ts, awaiting.ts).
    */
   async rosterView(options: { fresh?: boolean } = {}): Promise<RosterView> {
     if (!options.fresh && this.cached && Date.now() - this.cached.at < ROSTER_CACHE_MS) return this.cached.view;
-    const answered = await Promise.all(this.relays.filter((r) => r.connected).map((r) => r.rosterAnswer()));
+    const readers = new Set(await this.readers());
+    const view = await this.ask({ keys: [...readers] }, readers);
+    this.cached = { at: Date.now(), view };
+    return view;
+  }
+
+  /** Whatever `query` finds on the relays (pairing: a key, a fingerprint or a name bucket), verified; not cached. */
+  async lookup(query: RosterQuery): Promise<RosterView> {
+    return this.ask(query, new Set(await this.readers()));
+  }
+
+  /** Each connected relay asked for `query` (its keys MAX_QUERY_KEYS at a time), the answers verified and merged. */
+  private async ask(query: RosterQuery, readers: ReadonlySet<string>): Promise<RosterView> {
+    const answered = await Promise.all(this.relays.filter((r) => r.connected).map((r) => askInParts(r, query)));
     const answers = answered.filter((a) => a !== undefined);
     const now = Date.now();
-    const readers = new Set(await this.readers());
     // A peer added or removed since the last announcement (here, or by another process):
     // announce again now rather than at the next interval, so a new peer reads the details.
     if (this.announcedFor !== undefined && readersId(readers) !== this.announcedFor) this.announce();
     const best = new Map<string, RosterSession>();
+    const asked = askedFor(query);
     for (const entry of answers.flat()) {
       const a = verifiedAnnouncement(entry.announcement);
-      if (a === undefined) continue;
+      // A relay may answer more than was asked (a lying one, or one older than revision 4): only what was asked is taken.
+      if (a === undefined || !asked(a)) continue;
       const state = presenceState(entry.age_ms);
       if (state === undefined) continue;
       const id = formatRoute(a);
@@ -124,9 +162,7 @@ export class Presence {
       if (seen === undefined || entry.age_ms < seen.age_ms) best.set(id, this.view(a, entry.age_ms, state, readers));
     }
     const entries = [...best.values()].sort((x, y) => x.age_ms - y.age_ms);
-    const view = { entries, answered: answers.length };
-    this.cached = { at: Date.now(), view };
-    return view;
+    return { entries, answered: answers.length };
   }
 
   /**
@@ -167,18 +203,23 @@ export class Presence {
     await Promise.all(this.relays.map((r) => r.goodbye(goodbye)));
   }
 
-  private async announcement(): Promise<AnnouncementV2> {
+  /** The announcement as version 3 (with its name bucket) and, for relays older than revision 4, which refuse that, as version 2. */
+  private async announcement(): Promise<{ v3: AnnouncementV3; v2: AnnouncementV2 }> {
     const ts = Date.now();
     const details = { name: this.info.name, cwd: this.info.cwd, git_root: this.info.gitRoot, summary: this.info.summary };
     const readers = await this.readers();
     this.announcedFor = readersId(readers);
-    return signAnnouncementV2(this.key, { session: this.session, ts, ...sealDetails(this.key, this.session, ts, details, readers) });
+    const sealed = sealDetails(this.key, this.session, ts, details, readers);
+    return {
+      v3: signAnnouncementV3(this.key, { session: this.session, ts, ...sealed, name_bucket: nameBucket(details.name) }),
+      v2: signAnnouncementV2(this.key, { session: this.session, ts, ...sealed }),
+    };
   }
 
   private announce(): void {
     this.announcement().then(
       (announcement) => {
-        for (const relay of this.relays) relay.announce(announcement);
+        for (const relay of this.relays) relay.announce(relay.queriesRoster ? announcement.v3 : announcement.v2);
         this.cached = undefined;
       },
       (err: unknown) => log.warn('announce_failed', { error: messageOf(err) }),

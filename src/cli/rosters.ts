@@ -15,6 +15,7 @@ import { verifiedAnnouncement } from '../presence/announcement.js';
 import { RelayClient } from '../link/client.js';
 import { decideRelayKey, type RelayRecord, type RelayTrust } from '../link/known-relays.js';
 import type { ClientTls } from '../wire/tls.js';
+import { MAX_QUERY_KEYS } from '../wire/frames.js';
 
 /** Trusts a pinned key or the one already recorded for the URL; never records. */
 function recordedOnly(urls: readonly string[], records: Readonly<Record<string, RelayRecord>>): RelayTrust {
@@ -37,6 +38,8 @@ export async function readRosters(options: {
   urls: readonly string[];
   ask: readonly string[];
   key: SigningKey;
+  /** Whose sessions to look for (this identity's and its peers'): a relay answers only those. */
+  keys: readonly string[];
   records: Readonly<Record<string, RelayRecord>>;
   tls?: ClientTls;
   timeoutMs: number;
@@ -51,7 +54,7 @@ export async function readRosters(options: {
       const client = new RelayClient({ url, key: options.key, routes: [], readOnConnect: false, logOutages: false, trust, requestTimeoutMs: options.timeoutMs, ...(options.tls !== undefined && { tls: options.tls }) });
       try {
         client.start();
-        return (await client.ready(options.timeoutMs, { failFast: true })) ? await client.rosterAnswer() : undefined;
+        return (await client.ready(options.timeoutMs, { failFast: true })) ? await client.rosterAnswer({ keys: options.keys.slice(0, MAX_QUERY_KEYS) }) : undefined;
       } finally {
         client.close();
       }

@@ -16,7 +16,8 @@ import { relayOf } from './relay-groups.js';
 import { RequestTable, type RequestChannel } from './requests.js';
 import { RouteReading } from './route-reading.js';
 import { Sends, type SendOptions, type SendOutcome } from './sends.js';
-import { PROTOCOL_VERSION, type ClientFrame, type RosterEntry } from '../wire/frames.js';
+import { PROTOCOL_VERSION, ROSTER_QUERY_REVISION, type ClientFrame, type RosterEntry, type RosterQuery } from '../wire/frames.js';
+import { pickEntries } from './roster-query.js';
 
 export interface Delivery {
   relay: string;
@@ -136,6 +137,11 @@ export class RelayClient extends EventEmitter {
     return this.connection.connected;
   }
 
+  /** Whether the relay of this connection answers roster queries and takes version 3 announcements (protocol revision 4). */
+  get queriesRoster(): boolean {
+    return (this.connection.challenge?.revision ?? 0) >= ROSTER_QUERY_REVISION;
+  }
+
   /** Whether the relay of this connection takes `defer` (protocol revision 3). */
   get defers(): boolean {
     return this.connection.defers;
@@ -221,18 +227,23 @@ export class RelayClient extends EventEmitter {
     });
   }
 
-  /** The relay's roster entries (unverified: the caller verifies each announcement); empty when it did not answer. */
-  async roster(): Promise<RosterEntry[]> {
-    return (await this.rosterAnswer()) ?? [];
+  /** What `query` finds on the relay's roster (unverified: the caller verifies each announcement); empty when it did not answer. */
+  async roster(query: RosterQuery): Promise<RosterEntry[]> {
+    return (await this.rosterAnswer(query)) ?? [];
   }
 
   /**
-   * The relay's roster entries, or undefined when it did not answer (not connected, a
-   * timeout, a refusal): an empty roster and no answer mean different things to routing.
+   * What `query` finds on the relay's roster, or undefined when it did not answer (not
+   * connected, a timeout, a refusal): an empty answer and no answer mean different things
+   * to routing. A relay older than revision 4 is asked for its whole roster, and what the
+   * query names is picked from it (roster-query.ts).
    */
-  rosterAnswer(): Promise<RosterEntry[] | undefined> {
+  rosterAnswer(query: RosterQuery): Promise<RosterEntry[] | undefined> {
     const ref = this.ref();
-    return this.rosters.ask(ref, { v: PROTOCOL_VERSION, type: 'roster', ref }, () => undefined);
+    if (!this.queriesRoster) {
+      return this.rosters.ask(ref, { v: PROTOCOL_VERSION, type: 'roster', ref }, () => undefined).then((entries) => entries && pickEntries(entries, query));
+    }
+    return this.rosters.ask(ref, { v: PROTOCOL_VERSION, type: 'roster', ref, ...query }, () => undefined);
   }
 
   close(): void {

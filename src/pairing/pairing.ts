@@ -26,7 +26,8 @@ import type { PairingNotice } from './notices.js';
 import { checkControlRoom, clearDropped, closeOutgoing, commitAccept, findIncoming, planRequest, reject, type ControlJob, type Dropped, type PairingData } from './rules.js';
 import { siblingSessions, siblingStorePath } from './siblings.js';
 import { PairingStore } from './store.js';
-import { resolveTarget, type RosterView } from './target.js';
+import { resolveTarget, targetQuery, type RosterView } from './target.js';
+import type { RosterQuery } from '../wire/frames.js';
 import { pairingView } from './view.js';
 
 export { shownName } from './inbound.js';
@@ -38,7 +39,8 @@ export interface PairingOptions {
   store: PairingStore;
   peersPath: string;
   relays: readonly RelayClient[];
-  roster: () => Promise<RosterView[]>;
+  /** The verified sessions a pairing target (a key, a fingerprint, a name) finds on the relays (target.ts `targetQuery`). */
+  lookup: (query: RosterQuery) => Promise<RosterView[]>;
   /** The name this session announces: the requester's claimed name in its requests. */
   name: string;
   now?: () => number;
@@ -92,7 +94,7 @@ export class Pairing {
 
   async request(target: string, options: { petname?: string; session?: string } = {}) {
     const me = this.options.identity.key;
-    const resolved = resolveTarget(target, await this.options.roster(), me, options.session);
+    const resolved = resolveTarget(target, await this.options.lookup(targetQuery(target)), me, options.session);
     const { table } = await loadPeers(this.options.peersPath);
     const existing = table.petnameOf(resolved.key);
     if (existing !== undefined) throw new InterlinkError('already_peer', `that identity is already your peer ${existing}`);

@@ -14,6 +14,8 @@
  */
 import { InterlinkError } from '../errors.js';
 import { fingerprintOf, normalizeFingerprint, parsePublicKey } from '../identity/identity.js';
+import type { RosterQuery } from '../wire/frames.js';
+import { nameBucket } from '../presence/private.js';
 
 export interface RosterView {
   key: string;
@@ -49,6 +51,14 @@ function isPublicKey(text: string): boolean {
   }
 }
 
+/** What the relays are asked for a target: its key, its fingerprint, or the sessions that announce it as a name. */
+export function targetQuery(target: string): RosterQuery {
+  if (isPublicKey(target)) return { keys: [target] };
+  const fingerprint = normalizeFingerprint(target);
+  if (fingerprint !== undefined) return { fingerprints: [fingerprint] };
+  return { name_bucket: nameBucket(target) };
+}
+
 export function resolveTarget(target: string, roster: readonly RosterView[], me: string, session?: string): ResolvedTarget {
   let keys: string[];
   let by: ResolvedTarget['by'] = 'name';
@@ -68,13 +78,12 @@ export function resolveTarget(target: string, roster: readonly RosterView[], me:
   }
   const key = keys[0];
   if (key === undefined) {
-    const others = new Set(roster.filter((r) => r.key !== me).map((r) => r.key)).size;
     throw new InterlinkError(
       'unknown_target',
-      `no identity on the relay rosters matches ${JSON.stringify(target)} now (${others === 0 ? 'they list no other identity at all' : `they list ${others} other identit${others === 1 ? 'y' : 'ies'}`}). ` +
+      `no identity on the relay rosters matches ${JSON.stringify(target)} now. ` +
         `${NOT_ANNOUNCING} Else check the name they announce (INTERLINK_NAME), or use their full key from \`interlink-mcp whoami\``,
       undefined,
-      { hint: { tool: 'see discover', cli: 'then run `interlink-mcp pair request` again' } },
+      { hint: { tool: 'then call request_pair again', cli: 'then run `interlink-mcp pair request` again' } },
     );
   }
   if (key === me) throw new InterlinkError('unknown_target', 'that is this identity; its sessions already trust each other');

@@ -11,6 +11,13 @@
  *   name_tag (16) || sealed details || slot count (u32 LE) || each slot: hint (8) || sealed key
  * (each variable part a u32 LE length and the bytes).
  *
+ * Version 3 (`"v": 3`, what this implementation announces to a relay of revision 4 or
+ * later): version 2 and a name bucket, 12 bits of a hash of the name alone
+ * (presence/private.ts `nameBucket`), which a relay indexes so that pairing by name asks
+ * for one bucket, never sending the name nor being handed the roster.
+ *   signed bytes: "interlink-announce-v3\0" || the version 2 bytes after its domain ||
+ *   name_bucket (u16 LE).
+ *
  * Version 1 (no `v`), still read: every field in clear.
  *   signed bytes: "interlink-announce-v1\0" || key (32) || name || session || cwd ||
  *   git_root || summary (each u32 LE length + UTF-8) || ts (u64 LE).
@@ -25,6 +32,9 @@ import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES, signBytes, verifyBytes, type Signing
 
 export const ANNOUNCE_DOMAIN = 'interlink-announce-v1\0';
 export const ANNOUNCE_V2_DOMAIN = 'interlink-announce-v2\0';
+export const ANNOUNCE_V3_DOMAIN = 'interlink-announce-v3\0';
+/** Name buckets: 12 bits, so a bucket of 18,000 sessions holds about four. */
+export const NAME_BUCKETS = 4096;
 /** Peers (and this identity) an announcement opens for: more would not fit a roster's share. */
 export const MAX_SLOTS = 128;
 export const HINT_BYTES = 8;
@@ -78,17 +88,24 @@ export const announcementV2Schema = z.object({
 });
 export type AnnouncementV2 = z.infer<typeof announcementV2Schema>;
 
-export type Announcement = AnnouncementV1 | AnnouncementV2;
+export const announcementV3Schema = announcementV2Schema.extend({ v: z.literal(3), name_bucket: z.number().int().min(0).max(NAME_BUCKETS - 1) });
+export type AnnouncementV3 = z.infer<typeof announcementV3Schema>;
+/** Version 2 or 3: the sealed kinds, which a reader opens alike. */
+export type SealedAnnouncement = AnnouncementV2 | AnnouncementV3;
 
-/** Either version, by `v`; the relay and every reader accept both. */
-export const announcementSchema: z.ZodType<Announcement> = z.custom<Announcement>((data) => {
-  const v2 = typeof data === 'object' && data !== null && (data as { v?: unknown }).v === 2;
-  return (v2 ? announcementV2Schema : announcementV1Schema).safeParse(data).success;
-}, 'must be an announcement of version 1 or 2');
+export type Announcement = AnnouncementV1 | SealedAnnouncement;
+
+/** The schema for `data`'s version (`v`: 3, 2, or none for version 1). */
+function schemaFor(data: unknown): z.ZodType<Announcement> {
+  const v = typeof data === 'object' && data !== null ? (data as { v?: unknown }).v : undefined;
+  return v === 3 ? announcementV3Schema : v === 2 ? announcementV2Schema : announcementV1Schema;
+}
+
+/** Any version, by `v`; the relay and every reader accept all three. */
+export const announcementSchema: z.ZodType<Announcement> = z.custom<Announcement>((data) => schemaFor(data).safeParse(data).success, 'must be an announcement of version 1, 2 or 3');
 
 function parseAnnouncement(data: unknown): Announcement | undefined {
-  const v2 = typeof data === 'object' && data !== null && (data as { v?: unknown }).v === 2;
-  const parsed = (v2 ? announcementV2Schema : announcementV1Schema).safeParse(data);
+  const parsed = schemaFor(data).safeParse(data);
   return parsed.success ? parsed.data : undefined;
 }
 
@@ -101,11 +118,17 @@ function lengthPrefixedBytes(bytes: Buffer): Buffer[] {
   return [length, bytes];
 }
 
-export function announcementV2Bytes(a: Omit<AnnouncementV2, 'sig'>): Buffer {
+/** An announcement of either sealed version without its signature. */
+type UnsignedSealed = Omit<AnnouncementV2, 'sig'> | Omit<AnnouncementV3, 'sig'>;
+
+/** The signed bytes of a version 2 or 3 announcement (by its `v`). */
+export function announcementV2Bytes(a: UnsignedSealed): Buffer {
   const count = Buffer.allocUnsafe(4);
   count.writeUInt32LE(a.slots.length, 0);
+  const bucket = Buffer.allocUnsafe(2);
+  if (a.v === 3) bucket.writeUInt16LE(a.name_bucket, 0);
   return Buffer.concat([
-    Buffer.from(ANNOUNCE_V2_DOMAIN, 'utf8'),
+    Buffer.from(a.v === 3 ? ANNOUNCE_V3_DOMAIN : ANNOUNCE_V2_DOMAIN, 'utf8'),
     decodeBase64url(a.key, PUBLIC_KEY_BYTES, 'key'),
     ...lengthPrefixed(a.session),
     u64le(a.ts),
@@ -113,6 +136,7 @@ export function announcementV2Bytes(a: Omit<AnnouncementV2, 'sig'>): Buffer {
     ...lengthPrefixedBytes(Buffer.from(a.details, 'base64url')),
     count,
     ...a.slots.flatMap((slot) => [Buffer.from(slot.hint, 'base64url'), Buffer.from(slot.key, 'base64url')]),
+    ...(a.v === 3 ? [bucket] : []),
   ]);
 }
 
@@ -147,7 +171,14 @@ export function signAnnouncement(key: SigningKey, fields: Omit<AnnouncementV1, '
   return { ...unsigned, sig: encodeBase64url(signBytes(key, announcementBytes(unsigned))) };
 }
 
-/** Signs a version 2 announcement whose sealed parts presence/private.ts made. */
+/** Signs a version 3 announcement whose sealed parts and name bucket presence/private.ts made. */
+export function signAnnouncementV3(key: SigningKey, fields: Omit<AnnouncementV3, 'v' | 'key' | 'sig'>): AnnouncementV3 {
+  const unsigned = { v: 3 as const, key: encodeBase64url(key.publicKey), ...fields };
+  check(announcementV3Schema, { ...unsigned, sig: encodeBase64url(Buffer.alloc(SIGNATURE_BYTES)) }, 'announcement');
+  return { ...unsigned, sig: encodeBase64url(signBytes(key, announcementV2Bytes(unsigned))) };
+}
+
+/** Signs a version 2 announcement whose sealed parts presence/private.ts made (for a relay older than revision 4). */
 export function signAnnouncementV2(key: SigningKey, fields: Omit<AnnouncementV2, 'v' | 'key' | 'sig'>): AnnouncementV2 {
   const unsigned = { v: 2 as const, key: encodeBase64url(key.publicKey), ...fields };
   check(announcementV2Schema, { ...unsigned, sig: encodeBase64url(Buffer.alloc(SIGNATURE_BYTES)) }, 'announcement');
@@ -172,7 +203,7 @@ const verifiedCache = new Set<string>();
 export function verifiedAnnouncement(data: unknown): Announcement | undefined {
   const a = parseAnnouncement(data);
   if (a === undefined) return undefined;
-  const id = 'v' in a ? JSON.stringify([a.key, a.session, a.ts, a.name_tag, a.details, a.slots, a.sig]) : JSON.stringify([a.key, a.name, a.session, a.cwd, a.git_root, a.summary, a.ts, a.sig]);
+  const id = 'v' in a ? JSON.stringify([a.v, a.key, a.session, a.ts, a.name_tag, a.details, a.slots, a.v === 3 ? a.name_bucket : null, a.sig]) : JSON.stringify([a.key, a.name, a.session, a.cwd, a.git_root, a.summary, a.ts, a.sig]);
   if (verifiedCache.has(id)) return a;
   const bytes = 'v' in a ? announcementV2Bytes(a) : announcementBytes(a);
   const ok = verifyBytes(decodeBase64url(a.key, PUBLIC_KEY_BYTES, 'key'), bytes, decodeBase64url(a.sig, SIGNATURE_BYTES, 'sig'));

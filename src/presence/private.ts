@@ -24,7 +24,7 @@ import { createHash, createHmac, randomBytes } from 'node:crypto';
 import { lengthPrefixed, u64le } from '../envelope/bytes.js';
 import { SealError, aeadOpen, aeadSeal, directionKey, paddedFields, readFields } from '../envelope/seal.js';
 import type { SigningKey } from '../identity/ed25519.js';
-import { HINT_BYTES, MAX_FIELD_BYTES, MAX_SLOTS, NAME_TAG_BYTES, type AnnouncementV2, type Slot } from './announcement.js';
+import { HINT_BYTES, MAX_FIELD_BYTES, MAX_SLOTS, NAME_BUCKETS, NAME_TAG_BYTES, type AnnouncementV2, type SealedAnnouncement, type Slot } from './announcement.js';
 
 export interface Details {
   name: string;
@@ -36,6 +36,18 @@ export interface Details {
 const DETAILS_DOMAIN = 'interlink-presence-v2\0';
 const HINT_DOMAIN = 'interlink-presence-hint\0';
 const NAME_DOMAIN = 'interlink-name-v1\0';
+const BUCKET_DOMAIN = 'interlink-name-bucket-v1\0';
+
+/**
+ * The bucket of a name: the first 12 bits of SHA-256("interlink-name-bucket-v1\0" ||
+ * name). Announced (version 3) and asked for by pairing by name: the relay learns 12 bits
+ * of the name's hash, and hands back the few sessions of that bucket, whose name tags the
+ * asker then checks.
+ */
+export function nameBucket(name: string): number {
+  const digest = createHash('sha256').update(BUCKET_DOMAIN).update(name, 'utf8').digest();
+  return digest.readUInt16BE(0) % NAME_BUCKETS;
+}
 
 export function nameTag(key: string, name: string): string {
   return createHash('sha256').update(NAME_DOMAIN).update(Buffer.from(key, 'base64url')).update(name, 'utf8').digest().subarray(0, NAME_TAG_BYTES).toString('base64url');
@@ -68,7 +80,7 @@ export function sealDetails(me: SigningKey, session: string, ts: number, details
 }
 
 /** The details of a verified version 2 announcement, when `me` is one of its readers; else undefined. */
-export function openDetails(me: SigningKey, announcement: AnnouncementV2): Details | undefined {
+export function openDetails(me: SigningKey, announcement: SealedAnnouncement): Details | undefined {
   const mine = me.publicKey.toString('base64url');
   let direction: Buffer;
   try {

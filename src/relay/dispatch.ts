@@ -59,7 +59,7 @@ export class Dispatcher {
     const track = (work: Promise<unknown>) => this.track(work);
     this.delivery = new Delivery(storage, settings, now, track, this.failures);
     this.sends = new Sends(storage, this.delivery, settings.metrics, track, this.failures);
-    this.rosterFrames = new RosterFrames(roster, now, track, this.failures);
+    this.rosterFrames = new RosterFrames(roster, track, this.failures);
   }
 
   /** Resolves once every commit submitted so far has been answered. */
@@ -124,7 +124,7 @@ export class Dispatcher {
       case 'goodbye':
         return this.rosterFrames.onGoodbye(conn, frame.goodbye);
       case 'roster':
-        return this.rosterFrames.onRoster(conn, frame.ref);
+        return this.rosterFrames.onRoster(conn, frame.ref, { ...(frame.keys && { keys: frame.keys }), ...(frame.fingerprints && { fingerprints: frame.fingerprints }), ...(frame.name_bucket !== undefined && { name_bucket: frame.name_bucket }) });
     }
   }
 

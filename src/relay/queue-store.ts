@@ -13,6 +13,7 @@
  * acknowledgement deletes and may be repeated; a bound refuses (`queue_full`) and never
  * drops; expiry removes by age.
  */
+import type { RosterQuery } from './roster-index.js';
 import type { AnnounceOutcome, GoodbyeOutcome, RosterEntry } from './roster.js';
 import type { EnqueueResult, QueuedMessage } from './queues.js';
 import type { QueueLimits, Share } from './limits.js';
@@ -89,8 +90,8 @@ export interface QueueStore {
 export interface RosterStore {
   announce(data: unknown): AnnounceOutcome | Promise<AnnounceOutcome>;
   goodbye(data: unknown): GoodbyeOutcome | Promise<GoodbyeOutcome>;
-  /** Every live entry, most recently heard first. */
-  list(): RosterEntry[];
+  /** The live entries a query finds (roster-index.ts): each key's freshest first. */
+  query(query: RosterQuery): RosterEntry[];
   /** Changes whenever the entries do. */
   readonly version: number;
 }

@@ -19,6 +19,7 @@ import { z } from 'zod';
 import { messageOf } from '../errors.js';
 import { log } from '../log.js';
 import { writeFileAtomic } from '../store/atomic.js';
+import type { RosterQuery } from './roster-index.js';
 import type { AnnounceOutcome, GoodbyeOutcome, Roster, RosterEntry } from './roster.js';
 import type { RosterStore } from './queue-store.js';
 
@@ -72,6 +73,11 @@ export class RosterFile implements RosterStore {
     return outcome;
   }
 
+  query(query: RosterQuery): RosterEntry[] {
+    return this.roster.query(query);
+  }
+
+  /** Every live entry (what a restart finds again; never sent to a reader). */
   list(): RosterEntry[] {
     return this.roster.list();
   }

@@ -8,6 +8,7 @@ import { messageOf } from '../errors.js';
 import type { Connection } from './connection.js';
 import type { RosterStore } from './queue-store.js';
 import { RosterReplies } from './roster-replies.js';
+import { namesAnything, type RosterQuery } from './roster-index.js';
 import type { AnnounceOutcome, GoodbyeOutcome } from './roster.js';
 import type { RepeatedEvents } from './repeated-log.js';
 
@@ -19,11 +20,10 @@ export class RosterFrames {
   /** `track` keeps work under way until the relay has settled (dispatch.ts); `failures` logs store failures with counts. */
   constructor(
     private readonly roster: RosterStore,
-    now: () => number,
     private readonly track: (work: Promise<unknown>) => void,
     private readonly failures: RepeatedEvents,
   ) {
-    this.rosterReplies = new RosterReplies(roster, now);
+    this.rosterReplies = new RosterReplies(roster);
   }
 
   /**
@@ -31,10 +31,13 @@ export class RosterFrames {
    * follows the connection's own announcements and goodbyes still being stored, so a
    * client reads its own word.
    */
-  onRoster(conn: Connection, ref: string): void {
+  onRoster(conn: Connection, ref: string, query: RosterQuery): void {
+    if (!namesAnything(query)) {
+      return conn.refuse(ref, 'bad_frame', 'this relay answers roster queries that name keys, fingerprints or a name bucket (relay protocol revision 4), never the whole roster: upgrade interlink-mcp');
+    }
     const reply = () => {
       if (!conn.open) return;
-      const refusal = this.rosterReplies.reply(conn, ref);
+      const refusal = this.rosterReplies.reply(conn, ref, query);
       if (refusal !== undefined) conn.refuse(ref, 'rate_limited', refusal);
     };
     const writing = this.rosterWrites.get(conn);

@@ -6,21 +6,25 @@
  *
  * A goodbye removes the entry when its ts is at least the announcement's, and is
  * remembered for as long as an entry would be, so a replay of an older announcement
- * cannot bring the session back. Entries not heard from for three days expire; past
- * 4,096 entries, or past 1 MiB of stored announcements, the stalest are evicted, so the
- * whole roster always fits in one roster frame.
+ * cannot bring the session back. Entries not heard from for three days expire; past the
+ * entry and byte bounds, which grow with the relay's connection capacity (server.ts
+ * `rosterLimits`), the stalest are evicted. Readers ask for the entries of the keys they
+ * care about (roster-index.ts), never for all of them.
  */
 import { formatRoute } from '../envelope/route.js';
 import { verifiedAnnouncement, verifiedGoodbye, type Announcement } from '../presence/announcement.js';
+import { MAX_SESSIONS_PER_KEY, RosterIndex, type RosterQuery } from './roster-index.js';
 
 export const ROSTER_RETAIN_MS = 3 * 24 * 60 * 60 * 1000;
-export const ROSTER_MAX_ENTRIES = 4096;
+/** Entries kept per connection the relay may hold (at least ROSTER_MIN_ENTRIES): sessions come and go within the three days. */
+export const ROSTER_ENTRIES_PER_CONNECTION = 4;
+export const ROSTER_MIN_ENTRIES = 4096;
 /**
- * The JSON bytes of the announcements kept (goodbyes count their route and ts). An
- * announcement is at most about 4.3 KiB, typically 300 to 500 bytes: 1 MiB holds a few
- * thousand sessions, and with each entry's `age_ms` stays well under the 2 MiB frame.
+ * The JSON bytes of the announcements kept, per entry on average (goodbyes count their
+ * route and ts). An announcement is at most about 10 KiB (128 readers), typically 500 to
+ * 1,000 bytes.
  */
-export const ROSTER_MAX_BYTES = 1024 * 1024;
+export const ROSTER_BYTES_PER_ENTRY = 2048;
 
 export interface RosterLimits {
   maxEntries: number;
@@ -28,7 +32,28 @@ export interface RosterLimits {
   maxBytes: number;
 }
 
-export const DEFAULT_ROSTER_LIMITS: RosterLimits = { maxEntries: ROSTER_MAX_ENTRIES, retainMs: ROSTER_RETAIN_MS, maxBytes: ROSTER_MAX_BYTES };
+/** The bounds of a relay that may hold `maxConnections` connections (or of `maxEntries` entries, when set). */
+export function rosterLimits(maxConnections: number, maxEntries?: number): RosterLimits {
+  const entries = maxEntries ?? Math.max(ROSTER_MIN_ENTRIES, ROSTER_ENTRIES_PER_CONNECTION * maxConnections);
+  return { maxEntries: entries, retainMs: ROSTER_RETAIN_MS, maxBytes: entries * ROSTER_BYTES_PER_ENTRY };
+}
+
+export const DEFAULT_ROSTER_LIMITS: RosterLimits = rosterLimits(1024);
+
+/** A query's entries, freshest first per key and at most MAX_SESSIONS_PER_KEY of each: `heard` gives an entry and when it was received. */
+export function queryEntries(
+  found: Map<string, Set<string>>,
+  heard: (route: string) => { announcement: Announcement; receivedAt: number } | undefined,
+  now: number,
+): RosterEntry[] {
+  const entries: RosterEntry[] = [];
+  for (const routes of found.values()) {
+    const mine = [...routes].flatMap((route) => heard(route) ?? []);
+    mine.sort((a, b) => b.receivedAt - a.receivedAt);
+    for (const h of mine.slice(0, MAX_SESSIONS_PER_KEY)) entries.push({ announcement: h.announcement, age_ms: Math.max(0, now - h.receivedAt) });
+  }
+  return entries;
+}
 
 export interface RosterEntry {
   announcement: Announcement;
@@ -52,10 +77,15 @@ class ReceiveOrder<T> {
   constructor(
     private readonly limits: RosterLimits,
     private readonly sizeOf: (key: string, value: T) => number,
+    private readonly removed: (key: string, value: T) => void = () => undefined,
   ) {}
 
   get(key: string): T | undefined {
     return this.map.get(key)?.value;
+  }
+
+  heard(key: string): Heard<T> | undefined {
+    return this.map.get(key);
   }
 
   set(key: string, value: T, now: number): void {
@@ -74,6 +104,7 @@ class ReceiveOrder<T> {
     if (heard === undefined) return;
     this.map.delete(key);
     this.bytes -= heard.bytes;
+    this.removed(key, heard.value);
   }
 
   /** Removes what was heard more than `retainMs` ago; returns how many went. */
@@ -85,6 +116,10 @@ class ReceiveOrder<T> {
       removed++;
     }
     return removed;
+  }
+
+  get size(): number {
+    return this.map.size;
   }
 
   /** What the bound counts: the stored values' bytes. */
@@ -100,6 +135,7 @@ class ReceiveOrder<T> {
 
 export class Roster {
   private readonly entries: ReceiveOrder<Announcement>;
+  private readonly index = new RosterIndex();
   /** ts of the last goodbye per route. */
   private readonly goodbyes: ReceiveOrder<number>;
   private changes = 0;
@@ -110,7 +146,11 @@ export class Roster {
     limits: RosterLimits = DEFAULT_ROSTER_LIMITS,
   ) {
     this.retainMs = limits.retainMs;
-    this.entries = new ReceiveOrder(limits, (_key, announcement) => Buffer.byteLength(JSON.stringify(announcement), 'utf8'));
+    this.entries = new ReceiveOrder(
+      limits,
+      (_key, announcement) => Buffer.byteLength(JSON.stringify(announcement), 'utf8'),
+      (route, announcement) => this.index.remove(announcement, route),
+    );
     this.goodbyes = new ReceiveOrder(limits, (key) => Buffer.byteLength(key, 'utf8') + 8);
   }
 
@@ -135,6 +175,7 @@ export class Roster {
     if ((current !== undefined && current.ts > announcement.ts) || (goodbye !== undefined && goodbye >= announcement.ts)) return 'older';
     this.goodbyes.delete(key);
     this.entries.set(key, announcement, now);
+    if (this.entries.get(key) !== undefined) this.index.add(announcement, key);
     this.changes++;
     return 'stored';
   }
@@ -164,6 +205,7 @@ export class Roster {
     const current = this.entries.get(key);
     if (current !== undefined && current.ts >= announcement.ts) return;
     this.entries.set(key, announcement, receivedAt);
+    if (this.entries.get(key) !== undefined) this.index.add(announcement, key);
     this.changes++;
   }
 
@@ -173,10 +215,25 @@ export class Roster {
     return this.entries.newestFirst().reverse().map((e) => ({ announcement: e.value, received_at: e.receivedAt }));
   }
 
-  /** Every live entry, most recently heard first. */
+  /** Every live entry, most recently heard first (for tests and the roster file, never a reply). */
   list(): RosterEntry[] {
     const now = this.expire();
     return this.entries.newestFirst().map((e) => ({ announcement: e.value, age_ms: Math.max(0, now - e.receivedAt) }));
+  }
+
+  /** The entries `query` finds (roster-index.ts). */
+  query(query: RosterQuery): RosterEntry[] {
+    const now = this.expire();
+    const found = this.index.find(query);
+    return queryEntries(found, (route) => {
+      const h = this.entries.heard(route);
+      return h === undefined ? undefined : { announcement: h.value, receivedAt: h.receivedAt };
+    }, now);
+  }
+
+  /** Entries held, and the distinct keys among them. */
+  get size(): { entries: number; keys: number } {
+    return { entries: this.entries.size, keys: this.index.keys };
   }
 
   private expire(): number {

@@ -25,7 +25,7 @@ import { MAX_FRAME_BYTES, PROTOCOL_REVISION, PROTOCOL_VERSION } from '../wire/fr
 import { DEFAULT_QUEUE_LIMITS, shareLimits } from './limits.js';
 import { openFilesLimit, openFilesWarning } from './open-files.js';
 import { openStore, type OpenedStore } from './open-store.js';
-import { DEFAULT_ROSTER_LIMITS } from './roster.js';
+import { rosterLimits as rosterBounds } from './roster.js';
 import { RelayMetrics } from './relay-metrics.js';
 import type { ServerTls } from '../wire/tls.js';
 
@@ -45,6 +45,7 @@ export interface RelayOptions {
   frameRate?: number;
   frameBurst?: number;
   deliveryWindow?: number;
+  /** Roster entries kept (default: ROSTER_ENTRIES_PER_CONNECTION per connection the relay may hold, roster.ts). */
   rosterMaxEntries?: number;
   /** How long a message may wait for its reader before it is dropped (at least the receivers' window). */
   maxAgeMs?: number;
@@ -187,7 +188,8 @@ export class RelayServer {
       ...shareLimits(total, options.host, { perAddress: options.maxPerAddress, perConnection: options.maxPerConnection }),
     };
     const metrics = new RelayMetrics();
-    const rosterLimits = { ...DEFAULT_ROSTER_LIMITS, maxEntries: options.rosterMaxEntries ?? DEFAULT_ROSTER_LIMITS.maxEntries };
+    // The roster grows with the connections the relay may hold: no ceiling below them.
+    const rosterLimits = rosterBounds(connectionCaps(options.host, options).maxConnections, options.rosterMaxEntries);
     let opened: OpenedStore;
     try {
       opened = await openStore(options, limits, rosterLimits, (seconds) => metrics.committed(seconds));

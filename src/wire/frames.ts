@@ -11,6 +11,7 @@ import { isBase64urlOfLength } from '../identity/base64url.js';
 import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES } from '../identity/ed25519.js';
 import { parseJsonWith } from '../json.js';
 import { NONCE_BYTES } from './auth.js';
+import { NAME_BUCKETS } from '../presence/announcement.js';
 
 export const PROTOCOL_VERSION = 1;
 /** The revision of version 1 this implementation speaks: 3 added `after` on `send`, and `defer`; 4 the proof-only `auth` (`read: false`). */
@@ -58,7 +59,38 @@ export const ackFrame = z.object({ v, type: z.literal('ack'), route, ids: z.arra
 export const deferFrame = z.object({ v, type: z.literal('defer'), route, ids: z.array(id).min(1).max(1024), ms: z.number().int().min(MIN_DEFER_MS).max(MAX_DEFER_MS) });
 export const announceFrame = z.object({ v, type: z.literal('announce'), announcement: z.unknown() });
 export const goodbyeFrame = z.object({ v, type: z.literal('goodbye'), goodbye: z.unknown() });
-export const rosterRequestFrame = z.object({ v, type: z.literal('roster'), ref });
+/** The most keys, fingerprints and name bytes one roster query names (relay/roster-index.ts). */
+export const MAX_QUERY_KEYS = 256;
+export const MAX_QUERY_FINGERPRINTS = 16;
+/**
+ * A roster query (revision 4): the entries of these keys, of the keys with these
+ * fingerprints, and of the sessions whose version 3 announcement names this name bucket
+ * (presence/private.ts `nameBucket`: the asker matches the name tags itself); at least
+ * one of the three. Revision 3's `roster` without any asked for the whole roster, which a
+ * revision 4 relay refuses `bad_frame`.
+ */
+export const rosterRequestFrame = z.object({
+  v,
+  type: z.literal('roster'),
+  ref,
+  keys: z.array(key).min(1).max(MAX_QUERY_KEYS).optional(),
+  fingerprints: z
+    .array(z.string().regex(/^[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}$/, 'must be a fingerprint: four groups of four lower-case hex digits'))
+    .min(1)
+    .max(MAX_QUERY_FINGERPRINTS)
+    .optional(),
+  name_bucket: z
+    .number()
+    .int()
+    .min(0)
+    .max(NAME_BUCKETS - 1)
+    .optional(),
+});
+export type RosterRequest = z.infer<typeof rosterRequestFrame>;
+/** What a roster query names. */
+export type RosterQuery = Pick<RosterRequest, 'keys' | 'fingerprints' | 'name_bucket'>;
+/** The relay revision that answers roster queries (and refuses a request for the whole roster). */
+export const ROSTER_QUERY_REVISION = 4;
 
 export const clientFrame = z.discriminatedUnion('type', [helloFrame, authFrame, sendFrame, ackFrame, deferFrame, announceFrame, goodbyeFrame, rosterRequestFrame]);
 export type ClientFrame = z.infer<typeof clientFrame>;

@@ -113,10 +113,9 @@ describe('a relay that records everything', () => {
     });
     expect(seenByBob).toMatchObject({ name: 'alice-codename-orchid' });
     expect(seenByBob.cwd).toBeDefined();
-    // Eve, a stranger, sees the session and nothing else.
-    const seenByEve = await eventually(async () => aliceAs(eve));
-    expect(Object.keys(seenByEve).sort()).toEqual(['age_ms', 'session', 'state']);
-    // Pairing by name still finds alice: eve asks for the name she was told.
+    // Eve, a stranger, is not shown alice at all: a session asks the relays only for its own identity and its peers.
+    expect(await aliceAs(eve)).toBeUndefined();
+    // Pairing by name still finds alice: eve asks for the name she was told (the relay sees its bucket, never the name).
     const asked = await eve.call<{ to: string; session: string }>('request_pair', { target: 'alice-codename-orchid' });
     expect(asked).toMatchObject({ to: aKey, session: 'a1' });
     // Nothing of it crossed the relay in clear.

@@ -240,7 +240,7 @@ export class Hand {
     this.client.frame({ type: 'announce', announcement: signAnnouncement(this.identity.signingKey, { name, session: this.session, cwd: '/', git_root: '', summary: '' }) });
     // Frames are handled in order: once a roster answer comes back, the announcement is in.
     const ref = `roster-${Date.now()}`;
-    this.client.frame({ type: 'roster', ref });
+    this.client.frame({ type: 'roster', ref, keys: [this.key] });
     await this.client.waitFor('roster answer', (f) => f.type === 'roster' && f.ref === ref);
   }
 

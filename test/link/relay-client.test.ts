@@ -81,16 +81,18 @@ async function rosterRelay(answer: 'empty' | 'refuse'): Promise<{ url: string }>
 
 describe('relay client', () => {
   it('tells an empty roster from none: a refused or unsent roster request is no answer', async () => {
-    const offline = new RelayClient({ url: 'ws://127.0.0.1:9', key: generateSigningKey(), routes: [] });
-    expect(await offline.rosterAnswer()).toBeUndefined();
-    expect(await offline.roster()).toEqual([]);
+    const offlineSigning = generateSigningKey();
+    const offlineKey = offlineSigning.publicKey.toString('base64url');
+    const offline = new RelayClient({ url: 'ws://127.0.0.1:9', key: offlineSigning, routes: [] });
+    expect(await offline.rosterAnswer({ keys: [offlineKey] })).toBeUndefined();
+    expect(await offline.roster({ keys: [offlineKey] })).toEqual([]);
     for (const [answer, expected] of [['empty', []], ['refuse', undefined]] as const) {
       // A connection that reads no route is ready once the relay is trusted.
       const client = new RelayClient({ url: (await rosterRelay(answer)).url, key: generateSigningKey(), routes: [], readOnConnect: false });
       clients.push(client);
       client.start();
       expect(await client.ready(10_000)).toBe(true);
-      expect(await client.rosterAnswer()).toEqual(expected);
+      expect(await client.rosterAnswer({ keys: [offlineKey] })).toEqual(expected);
     }
   });
 

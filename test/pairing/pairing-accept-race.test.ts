@@ -84,7 +84,7 @@ beforeEach(async () => {
   dir = await tempDir('interlink-accept-race-');
   store = new RacingStore(join(dir.path, 'pairing', 'cli.json'));
   peersPath = join(dir.path, 'config', 'peers.json');
-  pairing = new Pairing({ identity: host, session: 'cli', store, peersPath, relays: [], roster: async () => [], name: 'host', now: () => now });
+  pairing = new Pairing({ identity: host, session: 'cli', store, peersPath, relays: [], lookup: async () => [], name: 'host', now: () => now });
   // Someone else is a peer already: the undo must leave them alone.
   await addPeer(peersPath, 'bob', bystander.key);
   expect(await store.update((d) => admitRequest(d, open, T0))).toBe('stored');

@@ -72,22 +72,22 @@ describe('reading', () => {
 });
 
 describe('roster replies', () => {
+  const mine = { keys: [key.publicKey.toString('base64url')] };
+
   function setup(budget?: number) {
-    let now = 0;
-    const roster = new Roster(() => now);
+    const roster = new Roster(() => 0);
     roster.announce(announce('a'));
-    const replies = new RosterReplies(roster, () => now, budget);
-    return { roster, replies, tick: (ms: number) => (now += ms) };
+    return { roster, replies: new RosterReplies(roster, budget) };
   }
 
   it('go one at a time per connection and never to a blocked one', () => {
     const { replies } = setup();
     const socket = new FakeSocket();
     const { conn } = fakeConnection(socket);
-    expect(replies.reply(conn, 'q1')).toBeUndefined();
-    expect(replies.reply(conn, 'q2')).toMatch(/previous roster reply/);
+    expect(replies.reply(conn, 'q1', mine)).toBeUndefined();
+    expect(replies.reply(conn, 'q2', mine)).toMatch(/previous roster reply/);
     socket.drain(0);
-    expect(replies.reply(conn, 'q3')).toBeUndefined();
+    expect(replies.reply(conn, 'q3', mine)).toBeUndefined();
     const frames = socket.sent.map((text) => relayFrame.parse(JSON.parse(text)));
     expect(frames.map((f) => [f.type, 'ref' in f && f.ref])).toEqual([
       ['roster', 'q1'],
@@ -97,32 +97,24 @@ describe('roster replies', () => {
 
     socket.drain(0);
     conn.sendText('x'.repeat(HIGH_WATER_BYTES + 1));
-    expect(replies.reply(conn, 'q4')).toMatch(/unread replies/);
+    expect(replies.reply(conn, 'q4', mine)).toMatch(/unread replies/);
   });
 
-  it('share one serialized roster until it changes, and stay within the relay-wide budget', () => {
+  it('hold only what the query found, and stay within the relay-wide budget', () => {
     const { roster, replies } = setup();
-    const sockets = [new FakeSocket(), new FakeSocket()];
-    const conns = sockets.map((s, i) => fakeConnection(s, i + 1).conn);
-    expect(replies.reply(conns[0]!, 'q1')).toBeUndefined();
-    expect(replies.reply(conns[1]!, 'q2')).toBeUndefined();
-    roster.announce(announce('b'));
-    const [first] = sockets.map((s) => JSON.parse(s.sent[0]!) as { entries: unknown[] });
-    expect(first!.entries).toHaveLength(1);
+    roster.announce(signAnnouncement(generateSigningKey(), { name: 'other', session: 'x', cwd: '/', git_root: '/', summary: '', ts: 1 }));
+    const socket = new FakeSocket();
+    expect(replies.reply(fakeConnection(socket, 1).conn, 'q1', mine)).toBeUndefined();
+    expect((JSON.parse(socket.sent[0]!) as { entries: unknown[] }).entries).toHaveLength(1);
 
-    // Room for the two-entry roster, not for it and the one-entry roster together.
-    const bytes = Buffer.byteLength(JSON.stringify([announce('b'), announce('a')].map((announcement) => ({ announcement, age_ms: 0 }))));
+    // Room for one reply of one entry: a second waiting reply is refused until the first leaves.
+    const bytes = Buffer.byteLength(JSON.stringify([{ announcement: announce('a'), age_ms: 0 }]));
     const tight = setup(bytes);
     const [x, y] = [fakeConnection(new FakeSocket(), 1), fakeConnection(new FakeSocket(), 2)];
-    expect(tight.replies.reply(x.conn, 'q1')).toBeUndefined();
-    // The same entries again cost nothing more; new entries past the budget are refused.
-    expect(tight.replies.reply(y.conn, 'q2')).toBeUndefined();
-    tight.roster.announce(announce('b'));
-    const z = fakeConnection(new FakeSocket(), 3);
-    expect(tight.replies.reply(z.conn, 'q3')).toMatch(/busy sending rosters/);
+    expect(tight.replies.reply(x.conn, 'q1', mine)).toBeUndefined();
+    expect(tight.replies.reply(y.conn, 'q2', mine)).toMatch(/busy sending rosters/);
     tight.replies.release(x.conn);
-    tight.replies.release(y.conn);
-    expect(tight.replies.reply(z.conn, 'q4')).toBeUndefined();
+    expect(tight.replies.reply(y.conn, 'q3', mine)).toBeUndefined();
   });
 });
 
@@ -145,7 +137,7 @@ describe('the client', () => {
     client.start();
     try {
       expect(await client.ready(5_000)).toBe(true);
-      expect(await client.roster()).toEqual([]);
+      expect(await client.roster({ keys: [reader.key.publicKey.toString('base64url')] })).toEqual([]);
     } finally {
       client.close();
       for (const socket of server.clients) socket.terminate();

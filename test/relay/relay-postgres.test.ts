@@ -463,7 +463,7 @@ describe.runIf(process.env.INTERLINK_TEST_RELAY_STORE === 'postgres')('relays sh
     const deadline = Date.now() + NOTICE_DEADLINE_MS;
     for (let n = 0; ; n++) {
       const from = asker.frames.length;
-      asker.frame({ type: 'roster', ref: `r${n}` });
+      asker.frame({ type: 'roster', ref: `r${n}`, keys: [announcement.key] });
       const reply = await asker.waitFor('a roster reply', (f) => f.type === 'roster' && f.ref === `r${n}`, from);
       const entries = reply.type === 'roster' ? reply.entries : [];
       if (entries.length > 0) {

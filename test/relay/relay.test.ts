@@ -9,7 +9,9 @@ import { HIGH_WATER_BYTES } from '../../src/relay/connection.js';
 import { MAX_PAYLOAD_BYTES } from '../../src/wire/frames.js';
 import { RelayServer, type RelayOptions, type RelayStats } from '../../src/relay/server.js';
 import { newNonce } from '../../src/wire/auth.js';
-import { signAnnouncement, signGoodbye } from '../../src/presence/announcement.js';
+import { signAnnouncement, signAnnouncementV3, signGoodbye } from '../../src/presence/announcement.js';
+import { nameBucket, sealDetails } from '../../src/presence/private.js';
+import { fingerprintOf } from '../../src/identity/identity.js';
 import { ROSTER_RETAIN_MS } from '../../src/relay/roster.js';
 import { newReader, TestClient, until, type Accepted, type Deliver } from '../helpers/relay-test-client.js';
 import { tempDir } from '../helpers/fixtures.js';
@@ -380,7 +382,7 @@ describe('relay: roster', () => {
     const announcement = signAnnouncement(reader.key, { name: 'alice', session: 's1', cwd: '/w', git_root: '/w', summary: 'testing', ts: 5 });
     const roster = async (ref: string) => {
       const before = client.frames.length;
-      client.frame({ type: 'roster', ref });
+      client.frame({ type: 'roster', ref, keys: [announcement.key] });
       const frame = await client.waitFor('roster', (f) => f.type === 'roster' && f.ref === ref, before);
       return frame.type === 'roster' ? frame.entries : [];
     };
@@ -404,6 +406,46 @@ describe('relay: roster', () => {
     expect(await roster('r5')).toEqual([{ announcement: fresh, age_ms: 0 }]);
     clock += ROSTER_RETAIN_MS;
     expect(await roster('r6')).toEqual([]);
+  });
+});
+
+describe('relay: roster queries', () => {
+  it("answers the keys, fingerprints and name bucket asked for, refuses a request for the whole roster, and hands a stranger only an announcement's public fields", async () => {
+    const relay = await startRelay();
+    const client = await connect(relay);
+    const [alice, bob] = [newReader('a1'), newReader('b1')];
+    const ts = Date.now();
+    const sealed = sealDetails(alice.key, 'a1', ts, { name: 'alice', cwd: '/secret/work', git_root: '/secret', summary: 'private plans' }, []);
+    const announcement = signAnnouncementV3(alice.key, { session: 'a1', ts, ...sealed, name_bucket: nameBucket('alice') });
+    // A field the protocol does not have is not kept, nor served.
+    client.frame({ type: 'announce', announcement: { ...announcement, cwd: '/secret/work' } });
+    client.frame({ type: 'announce', announcement: signAnnouncement(bob.key, { name: 'bob', session: 'b1', cwd: '/b', git_root: '/b', summary: '', ts }) });
+    const ask = async (ref: string, query: Record<string, unknown>) => {
+      const before = client.frames.length;
+      client.frame({ type: 'roster', ref, ...query });
+      return client.waitFor(`roster ${ref}`, (f) => 'ref' in f && f.ref === ref, before);
+    };
+    const sessionsOf = (frame: Awaited<ReturnType<typeof ask>>) => (frame.type === 'roster' ? frame.entries.map((e) => (e.announcement as { session: string }).session).sort() : frame);
+    const aliceKey = announcement.key;
+    // Frames of one connection are handled in order: once this is answered, both announcements are in.
+    expect(sessionsOf(await ask('k0', { keys: [aliceKey] }))).toEqual(['a1']);
+    const stranger = await connect(relay);
+    stranger.frame({ type: 'roster', ref: 's1', keys: [aliceKey] });
+    const seen = await stranger.waitFor('roster s1', (f) => 'ref' in f && f.ref === 's1');
+    expect(seen).toMatchObject({ type: 'roster' });
+    const entries = seen.type === 'roster' ? seen.entries : [];
+    expect(entries).toHaveLength(1);
+    expect(Object.keys(entries[0]!).sort()).toEqual(['age_ms', 'announcement']);
+    expect(Object.keys(entries[0]!.announcement as object).sort()).toEqual(['details', 'key', 'name_bucket', 'name_tag', 'session', 'sig', 'slots', 'ts', 'v']);
+    expect(JSON.stringify(seen)).not.toMatch(/secret|private plans|alice/);
+
+    expect(sessionsOf(await ask('k', { keys: [aliceKey, bob.route.split('#')[0]] }))).toEqual(['a1', 'b1']);
+    expect(sessionsOf(await ask('f', { fingerprints: [fingerprintOf(bob.key.publicKey)] }))).toEqual(['b1']);
+    // A name bucket finds the version 3 announcements that name it; bob's version 1 names none.
+    expect(sessionsOf(await ask('n', { name_bucket: nameBucket('alice') }))).toEqual(['a1']);
+    expect(sessionsOf(await ask('n2', { name_bucket: nameBucket('bob') }))).toEqual([]);
+    expect(sessionsOf(await ask('none', { keys: [newReader().route.split('#')[0]] }))).toEqual([]);
+    expect(await ask('all', {})).toMatchObject({ type: 'refused', code: 'bad_frame', message: expect.stringContaining('never the whole roster') });
   });
 });
 

@@ -1,7 +1,8 @@
 /**
  * Slow readers against a relay process (issue 13, point 3): the roster is filled with
- * announcements of about 1.2 KiB each, then 100 connections ask for rosters every 50 ms,
- * never read a byte, and send pongs nobody asked for. The relay's RSS (VmRSS from
+ * announcements of about 1.2 KiB each from 1,000 keys, then 100 connections ask for the
+ * entries of 256 of those keys every 50 ms, never read a byte, and send pongs nobody asked
+ * for. The relay's RSS (VmRSS from
  * /proc/<pid>/status, where there is one) stays under 512 MiB, an honest client on another
  * connection still authenticates, sends, receives and acknowledges, and the heartbeat cuts
  * every slow reader off, since none of their pongs echoes a ping (DESIGN.md "Bounded by
@@ -15,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
 import { signAnnouncement } from '../../src/presence/announcement.js';
 import { PROTOCOL_VERSION, type RelayFrame } from '../../src/wire/frames.js';
-import { ROSTER_MAX_BYTES } from '../../src/relay/roster.js';
+import { MAX_QUERY_KEYS } from '../../src/wire/frames.js';
 import { reapAll } from '../helpers/process.js';
 import { newReader, TestClient, until } from '../helpers/relay-test-client.js';
 import { startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
@@ -43,8 +44,8 @@ async function slowReader(url: string): Promise<WebSocket> {
   return ws;
 }
 
-function rosterRequest(ref: string): string {
-  return JSON.stringify({ v: PROTOCOL_VERSION, type: 'roster', ref });
+function rosterRequest(ref: string, keys: readonly string[]): string {
+  return JSON.stringify({ v: PROTOCOL_VERSION, type: 'roster', ref, keys });
 }
 
 describe('a relay process under slow readers with a full roster', () => {
@@ -59,18 +60,19 @@ describe('a relay process under slow readers with a full roster', () => {
   it(`stays under 512 MiB with ${SLOW_READERS} of them, serves an honest client, and cuts them off`, async () => {
     const pid = relay.child.process.pid!;
     const filler = await TestClient.connect(relay.url);
-    const key = generateSigningKey();
+    expect(await filler.prove()).toMatchObject({ type: 'auth_ok' });
+    const keys: string[] = [];
     for (let i = 0; i < ANNOUNCEMENTS; i++) {
+      const key = generateSigningKey();
+      keys.push(key.publicKey.toString('base64url'));
       const fields = { name: 'agent', session: `s${i}`, cwd: '/repo', git_root: '/repo', summary: 'x'.repeat(1_000), ts: 1 };
       filler.frame({ type: 'announce', announcement: signAnnouncement(key, fields) });
     }
-    filler.frame({ type: 'roster', ref: 'full' });
-    const roster = (await filler.waitFor('the full roster', (f) => f.type === 'roster' && f.ref === 'full')) as Extract<RelayFrame, { type: 'roster' }>;
-    const storedBytes = roster.entries.reduce((sum, e) => sum + Buffer.byteLength(JSON.stringify(e.announcement)), 0);
-    // Bounded in bytes: the stalest went, the newest stayed, and the whole roster fits one frame.
-    expect(storedBytes).toBeLessThanOrEqual(ROSTER_MAX_BYTES);
-    expect(storedBytes).toBeGreaterThan(ROSTER_MAX_BYTES - 2 * 1_300);
-    expect(roster.entries[0]!.announcement).toMatchObject({ session: `s${ANNOUNCEMENTS - 1}` });
+    const asked = keys.slice(0, MAX_QUERY_KEYS);
+    filler.frame({ type: 'roster', ref: 'full', keys: asked });
+    const roster = (await filler.waitFor('the roster of 256 keys', (f) => f.type === 'roster' && f.ref === 'full')) as Extract<RelayFrame, { type: 'roster' }>;
+    // The keys asked for, and no other.
+    expect(new Set(roster.entries.map((e) => (e.announcement as { key: string }).key))).toEqual(new Set(asked));
     await filler.close();
 
     const baseline = rssBytes(pid);
@@ -81,7 +83,7 @@ describe('a relay process under slow readers with a full roster', () => {
     const attack = setInterval(() => {
       for (const ws of readers) {
         if (ws.readyState !== WebSocket.OPEN) continue;
-        ws.send(rosterRequest(`q${requests++}`));
+        ws.send(rosterRequest(`q${requests++}`, asked));
         ws.pong(Buffer.from('not an answer to any ping'));
       }
     }, 50);
@@ -95,8 +97,8 @@ describe('a relay process under slow readers with a full roster', () => {
       const [delivery] = await honest.waitForDeliveries(1);
       expect(delivery!.payload).toEqual({ hello: 'world' });
       honest.ack(reader.route, [delivery!.id]);
-      // The slow readers' waiting replies share the entries, so the budget still has room for an honest roster.
-      honest.frame({ type: 'roster', ref: 'honest' });
+      // One waiting reply per slow reader at most, so the budget still has room for an honest one.
+      honest.frame({ type: 'roster', ref: 'honest', keys: asked });
       const answer = await honest.waitFor('the honest roster', (f) => 'ref' in f && f.ref === 'honest');
       expect(answer).toMatchObject({ type: 'roster', entries: roster.entries.map(() => expect.anything()) });
       await honest.close();

@@ -131,7 +131,7 @@ export async function status(argv: readonly string[], config: Config): Promise<v
   let rosters: Promise<RosterSighting> | undefined;
   // A relay whose key a session refused is shown with its WARNING below, not asked.
   const answering = urls.filter((_, i) => relays[i]!.answers && relayKeys[i]!.refused === null);
-  const sighting = (me: Identity) => (rosters ??= readRosters({ urls, ask: answering, key: me.signingKey, records: known.relays, ...(tls !== undefined && { tls }), timeoutMs: 1_000 }));
+  const sighting = (me: Identity) => (rosters ??= readRosters({ urls, ask: answering, key: me.signingKey, keys: [me.key, ...table.peers.map((p) => p.key)], records: known.relays, ...(tls !== undefined && { tls }), timeoutMs: 1_000 }));
   if (identity) {
     const names = new Set((await Promise.all(SESSION_STORES.map((store) => sessionsIn(identityDir(state, store, identity.key))))).flat());
     for (const session of [...names].sort()) {

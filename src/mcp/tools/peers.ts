@@ -41,7 +41,7 @@ export const PEER_TOOLS: ToolDefinition[] = [
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },
     input: z
       .object({
-        target: z.string().min(1).max(128).describe('a name the roster shows (see discover), a full public key, or an exact fingerprint'),
+        target: z.string().min(1).max(128).describe("the name the other person's sessions announce (INTERLINK_NAME), a full public key, or an exact fingerprint"),
         petname: peerName.optional().describe('what to call the peer once it accepts; default: the target as you typed it if it is a name, else peer-<fingerprint prefix>'),
         session: sessionId.optional().describe('a session of the target on the roster; default: a live one'),
       })
@@ -86,10 +86,11 @@ export const PEER_TOOLS: ToolDefinition[] = [
   }),
   tool({
     name: 'discover',
-    description: 'The verified presence roster (live, away), grouped by identity; optionally one peer.',
-    // Changes nothing, but asks the relays for a fresh roster of other machines' sessions.
+    description:
+      "The sessions (live, away) of this identity and of its peers, verified, grouped by identity; optionally one peer. Relays answer only for the keys a session asks about, so strangers are not listed: to pair with one, request_pair with the name, fingerprint or key they gave you.",
+    // Changes nothing, but asks the relays for a fresh view of the peers' sessions.
     annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: true },
-    input: z.object({ peer: peerName.optional().describe('only this peer (petname from list_peers, or "self"); default: everyone on the roster') }).strict(),
+    input: z.object({ peer: peerName.optional().describe('only this peer (petname from list_peers, or "self"); default: this identity and every peer') }).strict(),
     run: (agent, args) => agent.discover(args.peer),
   }),
   tool({

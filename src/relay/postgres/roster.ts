@@ -2,13 +2,17 @@
  * The presence roster shared by every relay of one database (DESIGN.md "The relay":
  * "Where the queues live"). The rules are the in-memory roster's (`roster.ts`): the newest
  * verified word per `<key>#<session>`, a goodbye at least as new as the announcement removes
- * it and keeps a replay of it out, silence expires after three days, and what is served
- * stays within 4,096 entries and 1 MiB. Here one row per route holds that newest word, and
- * the upsert decides, so two relays that hear two words at once keep the newer one.
+ * it and keeps a replay of it out, silence expires after three days, and the copy served
+ * holds the freshest entries within the relay's roster bounds (which grow with its
+ * connection capacity). Here one row per route holds that newest word, and the upsert
+ * decides, so two relays that hear two words at once keep the newer one.
  *
- * Roster requests are answered from a copy in this process: the relay's own writes change
- * it at once, other relays' writes arrive as notices (`PostgresStore.announceRosterChange`), and
- * it is read whole again at start, after a reconnect and every minute.
+ * Roster queries are answered from a copy in this process, indexed by key and fingerprint
+ * (roster-index.ts): the relay's own writes change it at once, other relays' writes arrive
+ * as notices (`PostgresStore.announceRosterChange`), and it is read whole again at start,
+ * after a reconnect and every minute. Each relay of a cluster holds the cluster's whole
+ * roster in this copy: size its bounds (`rosterMaxEntries`) for every session of the
+ * cluster, not only its own connections.
  */
 import { z } from 'zod';
 import { formatRoute } from '../../envelope/route.js';
@@ -16,7 +20,8 @@ import { log } from '../../log.js';
 import { announcementSchema, verifiedAnnouncement, verifiedGoodbye, type Announcement } from '../../presence/announcement.js';
 import { parseJsonWith } from '../../json.js';
 import type { RosterStore } from '../queue-store.js';
-import type { AnnounceOutcome, GoodbyeOutcome, RosterEntry, RosterLimits } from '../roster.js';
+import { queryEntries, type AnnounceOutcome, type GoodbyeOutcome, type RosterEntry, type RosterLimits } from '../roster.js';
+import { RosterIndex, type RosterQuery } from '../roster-index.js';
 import { databaseError, int8, type Sql } from './database.js';
 import type { PostgresStore } from './store.js';
 
@@ -36,6 +41,7 @@ interface Heard {
 
 export class PostgresRoster implements RosterStore {
   private readonly entries = new Map<string, Heard>();
+  private readonly index = new RosterIndex();
   private changes = 0;
   private writes = 0;
   private heardSeq = 0;
@@ -108,27 +114,52 @@ export class PostgresRoster implements RosterStore {
     const row = z.object({ kind: z.string().nullable(), changed: z.number().int() }).parse(rows[0]);
     if (row.changed === 0) return 'noted';
     this.wrote(route);
-    if (this.entries.delete(route)) this.changes++;
+    this.remove(route);
     return row.kind === 'announce' ? 'removed' : 'noted';
   }
 
-  /** Every live entry, most recently heard first, within the entry and byte bounds. */
-  list(): RosterEntry[] {
+  /** The live entries `query` finds (roster-index.ts). */
+  query(query: RosterQuery): RosterEntry[] {
     const now = this.now();
-    const live = [...this.entries.values()].filter((e) => now - e.heardAt < this.limits.retainMs).sort((a, b) => b.heardAt - a.heardAt || b.seq - a.seq);
-    const served: RosterEntry[] = [];
-    let bytes = 0;
-    for (const entry of live) {
-      if (served.length >= this.limits.maxEntries || bytes + entry.bytes > this.limits.maxBytes) break;
-      bytes += entry.bytes;
-      served.push({ announcement: entry.announcement, age_ms: Math.max(0, now - entry.heardAt) });
-    }
-    return served;
+    const found = this.index.find(query);
+    return queryEntries(
+      found,
+      (route) => {
+        const e = this.entries.get(route);
+        return e === undefined || now - e.heardAt >= this.limits.retainMs ? undefined : { announcement: e.announcement, receivedAt: e.heardAt };
+      },
+      now,
+    );
+  }
+
+  /** Entries held in this process, and the distinct keys among them. */
+  get size(): { entries: number; keys: number } {
+    return { entries: this.entries.size, keys: this.index.keys };
   }
 
   private set(route: string, heard: Heard): void {
+    const before = this.entries.get(route);
+    if (before !== undefined) this.index.remove(before.announcement, route);
+    // Deleted first, so the map stays in the order words were heard: the stalest is first.
+    this.entries.delete(route);
     this.entries.set(route, heard);
+    this.index.add(heard.announcement, route);
     this.changes++;
+    if (before === undefined && this.entries.size > this.limits.maxEntries) this.evictStalest();
+  }
+
+  private remove(route: string): void {
+    const before = this.entries.get(route);
+    if (before === undefined) return;
+    this.entries.delete(route);
+    this.index.remove(before.announcement, route);
+    this.changes++;
+  }
+
+  /** Past the bound, the entry heard longest ago goes from this copy (it stays in the table until trimmed). */
+  private evictStalest(): void {
+    const stalest = this.entries.keys().next();
+    if (stalest.done !== true) this.remove(stalest.value);
   }
 
   /** Tells the other relays, and now and then trims the table to what can be served. */
@@ -152,7 +183,7 @@ export class PostgresRoster implements RosterStore {
       const rows = await this.store.calls.call(() => this.sql`SELECT route, kind, body, bytes, heard_at FROM relay_roster WHERE route = ${route}`);
       const heard = rows.length === 0 ? undefined : this.heardOf(rosterRow.parse(rows[0]));
       if (heard !== undefined) this.set(route, heard);
-      else if (this.entries.delete(route)) this.changes++;
+      else this.remove(route);
     } catch (err) {
       log.debug('relay_roster_reload_failed', { error: databaseError(err).message });
     }
@@ -165,10 +196,14 @@ export class PostgresRoster implements RosterStore {
       () => this.sql`SELECT route, kind, body, bytes, heard_at FROM relay_roster WHERE kind = 'announce' AND heard_at > ${since} ORDER BY heard_at DESC LIMIT ${this.limits.maxEntries}`,
     );
     this.entries.clear();
+    this.index.clear();
     for (const row of [...rows].reverse()) {
       const parsed = rosterRow.parse(row);
       const heard = this.heardOf(parsed);
-      if (heard !== undefined) this.entries.set(parsed.route, heard);
+      if (heard !== undefined) {
+        this.entries.set(parsed.route, heard);
+        this.index.add(heard.announcement, parsed.route);
+      }
     }
     this.changes++;
   }

@@ -16,6 +16,9 @@ import { fakeCodex } from '../../helpers/fake-codex.js';
 import { eventually, pair, startPeer, type Peer, type PeerOptions } from '../../helpers/mcp.js';
 import { reapAll } from '../../helpers/process.js';
 import { startRelay } from '../../helpers/spawn-relay.js';
+import { TestClient } from '../../helpers/relay-test-client.js';
+import { loadIdentity } from '../../../src/identity/identity.js';
+import { defaultKeyPath } from '../../../src/config/layout.js';
 
 let root: string;
 const peers: Peer[] = [];
@@ -69,11 +72,6 @@ function statusWith(p: Peer, msgId: string, count: number, what: string): Promis
   );
 }
 
-async function sessionsOf(p: Peer): Promise<Map<string, string[]>> {
-  const roster = await p.call<{ identities: { key: string; sessions: { session: string }[] }[] }>('discover');
-  return new Map(roster.identities.map((i) => [i.key, i.sessions.map((s) => s.session)]));
-}
-
 /**
  * A relay, alice (Claude mode) and bob (Codex mode, bound to a new thread, running the
  * switchable stand-in as its codex), paired.
@@ -108,21 +106,31 @@ describe('Codex mode: before binding', () => {
     expect(listed).toEqual(expect.arrayContaining(['bind_codex_session', 'failed_deliveries']));
     expect(listed).not.toContain('bind_claude_session');
 
-    // A Claude-mode peer started after bob announces and sees itself on the roster; bob,
-    // running for longer, is not there: an unbound server does not announce.
+    // A Claude-mode peer started after bob announces and is on the roster; bob, running for
+    // longer, is not there: an unbound server does not announce. The relay is asked for
+    // both keys, as a session asks for its peers'.
+    const bobKey = (await loadIdentity(defaultKeyPath(bob.config))).key;
     const alice = await peer({ root, name: 'alice', session: 'a1', relays: relay.url });
     const aliceKey = (await alice.call<{ identity: string }>('get_my_session_id')).identity;
+    const asker = await TestClient.connect(relay.url);
+    const onRoster = async () => {
+      const ref = randomUUID();
+      asker.frame({ type: 'roster', ref, keys: [aliceKey, bobKey] });
+      const reply = await asker.waitFor('a roster reply', (f) => f.type === 'roster' && f.ref === ref);
+      return reply.type === 'roster' ? reply.entries.map((e) => (e.announcement as { key: string; session: string })) : [];
+    };
     const before = await eventually(async () => {
-      const seen = await sessionsOf(alice);
-      return seen.get(aliceKey)?.includes('a1') === true ? seen : undefined;
+      const seen = await onRoster();
+      return seen.some((a) => a.key === aliceKey && a.session === 'a1') ? seen : undefined;
     }, 15_000, 'alice on the roster');
-    expect([...before.keys()]).toEqual([aliceKey]);
+    expect(before.map((a) => a.key)).toEqual([aliceKey]);
 
     // Once bound, bob announces its thread session.
     const thread = randomUUID();
     await bob.call('bind_codex_session', { thread_id: thread });
-    const bobKey = (await bob.call<{ identity: string }>('get_my_session_id')).identity;
-    await eventually(async () => ((await sessionsOf(alice)).get(bobKey)?.includes(thread) === true ? true : undefined), 15_000, 'bob on the roster');
+    expect((await bob.call<{ identity: string }>('get_my_session_id')).identity).toBe(bobKey);
+    await eventually(async () => ((await onRoster()).some((a) => a.key === bobKey && a.session === thread) ? true : undefined), 15_000, 'bob on the roster');
+    await asker.close();
   });
 });
 
