@@ -65,7 +65,8 @@ function poolSizeOf(url: string): number {
   return Number(named);
 }
 
-export function connect(url: string): Sql {
+/** `onClose` hears of each connection of the pool that closes, whoever closed it (acks.ts says why). */
+export function connect(url: string, onClose?: () => void): Sql {
   if (!isPostgresUrl(url)) throw new InterlinkError('usage', `--store ${JSON.stringify(redactedUrl(url))} is not a postgres:// connection string`);
   // postgres.js prefers an option given here to the same one in the URL (and would take the
   // URL's `max` as text): the pool size is read here, the connect timeout left to the URL.
@@ -78,6 +79,7 @@ export function connect(url: string): Sql {
       ...(!/[?&]connect_timeout=/.test(url) && { connect_timeout: CONNECT_TIMEOUT_S }),
       onnotice: (notice) => log.debug('relay_db_notice', { message: String(notice.message) }),
       connection: { application_name: 'interlink-relay' },
+      ...(onClose !== undefined && { onclose: () => onClose() }),
     });
   } catch (err) {
     throw new InterlinkError('usage', `--store ${redactedUrl(url)}: ${messageOf(err)}`, undefined, { cause: err });

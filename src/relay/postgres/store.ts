@@ -115,7 +115,7 @@ export class PostgresStore implements QueueStore {
     // Acknowledgements the outage may have lost are made again, readers' rows whose writes
     // failed are written again, reads refused during the outage are made again, and the
     // roster is read again.
-    this.calls.onDown(() => this.acks.outage());
+    this.calls.onDown(() => this.acks.lost());
     this.calls.onBack(() => {
       this.acks.redo();
       this.readers.outageOver();
@@ -130,13 +130,17 @@ export class PostgresStore implements QueueStore {
   /**
    * Commits this process's health row, as a send commits (synchronous_commit as the
    * database sets it): what tells the relay that its database can store (health.ts). A
-   * beat's commit also confirms the acknowledgements committed before it started; the
+   * beat's commit also confirms the acknowledgements committed before it started, and
+   * has those that failed or came before a break committed again (acks.ts `retry`); the
    * probe's, made while the database is down, confirms nothing.
    */
   private async commitHealth(): Promise<void> {
     const mark = this.calls.down === undefined ? this.acks.mark() : undefined;
     await this.sql`INSERT INTO relay_meta (name, value) VALUES (${healthRow(this.instance)}, ${String(this.now())}) ON CONFLICT (name) DO UPDATE SET value = excluded.value`;
-    if (mark !== undefined) this.acks.confirm(mark);
+    if (mark === undefined) return;
+    this.acks.confirm(mark);
+    // Not after a beat given up meanwhile: the database is down, and the redo comes when it is back.
+    if (this.calls.down === undefined) this.acks.retry();
   }
 
   onOutage(down: (why: string) => void, back: () => void): void {
@@ -151,10 +155,14 @@ export class PostgresStore implements QueueStore {
 
   /** Connects, makes the tables if the database has none, and starts listening. */
   static async open(options: PostgresStoreOptions): Promise<PostgresStore> {
-    const sql = connect(options.url);
+    // A connection of the pool that closes is a break for the acknowledgements (acks.ts);
+    // before the store is made, nothing was acknowledged on one.
+    let closed = (): void => undefined;
+    const sql = connect(options.url, () => closed());
     try {
       const { schema, sourceKey } = await guarded(() => prepare(sql, options.now()));
       const store = new PostgresStore(sql, options.limits, options.now, options.onCommit, schema, sourceKey);
+      closed = () => store.acks.lost();
       await store.start();
       return store;
     } catch (err) {
