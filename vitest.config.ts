@@ -20,6 +20,7 @@ const RELAY_SUITE = [
   'test/relay/metrics-process.test.ts',
   'test/relay/send-order.test.ts',
   'test/relay/defer.test.ts',
+  'test/relay/roster-scale.test.ts',
   'test/relay/relay-postgres.test.ts',
 ];
 
