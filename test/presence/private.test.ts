@@ -7,8 +7,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { generateSigningKey, type SigningKey } from '../../src/identity/ed25519.js';
-import { announcementV2Bytes, signAnnouncementV2, verifiedAnnouncement, type AnnouncementV2 } from '../../src/presence/announcement.js';
-import { nameTag, openDetails, sealDetails, type Details } from '../../src/presence/private.js';
+import { announcementV2Bytes, signAnnouncementV2, signAnnouncementV3, verifiedAnnouncement, type AnnouncementV2 } from '../../src/presence/announcement.js';
+import { nameBucket, nameTag, openDetails, sealDetails, type Details } from '../../src/presence/private.js';
 import { Roster } from '../../src/relay/roster.js';
 
 const text = (k: SigningKey) => k.publicKey.toString('base64url');
@@ -86,6 +86,27 @@ describe('sealed details', () => {
     const bytes = announcementV2Bytes(unsigned);
     expect(bytes.subarray(0, 22).toString('latin1')).toBe('interlink-announce-v2\0');
     expect(bytes.subarray(22, 54).equals(alice.publicKey)).toBe(true);
+  });
+});
+
+describe('version 3: the name bucket', () => {
+  it('is 12 bits of a hash of the name alone, signed: a changed bucket breaks the signature', () => {
+    expect(nameBucket('alice')).toBe(nameBucket('alice'));
+    const buckets = new Set(Array.from({ length: 2000 }, (_, i) => nameBucket(`name-${i}`)));
+    expect(Math.max(...buckets)).toBeLessThan(4096);
+    expect(buckets.size).toBeGreaterThan(1500);
+    const ts = 7;
+    const sealed = sealDetails(alice, 's', ts, { name: 'alice', cwd: '/a', git_root: '', summary: '' }, [alice.publicKey.toString('base64url')]);
+    const v3 = signAnnouncementV3(alice, { session: 's', ts, ...sealed, name_bucket: nameBucket('alice') });
+    expect(verifiedAnnouncement(v3)).toEqual(v3);
+    expect(verifiedAnnouncement({ ...v3, name_bucket: (v3.name_bucket + 1) % 4096 })).toBeUndefined();
+    // Not a version 2 announcement with a field added: the domain differs.
+    expect(verifiedAnnouncement({ ...v3, v: 2 })).toBeUndefined();
+    const { sig: _sig, ...unsigned } = v3;
+    const bytes = announcementV2Bytes(unsigned);
+    expect(bytes.subarray(0, 22).toString('latin1')).toBe('interlink-announce-v3\0');
+    expect(bytes.readUInt16LE(bytes.length - 2)).toBe(v3.name_bucket);
+    expect(openDetails(alice, v3)).toMatchObject({ name: 'alice' });
   });
 });
 
