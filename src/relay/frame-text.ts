@@ -54,7 +54,8 @@ export function rosterEntriesText(entries: Iterable<RosterEntry>): string {
   const parts: string[] = [];
   let size = 0;
   for (const entry of entries) {
-    const text = JSON.stringify(entry);
+    // The announcement's JSON as it was stored, when kept: a reply of 256 entries copies strings instead of serializing objects.
+    const text = entry.text === undefined ? JSON.stringify({ announcement: entry.announcement, age_ms: entry.age_ms }) : `{"announcement":${entry.text},"age_ms":${entry.age_ms}}`;
     size += Buffer.byteLength(text, 'utf8') + 1;
     if (size > budget) break;
     parts.push(text);

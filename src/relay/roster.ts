@@ -43,14 +43,16 @@ export const DEFAULT_ROSTER_LIMITS: RosterLimits = rosterLimits(1024);
 /** A query's entries, freshest first per key and at most MAX_SESSIONS_PER_KEY of each: `heard` gives an entry and when it was received. */
 export function queryEntries(
   found: Map<string, Set<string>>,
-  heard: (route: string) => { announcement: Announcement; receivedAt: number } | undefined,
+  heard: (route: string) => { announcement: Announcement; receivedAt: number; text?: string } | undefined,
   now: number,
 ): RosterEntry[] {
   const entries: RosterEntry[] = [];
   for (const routes of found.values()) {
     const mine = [...routes].flatMap((route) => heard(route) ?? []);
     mine.sort((a, b) => b.receivedAt - a.receivedAt);
-    for (const h of mine.slice(0, MAX_SESSIONS_PER_KEY)) entries.push({ announcement: h.announcement, age_ms: Math.max(0, now - h.receivedAt) });
+    for (const h of mine.slice(0, MAX_SESSIONS_PER_KEY)) {
+      entries.push({ announcement: h.announcement, age_ms: Math.max(0, now - h.receivedAt), ...(h.text !== undefined && { text: h.text }) });
+    }
   }
   return entries;
 }
@@ -58,6 +60,8 @@ export function queryEntries(
 export interface RosterEntry {
   announcement: Announcement;
   age_ms: number;
+  /** The announcement's JSON, kept from when it was stored: a reply copies it instead of serializing again (frame-text.ts). */
+  text?: string;
 }
 
 export type AnnounceOutcome = 'stored' | 'older' | 'invalid';
@@ -67,6 +71,8 @@ interface Heard<T> {
   value: T;
   receivedAt: number;
   bytes: number;
+  /** The value's JSON, for announcements (what a reply sends). */
+  text?: string;
 }
 
 /** A map kept in receive order (re-inserted on update), so the stalest entry is first; bounded in entries and bytes. */
@@ -76,7 +82,8 @@ class ReceiveOrder<T> {
 
   constructor(
     private readonly limits: RosterLimits,
-    private readonly sizeOf: (key: string, value: T) => number,
+    /** The bytes a value counts, and its JSON when it is kept for replies. */
+    private readonly sizeOf: (key: string, value: T) => { bytes: number; text?: string },
     private readonly removed: (key: string, value: T) => void = () => undefined,
   ) {}
 
@@ -90,8 +97,8 @@ class ReceiveOrder<T> {
 
   set(key: string, value: T, now: number): void {
     this.delete(key);
-    const bytes = this.sizeOf(key, value);
-    this.map.set(key, { value, receivedAt: now, bytes });
+    const { bytes, text } = this.sizeOf(key, value);
+    this.map.set(key, { value, receivedAt: now, bytes, ...(text !== undefined && { text }) });
     this.bytes += bytes;
     for (const oldest of this.map.keys()) {
       if (this.map.size <= this.limits.maxEntries && this.bytes <= this.limits.maxBytes) break;
@@ -148,10 +155,13 @@ export class Roster {
     this.retainMs = limits.retainMs;
     this.entries = new ReceiveOrder(
       limits,
-      (_key, announcement) => Buffer.byteLength(JSON.stringify(announcement), 'utf8'),
+      (_key, announcement) => {
+        const text = JSON.stringify(announcement);
+        return { bytes: Buffer.byteLength(text, 'utf8'), text };
+      },
       (route, announcement) => this.index.remove(announcement, route),
     );
-    this.goodbyes = new ReceiveOrder(limits, (key) => Buffer.byteLength(key, 'utf8') + 8);
+    this.goodbyes = new ReceiveOrder(limits, (key) => ({ bytes: Buffer.byteLength(key, 'utf8') + 8 }));
   }
 
   /** The JSON bytes of the announcements held. */
@@ -227,7 +237,7 @@ export class Roster {
     const found = this.index.find(query);
     return queryEntries(found, (route) => {
       const h = this.entries.heard(route);
-      return h === undefined ? undefined : { announcement: h.value, receivedAt: h.receivedAt };
+      return h === undefined ? undefined : { announcement: h.value, receivedAt: h.receivedAt, ...(h.text !== undefined && { text: h.text }) };
     }, now);
   }
 

@@ -16,7 +16,8 @@ import { formatRoute, parseRoute } from '../../src/envelope/route.js';
 import { loadIdentity, type Identity } from '../../src/identity/identity.js';
 import { pairingFileSchema, type PairingData } from '../../src/pairing/rules.js';
 import { pairingPath } from '../../src/config/layout.js';
-import { signAnnouncement } from '../../src/presence/announcement.js';
+import { signAnnouncementV3 } from '../../src/presence/announcement.js';
+import { nameBucket, sealDetails } from '../../src/presence/private.js';
 import { newIdentity } from './fixtures.js';
 import { reapAll } from './process.js';
 import { MAIN, eventually, resultData, type Peer } from './mcp.js';
@@ -237,7 +238,10 @@ export class Hand {
 
   /** Puts this session on the relay's roster under `name`. */
   async announce(name: string): Promise<void> {
-    this.client.frame({ type: 'announce', announcement: signAnnouncement(this.identity.signingKey, { name, session: this.session, cwd: '/', git_root: '', summary: '' }) });
+    // Version 3, as sessions announce to a revision 4 relay: its name bucket is how pairing by name finds it.
+    const ts = Date.now();
+    const sealed = sealDetails(this.identity.signingKey, this.session, ts, { name, cwd: '/', git_root: '', summary: '' }, [this.key]);
+    this.client.frame({ type: 'announce', announcement: signAnnouncementV3(this.identity.signingKey, { session: this.session, ts, ...sealed, name_bucket: nameBucket(name) }) });
     // Frames are handled in order: once a roster answer comes back, the announcement is in.
     const ref = `roster-${Date.now()}`;
     this.client.frame({ type: 'roster', ref, keys: [this.key] });

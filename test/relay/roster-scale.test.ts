@@ -16,6 +16,7 @@ import { TestClient } from '../helpers/relay-test-client.js';
 import { startTestRelay } from '../helpers/relay-store.js';
 
 const SESSIONS = 5_000;
+const FILLERS = 10;
 const PUBLIC_FIELDS = ['details', 'key', 'name_bucket', 'name_tag', 'session', 'sig', 'slots', 'ts', 'v'];
 
 const open = closedAfterEach();
@@ -29,27 +30,39 @@ describe('a roster of 5,000 sessions', () => {
   it('finds the first one announced by key, fingerprint and name bucket, and answers only what was asked', async () => {
     const relay = await startTestRelay({ maxConnections: SESSIONS });
     open.relays.push(relay);
-    const filler = await TestClient.connect(relay.url);
-    open.clients.push(filler);
-    expect(await filler.prove()).toMatchObject({ type: 'auth_ok' });
+    // Ten connections of 500 announcements each: one connection's frame budget allows a burst of 4,000.
+    const fillers: TestClient[] = [];
+    for (let f = 0; f < FILLERS; f++) {
+      const filler = await TestClient.connect(relay.url);
+      open.clients.push(filler);
+      expect(await filler.prove()).toMatchObject({ type: 'auth_ok' });
+      fillers.push(filler);
+    }
     const first = generateSigningKey();
     const firstKey = first.publicKey.toString('base64url');
-    filler.frame({ type: 'announce', announcement: announcement(first, 'the-first-one', 's0') });
     const keys: string[] = [firstKey];
+    fillers[0]!.frame({ type: 'announce', announcement: announcement(first, 'the-first-one', 's0') });
     for (let i = 1; i < SESSIONS; i++) {
       const key = generateSigningKey();
       keys.push(key.publicKey.toString('base64url'));
-      filler.frame({ type: 'announce', announcement: announcement(key, `agent-${i}`, `s${i}`) });
+      fillers[i % FILLERS]!.frame({ type: 'announce', announcement: announcement(key, `agent-${i}`, `s${i}`) });
     }
-    const ask = async (ref: string, query: Record<string, unknown>) => {
-      filler.frame({ type: 'roster', ref, ...query });
-      const reply = await filler.waitFor(`roster ${ref}`, (f) => 'ref' in f && f.ref === ref, 0, 60_000);
+    let refs = 0;
+    const askOn = async (client: TestClient, query: Record<string, unknown>) => {
+      const ref = `q${refs++}`;
+      const from = client.frames.length;
+      client.frame({ type: 'roster', ref, ...query });
+      const reply = await client.waitFor(`roster ${ref}`, (f) => 'ref' in f && f.ref === ref, from, 60_000);
       if (reply.type !== 'roster') throw new Error(`refused: ${JSON.stringify(reply)}`);
       return reply.entries.map((e) => e.announcement as { key: string; session: string });
     };
-    // Frames of one connection are handled in order: this answer follows every announcement.
-    const last = await ask('last', { keys: [keys.at(-1)] });
-    expect(last.map((a) => a.session)).toEqual([`s${SESSIONS - 1}`]);
+    // Frames of one connection are handled in order: each filler's answer follows its announcements.
+    for (let f = 0; f < FILLERS; f++) {
+      const lastOfFiller = SESSIONS - FILLERS + f;
+      expect((await askOn(fillers[f]!, { keys: [keys[lastOfFiller]] })).map((a) => a.session), JSON.stringify(fillers[f]!.refusals().slice(0, 2))).toEqual([`s${lastOfFiller}`]);
+    }
+    expect(fillers.flatMap((c) => c.refusals())).toEqual([]);
+    const ask = (_ref: string, query: Record<string, unknown>) => askOn(fillers[0]!, query);
 
     const byKey = await ask('key', { keys: [firstKey] });
     expect(byKey.map((a) => a.session)).toEqual(['s0']);

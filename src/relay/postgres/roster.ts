@@ -22,6 +22,7 @@ import { parseJsonWith } from '../../json.js';
 import type { RosterStore } from '../queue-store.js';
 import { queryEntries, type AnnounceOutcome, type GoodbyeOutcome, type RosterEntry, type RosterLimits } from '../roster.js';
 import { RosterIndex, type RosterQuery } from '../roster-index.js';
+import { RosterWrites, type RosterRow } from './roster-writes.js';
 import { databaseError, int8, type Sql } from './database.js';
 import type { PostgresStore } from './store.js';
 
@@ -33,6 +34,8 @@ const rosterRow = z.object({ route: z.string(), kind: z.enum(['announce', 'goodb
 
 interface Heard {
   announcement: Announcement;
+  /** Its JSON, as stored in the row: what a reply sends. */
+  text: string;
   heardAt: number;
   bytes: number;
   /** Orders words heard in the same millisecond: the order this relay received them (or read them). */
@@ -42,6 +45,8 @@ interface Heard {
 export class PostgresRoster implements RosterStore {
   private readonly entries = new Map<string, Heard>();
   private readonly index = new RosterIndex();
+  /** Announcements are stored in batches, one statement at a time (roster-writes.ts). */
+  private readonly batches = new RosterWrites((rows) => this.upsert(rows));
   private changes = 0;
   private writes = 0;
   private heardSeq = 0;
@@ -79,19 +84,25 @@ export class PostgresRoster implements RosterStore {
     const bytes = Buffer.byteLength(body, 'utf8');
     const now = this.now();
     const seq = ++this.heardSeq;
-    const stale = now - this.limits.retainMs;
-    const rows = await this.store.calls.call(
-      () => this.sql`
-        INSERT INTO relay_roster AS r (route, kind, ts, body, bytes, heard_at)
-        VALUES (${route}, 'announce', ${announcement.ts}, ${body}, ${bytes}, ${now})
-        ON CONFLICT (route) DO UPDATE SET kind = 'announce', ts = excluded.ts, body = excluded.body, bytes = excluded.bytes, heard_at = excluded.heard_at
-        WHERE (r.kind = 'announce' AND r.ts <= excluded.ts) OR (r.kind = 'goodbye' AND r.ts < excluded.ts) OR r.heard_at <= ${stale}
-        RETURNING 1`,
-    );
-    if (rows.length === 0) return 'older';
-    this.set(route, { announcement, heardAt: now, bytes, seq });
+    if (!(await this.batches.add({ route, ts: announcement.ts, body, bytes, heardAt: now }))) return 'older';
+    this.set(route, { announcement, text: body, heardAt: now, bytes, seq });
     this.wrote(route);
     return 'stored';
+  }
+
+  /** One statement (numbers as text in arrays, as postgres.js sends them without the catalog's types): each row stored unless the table holds a newer word of its route (the in-memory roster's rules); the routes stored. */
+  private async upsert(rows: readonly RosterRow[]): Promise<ReadonlySet<string>> {
+    const stale = this.now() - this.limits.retainMs;
+    const stored = await this.store.calls.call(
+      () => this.sql`
+        INSERT INTO relay_roster AS r (route, kind, ts, body, bytes, heard_at)
+        SELECT u.route, 'announce', u.ts, u.body, u.bytes::integer, u.heard_at
+        FROM unnest(${rows.map((r) => r.route)}::text[], ${rows.map((r) => String(r.ts))}::bigint[], ${rows.map((r) => r.body)}::text[], ${rows.map((r) => String(r.bytes))}::bigint[], ${rows.map((r) => String(r.heardAt))}::bigint[]) AS u(route, ts, body, bytes, heard_at)
+        ON CONFLICT (route) DO UPDATE SET kind = 'announce', ts = excluded.ts, body = excluded.body, bytes = excluded.bytes, heard_at = excluded.heard_at
+        WHERE (r.kind = 'announce' AND r.ts <= excluded.ts) OR (r.kind = 'goodbye' AND r.ts < excluded.ts) OR r.heard_at <= ${stale}
+        RETURNING r.route`,
+    );
+    return new Set(stored.map((row) => z.object({ route: z.string() }).parse(row).route));
   }
 
   async goodbye(data: unknown): Promise<GoodbyeOutcome> {
@@ -126,7 +137,7 @@ export class PostgresRoster implements RosterStore {
       found,
       (route) => {
         const e = this.entries.get(route);
-        return e === undefined || now - e.heardAt >= this.limits.retainMs ? undefined : { announcement: e.announcement, receivedAt: e.heardAt };
+        return e === undefined || now - e.heardAt >= this.limits.retainMs ? undefined : { announcement: e.announcement, receivedAt: e.heardAt, text: e.text };
       },
       now,
     );
@@ -175,7 +186,7 @@ export class PostgresRoster implements RosterStore {
       log.warn('relay_roster_row_damaged', { route: row.route });
       return undefined;
     }
-    return { announcement: announcement.value, heardAt: row.heard_at, bytes: row.bytes, seq: ++this.heardSeq };
+    return { announcement: announcement.value, text: row.body, heardAt: row.heard_at, bytes: row.bytes, seq: ++this.heardSeq };
   }
 
   private async reloadRoute(route: string): Promise<void> {
