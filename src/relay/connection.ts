@@ -14,6 +14,7 @@ import { newNonce } from '../wire/auth.js';
 import { messageOf, type RefusalCode } from '../errors.js';
 import { PROTOCOL_VERSION, type RelayFrame } from '../wire/frames.js';
 import { SendChain } from './send-chain.js';
+import { sourceGroup } from './shares.js';
 import type { Deferrals } from './deferrals.js';
 
 export const DEFAULT_HEARTBEAT_MS = 15_000;
@@ -128,6 +129,8 @@ export class Connection {
   private lastPing: Buffer | undefined;
   /** The connection proved a key over its challenge (`auth`). */
   proven = false;
+  /** The key whose share its sends count against, once the relay gave it one (sender-keys.ts). */
+  senderKey: string | undefined;
   private proofDeadline: NodeJS.Timeout | undefined;
 
   constructor(
@@ -153,6 +156,14 @@ export class Connection {
 
   get open(): boolean {
     return this.ws.readyState === WebSocket.OPEN;
+  }
+
+  /**
+   * Whose share this connection's sends count against (queue-store.ts `Origin`): its
+   * sender key's, else its network's pool of connections without one.
+   */
+  get shareHolder(): string {
+    return this.senderKey !== undefined ? `key:${this.senderKey}` : `net:${sourceGroup(this.address) ?? 'unknown'}`;
   }
 
   /** Closes the connection unless it proves a key within `ms`. */

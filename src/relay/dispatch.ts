@@ -24,6 +24,8 @@ import type { RelayKey } from './relay-key.js';
 import { RepeatedEvents } from './repeated-log.js';
 import { RosterFrames } from './roster-frames.js';
 import { Sends } from './sends.js';
+import { SenderKeys } from './sender-keys.js';
+import { parseRoute } from '../envelope/route.js';
 
 /** Routes one connection may authenticate. */
 export const MAX_ROUTES_PER_CONNECTION = 64;
@@ -46,6 +48,8 @@ export class Dispatcher {
   private readonly delivery: Delivery;
   private readonly sends: Sends;
   private readonly rosterFrames: RosterFrames;
+  /** Which proven keys get a share of their own (sender-keys.ts). */
+  private readonly senderKeys: SenderKeys;
   /** Store failures, which repeat with every frame while an outage lasts: logged with counts. */
   readonly failures: RepeatedEvents;
 
@@ -55,6 +59,7 @@ export class Dispatcher {
     private readonly settings: DispatchSettings,
     private readonly now: () => number,
   ) {
+    this.senderKeys = new SenderKeys(now);
     this.failures = new RepeatedEvents(now);
     const track = (work: Promise<unknown>) => this.track(work);
     this.delivery = new Delivery(storage, settings, now, track, this.failures);
@@ -97,7 +102,7 @@ export class Dispatcher {
   /** Its in-flight messages stay queued: the next connection authenticated for the route gets them. */
   onClosed(conn: Connection): void {
     this.rosterFrames.closed(conn);
-    this.storage.closed?.({ address: conn.address, connection: conn.id });
+    this.storage.closed?.({ address: conn.address, connection: conn.shareHolder });
     this.delivery.closed(conn);
   }
 
@@ -148,6 +153,9 @@ export class Dispatcher {
       return conn.refuse(undefined, 'auth_failed', `the signature does not prove the key of ${route} for this relay and this connection's challenge`);
     }
     conn.proved();
+    // The first key a connection proves is whose share its sends count against, if the relay gives it one.
+    const key = parseRoute(route)?.key;
+    if (conn.senderKey === undefined && key !== undefined && this.senderKeys.admit(key, conn.address)) conn.senderKey = key;
     if (!read) return conn.send({ v: PROTOCOL_VERSION, type: 'auth_ok', route, read: false });
     let subscription = conn.subscriptions.get(route);
     if (subscription === undefined) {

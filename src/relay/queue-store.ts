@@ -22,7 +22,13 @@ import type { QueueLimits, Share } from './limits.js';
 export interface Origin {
   /** the remote address of the connection, if the socket still had one */
   address: string | undefined;
-  connection: number;
+  /**
+   * Whose share a send counts against besides its address's (`--max-per-connection`): the
+   * key the connection proved (`key:<key>`), or, while it proved none the relay gives a
+   * share of its own, its network (`net:<network>`), which every such connection of that
+   * network shares (sender-keys.ts). Reconnecting does not renew either.
+   */
+  connection: string;
 }
 
 export interface QueueStats {

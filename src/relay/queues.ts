@@ -59,14 +59,14 @@ export interface QueuedMessage {
   readonly bytes: number;
   /** the sender's address (`src`), if known */
   readonly src?: string;
-  /** the connection it came on, in this run of the relay only */
-  readonly connection?: number;
+  /** the share holder it counts against (queue-store.ts `Origin`), in this run of the relay only */
+  readonly connection?: string;
 }
 
-/** Who sent a message: its address (`src`) and its connection, either unknown. */
+/** Who sent a message: its address (`src`) and its share holder, either unknown. */
 export interface Sender {
   src?: string;
-  connection?: number;
+  connection?: string;
 }
 
 export type EnqueueResult =
@@ -153,7 +153,7 @@ export class RelayQueueState {
   private count = 0;
   private bytes = 0;
   private readonly byAddress = new ShareLedger<string>();
-  private readonly byConnection = new ShareLedger<number>();
+  private readonly byConnection = new ShareLedger<string>();
 
   constructor(readonly limits: Readonly<QueueLimits> = DEFAULT_QUEUE_LIMITS) {}
 
@@ -211,7 +211,7 @@ export class RelayQueueState {
   }
 
   /** `connection`: who sent an `enq`, known only in the run that received it (never journaled). */
-  apply(op: QueueOp, connection?: number): QueueResult {
+  apply(op: QueueOp, connection?: string): QueueResult {
     switch (op.op) {
       case 'enq':
         return this.enqueue(op, connection);
@@ -233,7 +233,7 @@ export class RelayQueueState {
   }
 
   /** The relay's bounds first, then the sender's shares: a share can be the whole relay. */
-  private enqueue(op: EnqueueOp, connection: number | undefined): EnqueueResult {
+  private enqueue(op: EnqueueOp, connection: string | undefined): EnqueueResult {
     if (op.id < this.next) return { outcome: 'id_reused', id: op.id };
     const size = payloadBytes(op.payload);
     const { perAddress, perConnection } = this.limits;
@@ -294,7 +294,7 @@ export type RelayQueueFormat = JournalFormat<RelayQueueState, QueueOp, QueueResu
 export function relayQueueFormat(
   limits: Readonly<QueueLimits> = DEFAULT_QUEUE_LIMITS,
   onState: (state: RelayQueueState) => void = () => {},
-  connectionOf: (id: number) => number | undefined = () => undefined,
+  connectionOf: (id: number) => string | undefined = () => undefined,
 ): RelayQueueFormat {
   const track = (state: RelayQueueState): RelayQueueState => {
     onState(state);

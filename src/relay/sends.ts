@@ -29,11 +29,12 @@ type Held = { address: Share; connection: Share };
  * What the sender holds is read when the refusal is written, after the commit that decided
  * it (undefined: the store could not say).
  */
-function queueFullMessage(route: string, result: Extract<EnqueueResult, { outcome: 'queue_full' }>, limits: QueueLimits, held: Held | undefined): string {
+function queueFullMessage(route: string, result: Extract<EnqueueResult, { outcome: 'queue_full' }>, limits: QueueLimits, held: Held | undefined, keyed: boolean): string {
   const holds = (share: Share | undefined) => (share === undefined ? '' : `it holds ${shareText(share)} queued; `);
   switch (result.limit) {
     case 'perConnection':
-      return `this connection's share of the relay is full (${holds(held?.connection)}its share is ${shareText(limits.perConnection!)}); try again once they are read or expire`;
+      // The share is the proven key's, or the pool of the network's connections without one (sender-keys.ts): reconnecting renews neither.
+      return `${keyed ? "the share of the key this connection proved" : "the share of your network's connections that have no key of their own (prove one with auth)"} is full (${holds(held?.connection)}its share is ${shareText(limits.perConnection!)}); reconnecting does not renew it; try again once they are read or expire`;
     case 'perAddress':
       return `your address's share of the relay is full (${holds(held?.address)}its share is ${shareText(limits.perAddress!)}); try again once they are read or expire`;
     case 'routeMessages':
@@ -74,7 +75,7 @@ export class Sends {
     conn.uncommittedBytes += bytes;
     const release = () => (conn.uncommittedBytes -= bytes);
     const store = () => {
-      const origin: Origin = { address: conn.address, connection: conn.id };
+      const origin: Origin = { address: conn.address, connection: conn.shareHolder };
       const commit = this.storage.enqueue(to, payload, origin);
       void commit.finally(release).catch(() => undefined);
       return commit.then(
@@ -109,7 +110,7 @@ export class Sends {
     } else if (result.outcome === 'queue_full') {
       const share = result.limit === 'perAddress' || result.limit === 'perConnection';
       const held = share ? await Promise.resolve(this.storage.held(origin)).catch(() => undefined) : undefined;
-      conn.refuse(ref, 'queue_full', queueFullMessage(route, result, this.storage.limits, held));
+      conn.refuse(ref, 'queue_full', queueFullMessage(route, result, this.storage.limits, held, origin.connection.startsWith('key:')));
     } else {
       log.error('relay_id_reused', { result });
       conn.refuse(ref, 'storage', 'the relay could not store the message (internal id conflict); send it again');

@@ -133,7 +133,7 @@ export class RelayStorage implements QueueStore {
   /** Only ids below this are committed, and so deliverable. */
   private deliverableBelow = 0;
   /** The connection each id was sent on, until its commit settles (memory only). */
-  private readonly connectionOf = new Map<number, number>();
+  private readonly connectionOf = new Map<number, string>();
   /** In memory a fresh key per run: nothing outlives it. */
   private sourceKey: Buffer = randomBytes(SOURCE_KEY_BYTES);
 

@@ -17,7 +17,8 @@ import { sourceGroup } from '../../src/relay/shares.js';
 const key = encodeBase64url(generateSigningKey().publicKey);
 const ROUTES = ['a', 'b', 'c'].map((s) => `${key}#${s}`);
 const SOURCES = ['src-a', 'src-b', undefined] as const;
-const CONNECTIONS = [1, 2, 3, undefined] as const;
+/** Share holders (a proven key's or a network's, queue-store.ts `Origin`). */
+const CONNECTIONS = ['key:a', 'key:b', 'net:c', undefined] as const;
 const LIMITS: QueueLimits = {
   routeMessages: 8,
   messages: 12,
@@ -45,7 +46,7 @@ interface Held {
   at: number;
   bytes: number;
   src: string | undefined;
-  conn: number | undefined;
+  conn: string | undefined;
 }
 
 function sum(list: readonly Held[]): Share {
@@ -92,17 +93,17 @@ function expectShares(state: RelayQueueState, model: readonly Held[], withConnec
   }
 }
 
-function run(steps: readonly Step[]): { state: RelayQueueState; journal: QueueOp[]; model: Held[]; connectionOf: Map<number, number> } {
+function run(steps: readonly Step[]): { state: RelayQueueState; journal: QueueOp[]; model: Held[]; connectionOf: Map<number, string> } {
   const state = new RelayQueueState(LIMITS);
   let model: Held[] = [];
   const journal: QueueOp[] = [];
-  const connectionOf = new Map<number, number>();
+  const connectionOf = new Map<number, string>();
   let at = 0;
   let nextId = 0;
   for (const step of steps) {
     let op: QueueOp;
     let expected: QueueResult;
-    let conn: number | undefined;
+    let conn: string | undefined;
     if (step.kind === 'tick') {
       at++;
       continue;

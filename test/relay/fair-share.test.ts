@@ -16,13 +16,14 @@ import { closedAfterEach } from '../helpers/relay-harness.js';
 import { sharedStore, startTestRelay } from '../helpers/relay-store.js';
 import { startRelay as startRelayProcess } from '../helpers/spawn-relay.js';
 import { newReader, TestClient, until, type Accepted, type Reader, type Refused } from '../helpers/relay-test-client.js';
+import { NEW_KEY_BURST } from '../../src/relay/sender-keys.js';
 
 const ABUSER = '127.0.0.2';
 const HONEST = '127.0.0.3';
 const PER_ADDRESS = 40;
 const PER_CONNECTION = 12;
 const DAY = 86_400_000;
-const CONNECTION_FULL = /this connection's share of the relay is full/;
+const CONNECTION_FULL = /the share of the key this connection proved is full/;
 const ADDRESS_FULL = /your address's share of the relay is full \(it holds 40 messages/;
 
 const { relays, clients, dirs } = closedAfterEach();
@@ -33,9 +34,11 @@ async function startRelay(options: Partial<RelayOptions> = {}): Promise<RelaySer
   return relay;
 }
 
-async function connect(url: string, localAddress: string): Promise<TestClient> {
+/** A connection that proves a key (a fresh one unless `key` is given), as every session's does. */
+async function connect(url: string, localAddress: string, key: Reader = newReader('sender')): Promise<TestClient> {
   const client = await TestClient.connect(url, { localAddress });
   clients.push(client);
+  expect(await client.prove(key)).toMatchObject({ type: 'auth_ok' });
   return client;
 }
 
@@ -128,6 +131,37 @@ describe('fair shares', () => {
     let total = 0;
     for (let session = 0; session < 5; session++) total += accepted(await spray(await connect(relay.url, '127.0.0.1'), 4));
     expect(total).toBe(20);
+  });
+
+  it('a sender that reconnects cannot escape its share: its key keeps it, and new keys get shares only within their network\'s budget', async () => {
+    // The zero-config relay's case: one address, whose share is the whole relay; a key's share is a twentieth, 10.
+    const relay = await startTestRelay({ maxMessages: 200, maxPerConnection: 10 });
+    relays.push(relay);
+    const honestKey = newReader('honest');
+    // The honest identity was given its share before the attack.
+    expect(accepted(await spray(await connect(relay.url, '127.0.0.1', honestKey), 1))).toBe(1);
+    // Reconnecting with the same key: one share.
+    const sameKey = newReader('abuser');
+    let total = 0;
+    for (let i = 0; i < 5; i++) total += accepted(await spray(await connect(relay.url, '127.0.0.1', sameKey), 10));
+    expect(total).toBe(10);
+    // Reconnecting with a new key each time, 25 times: a share for each new key the network's budget
+    // still allows (the honest key and the one above took two), then one pool for all the others.
+    let fresh = 0;
+    for (let i = 0; i < 25; i++) fresh += accepted(await spray(await connect(relay.url, '127.0.0.1'), 10));
+    expect(fresh).toBe((NEW_KEY_BURST - 2) * 10 + 10);
+    expect(relay.stats().messages).toBeLessThan(200);
+    // The honest identity, reconnecting, still sends.
+    expect(accepted(await spray(await connect(relay.url, '127.0.0.1', honestKey), 5))).toBe(5);
+  });
+
+  it('a relay process on loopback: 25 reconnections with new keys hold the budget\'s shares and one pool, not the relay', async () => {
+    const relay = await startRelayProcess({ flags: ['--max-per-connection', '10'] });
+    let total = 0;
+    for (let i = 0; i < 25; i++) total += accepted(await spray(await connect(relay.url, '127.0.0.1'), 10));
+    expect(total).toBe(NEW_KEY_BURST * 10 + 10);
+    await Promise.all(clients.splice(0).map((c) => c.terminate()));
+    await relay.child.kill('SIGTERM');
   });
 
   // Reads the journal's files: the embedded store's case.

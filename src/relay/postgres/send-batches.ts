@@ -95,8 +95,11 @@ export class SendBatches {
   /**
    * A connection's sends are stored in the order they reached this relay: while its batch
    * is committing, its next sends wait, and go together in the next batch (one
-   * transaction, ids in arrival order per route). One batch at a time per connection also
-   * keeps its share's count exact.
+   * transaction, ids in arrival order per route). Batches go per share holder (a proven
+   * key, or a network's keyless connections: queue-store.ts `Origin`), one at a time in this
+   * relay, which keeps the holder's count exact here; relays of one database that serve
+   * connections of the same holder at once may each add a batch past its share before
+   * either counts the other's.
    */
   enqueue(route: string, payload: string, origin: Origin): Promise<EnqueueResult> {
     return new Promise((resolve, reject) => {
@@ -135,7 +138,9 @@ export class SendBatches {
   }
 
   private originOf(origin: Origin): string {
-    return `${this.options.instance}:${origin.connection}`;
+    // A key's or a network's share is the cluster's, not one relay's: the same holder on every
+    // relay, keyed like `src` so that no network is written in the clear.
+    return createHmac('sha256', this.options.sourceKey).update(origin.connection).digest('base64url').slice(0, 22);
   }
 
   /** A share the relay-wide bounds already cover needs no count of its own. */
