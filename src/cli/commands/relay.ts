@@ -56,7 +56,10 @@ messages until that session's reader, proving its key, acknowledges them.
                     relay's 100000 messages and 512 MiB; listening on loopback, where
                     every client is this machine or a proxy in front, the whole relay)
   --max-per-connection N
-                    the same for one connection (default 5000: a twentieth)
+                    the same for one sender key (default 5000: a twentieth): the key its
+                    connection proved, which reconnecting does not renew; connections
+                    that proved none share one per network, and a new key gets a share
+                    of its own only within its network's budget (4, then 2 an hour)
   --max-connections N
                     hold at most N connections at once (default ${DEFAULT_MAX_CONNECTIONS}), counting
                     every accepted socket; past it a socket from an address holding at
