@@ -19,7 +19,7 @@ import { TokenBucket } from './connection.js';
 import { sourceGroup } from './shares.js';
 
 export const NEW_KEY_BURST = 4;
-export const NEW_KEYS_PER_HOUR = 2;
+export const NEW_KEYS_PER_HOUR = 1;
 /** Keys remembered as given a share, and networks whose budget is tracked (the least recently used forgotten past it). */
 const REMEMBERED_KEYS = 65_536;
 const REMEMBERED_NETWORKS = 4_096;

@@ -59,7 +59,7 @@ messages until that session's reader, proving its key, acknowledges them.
                     the same for one sender key (default 5000: a twentieth): the key its
                     connection proved, which reconnecting does not renew; connections
                     that proved none share one per network, and a new key gets a share
-                    of its own only within its network's budget (4, then 2 an hour)
+                    of its own only within its network's budget (4, then 1 an hour)
   --max-connections N
                     hold at most N connections at once (default ${DEFAULT_MAX_CONNECTIONS}), counting
                     every accepted socket; past it a socket from an address holding at
