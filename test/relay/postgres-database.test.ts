@@ -160,6 +160,31 @@ describe('the PostgreSQL store: its connection string and its failures', () => {
     }
   });
 
+  it("does not take a blocked event loop for a stalled database: a commit answered while the relay was busy counts", async () => {
+    const commits: { resolve: () => void }[] = [];
+    // The first beat's commit is answered by the test; every later one at once.
+    const commit = () => new Promise<void>((resolve) => (commits.push({ resolve }) > 1 ? resolve() : undefined));
+    const calls = new DatabaseCalls(commit, { deadlineMs: 60_000, stallMs: 200 });
+    let downs = 0;
+    calls.onDown(() => void downs++);
+    try {
+      calls.beat(10);
+      await until(() => commits.length === 1);
+      // The database answers at once (as I/O, after the timers of the same turn); the relay's loop
+      // is blocked past the stall bound (a burst of frames to verify), so the answer waits unread
+      // behind the stall timer.
+      setImmediate(() => commits[0]!.resolve());
+      const blockedUntil = Date.now() + 600;
+      while (Date.now() < blockedUntil) {
+        // busy: the event loop runs nothing meanwhile
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      expect([downs, calls.down]).toEqual([0, undefined]);
+    } finally {
+      calls.close();
+    }
+  });
+
   it('reads what accepted means from synchronous_standby_names: a standby named, or the primary alone', () => {
     expect(['standby1', 'FIRST 1 (a, b)', ' ', ''].map(replicationOf)).toEqual(['synchronous', 'synchronous', 'single', 'single']);
   });
