@@ -64,7 +64,7 @@ export class Dispatcher {
     const track = (work: Promise<unknown>) => this.track(work);
     this.delivery = new Delivery(storage, settings, now, track, this.failures);
     this.sends = new Sends(storage, this.delivery, settings.metrics, track, this.failures);
-    this.rosterFrames = new RosterFrames(roster, track, this.failures);
+    this.rosterFrames = new RosterFrames(roster, now, track, this.failures);
   }
 
   /** Resolves once every commit submitted so far has been answered. */

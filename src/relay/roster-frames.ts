@@ -20,10 +20,11 @@ export class RosterFrames {
   /** `track` keeps work under way until the relay has settled (dispatch.ts); `failures` logs store failures with counts. */
   constructor(
     private readonly roster: RosterStore,
+    now: () => number,
     private readonly track: (work: Promise<unknown>) => void,
     private readonly failures: RepeatedEvents,
   ) {
-    this.rosterReplies = new RosterReplies(roster);
+    this.rosterReplies = new RosterReplies(roster, undefined, now);
   }
 
   /**
