@@ -9,13 +9,37 @@ function clockTicks(): number {
   return ticksPerSecond;
 }
 
-/** Resident set size (VmRSS) in bytes; NaN where /proc does not say. */
-export function rssBytes(pid: number): number {
+/** A `kB` line of /proc/<pid>/status in bytes; NaN where /proc does not say. */
+function statusBytes(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   try {
-    const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    const match = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
     return match ? Number(match[1]) * 1024 : NaN;
   } catch {
     return NaN;
+  }
+}
+
+/** Resident set size (VmRSS) in bytes; NaN where /proc does not say. */
+export function rssBytes(pid: number): number {
+  return statusBytes(pid, 'VmRSS');
+}
+
+/** The largest resident set size the process has had (VmHWM, its high-water mark) in bytes; NaN where /proc does not say. */
+export function peakRssBytes(pid: number): number {
+  return statusBytes(pid, 'VmHWM');
+}
+
+/**
+ * Bytes the process has caused to be written to storage so far (`write_bytes` of
+ * /proc/<pid>/io: what reached the block layer, not what sat in a socket); undefined
+ * where /proc does not say or does not let this user read it.
+ */
+export function storageWriteBytes(pid: number): number | undefined {
+  try {
+    const match = /^write_bytes: (\d+)$/m.exec(readFileSync(`/proc/${pid}/io`, 'utf8'));
+    return match ? Number(match[1]) : undefined;
+  } catch {
+    return undefined;
   }
 }
 

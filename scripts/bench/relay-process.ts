@@ -15,6 +15,8 @@ export interface RelayProcess {
   cpu(): number;
   /** One sample of `interlink_relay_<name>` from its /metrics (started with `metrics: true`). */
   metric(name: string): Promise<number>;
+  /** Its /metrics URL, when started with `metrics: true`. */
+  metricsUrl: string | undefined;
   stop(): Promise<void>;
 }
 
@@ -71,6 +73,7 @@ export async function startRelayProcess(projectRoot: string, dbDir: string | und
     url,
     key,
     pid,
+    metricsUrl,
     rss: () => rssBytes(pid),
     cpu: () => cpuSeconds(pid),
     metric: async (name) => {
