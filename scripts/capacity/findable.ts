@@ -1,20 +1,17 @@
 /**
  * Whether a session's peers can find it: the one place the capacity run asks a relay for
- * sessions by key. Today the protocol has only `roster`, the relay's whole roster, so
- * each check costs the relay a reply the size of its roster (up to 1 MiB) and the asker
- * the parsing of it: N sessions checking cost N × roster, which grows with N² until the
- * roster's bound (4,096 entries, 1 MiB) stops it — and then the sessions past the bound
- * are not findable at all. When relays answer per-key queries, this function alone
- * changes.
+ * sessions by key, as a session does — a roster query naming its peer's key (relay
+ * protocol revision 4), answered with that key's entries alone, so a check costs what it
+ * finds, not what the roster holds.
  */
 import { z } from 'zod';
 import { verifiedAnnouncement } from '../../src/presence/announcement.js';
-import type { RosterEntry } from '../../src/wire/frames.js';
+import { MAX_QUERY_KEYS, type RosterEntry, type RosterQuery } from '../../src/wire/frames.js';
 
 /** What findPeers needs of a relay client (link/client.ts RelayClient has it). */
 export interface RosterSource {
-  /** The relay's roster entries, or undefined when it did not answer (refused, timed out, not connected). */
-  rosterAnswer(): Promise<RosterEntry[] | undefined>;
+  /** What a roster query finds, or undefined when the relay did not answer (refused, timed out, not connected). */
+  rosterAnswer(query: RosterQuery): Promise<RosterEntry[] | undefined>;
 }
 
 export interface Findings {
@@ -29,13 +26,13 @@ export interface Findings {
 const keyed = z.object({ key: z.string() });
 
 /**
- * Asks the relay which of `keys` it lists. Entries are filtered by key before any
- * signature is checked, so a check costs one verification per match, not one per entry;
- * a match whose signature does not verify does not count. Undefined when the relay did
- * not answer.
+ * Asks the relay which of `keys` (at most MAX_QUERY_KEYS) it lists. Entries are filtered
+ * by key before any signature is checked (a relay may answer more than asked), so a check
+ * costs one verification per match; a match whose signature does not verify does not
+ * count. Undefined when the relay did not answer.
  */
 export async function findPeers(client: RosterSource, keys: readonly string[], measure = false): Promise<Findings | undefined> {
-  const entries = await client.rosterAnswer();
+  const entries = await client.rosterAnswer({ keys: keys.slice(0, MAX_QUERY_KEYS) });
   if (entries === undefined) return undefined;
   const wanted = new Set(keys);
   const found = new Set<string>();

@@ -2,7 +2,7 @@
  * One simulated session: what a `serve` process does on the wire, without its stores,
  * host or MCP. It keeps one connection through the session's own relay client
  * (link/client.ts: the handshake with the welcome verified against the pinned relay key,
- * `auth` proving its route), announces itself as sessions do (a signed version 2
+ * `auth` proving its route), announces itself as sessions do (a signed version 3
  * announcement whose details are sealed to itself and its pair), sends sealed, signed
  * envelopes to its pair, judges every delivery with the real trust gate, answers messages
  * with signed receipts on the sessions' schedule, and acknowledges what it read.
@@ -22,8 +22,8 @@ import { decide } from '../../src/gate/decide.js';
 import type { SigningKey } from '../../src/identity/ed25519.js';
 import { RelayClient, type Delivery } from '../../src/link/client.js';
 import type { SendOutcome } from '../../src/link/sends.js';
-import { signAnnouncementV2 } from '../../src/presence/announcement.js';
-import { sealDetails } from '../../src/presence/private.js';
+import { signAnnouncementV2, signAnnouncementV3 } from '../../src/presence/announcement.js';
+import { nameBucket, sealDetails } from '../../src/presence/private.js';
 import { parseReceiptText, RECEIPT_KIND, receiptDue, receiptText, type ReceiptEntry } from '../../src/receipts/receipts.js';
 import { findPeers, type Findings } from './findable.js';
 import type { Traffic } from './traffic.js';
@@ -107,12 +107,13 @@ export class SimSession {
     this.client.close();
   }
 
-  /** A signed version 2 announcement, details sealed to this identity and its pair (the readers a session with one peer has). */
+  /** A signed announcement as sessions make it (version 3 to a revision 4 relay), details sealed to this identity and its pair (the readers a session with one peer has). */
   announce(): void {
     const ts = Date.now();
     const details = { name: this.spec.session, cwd: '/capacity', git_root: '', summary: '' };
     const sealed = sealDetails(this.spec.key, this.spec.session, ts, details, [this.keyText, this.spec.peer.key]);
-    this.client.announce(signAnnouncementV2(this.spec.key, { session: this.spec.session, ts, ...sealed }));
+    const fields = { session: this.spec.session, ts, ...sealed };
+    this.client.announce(this.client.queriesRoster ? signAnnouncementV3(this.spec.key, { ...fields, name_bucket: nameBucket(details.name) }) : signAnnouncementV2(this.spec.key, fields));
     // The first renewal at a random point of the interval: sessions that started over hours
     // renew spread over it, not in the burst a ramp of seconds would make 30 s later.
     const first = this.nextAnnounce === Number.POSITIVE_INFINITY;

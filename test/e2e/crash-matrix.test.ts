@@ -193,12 +193,17 @@ async function runOnce(c: CrashCase, nth: number): Promise<RunResult> {
   expect(new Set(arrived.map((r) => r.text)).size).toBe(arrived.length);
   // The host is told: a notice is in the inbox file, or one is reserved and retried after its hold.
   if (c.victim === 'receiver') await eventually(async () => ((await noticed(bob.state, bKey)) ? true : undefined), 20_000, `a notice after ${crashAt}`);
-  // receive_messages keeps the sender's order.
-  const listed = await bob.call<{ messages: { text: string }[] }>('receive_messages', { limit: 100 });
-  const texts = listed.messages.map((m) => m.text);
+  // receive_messages lists every stored message once, in the sender's order. A message the
+  // restarted sender offered again may still arrive meanwhile: both are read until they agree.
+  const { texts, records } = await eventually(async () => {
+    const listed = await bob.call<{ messages: { text: string }[] }>('receive_messages', { limit: 100 });
+    const now = await stored(bob.state, bKey);
+    return listed.messages.length === now.length ? { texts: listed.messages.map((m) => m.text), records: now } : undefined;
+  }, 20_000, `receive_messages to list every stored message after ${crashAt}`);
   expect(texts).toEqual([...texts].sort());
-  expect(texts.length).toBe(arrived.length);
-  const arrivedTexts = new Set(arrived.map((r) => r.text));
+  expect(new Set(records.map((r) => r.msg_id)).size).toBe(records.length);
+  expect(new Set(records.map((r) => r.text)).size).toBe(records.length);
+  const arrivedTexts = new Set(records.map((r) => r.text));
   return {
     point: c.point,
     nth,
