@@ -10,7 +10,7 @@ import { crashPoint } from '../store/crash-point.js';
 import { messageOf } from '../errors.js';
 import type { Connection, Subscription } from './connection.js';
 import { Deferrals } from './deferrals.js';
-import { deliverText } from './frame-text.js';
+import { deliverParts, deliverText } from './frame-text.js';
 import type { QueueStore } from './queue-store.js';
 import type { QueuedMessage } from './queues.js';
 import type { RelayMetrics } from './relay-metrics.js';
@@ -244,10 +244,11 @@ export class Delivery {
     }
   }
 
-  private sendMessage(conn: Connection, sub: Subscription, message: { id: number; payload: string }): void {
+  private sendMessage(conn: Connection, sub: Subscription, message: { id: number; payload: string; utf8?: Buffer }): void {
     sub.cursor = message.id;
     sub.inFlight.add(message.id);
-    conn.sendText(deliverText(sub.route, message.id, message.payload));
+    if (message.utf8 === undefined) conn.sendText(deliverText(sub.route, message.id, message.payload));
+    else conn.sendMessage(deliverParts(sub.route, message.id, message.utf8));
     crashPoint('relay.after_deliver');
     this.settings.metrics?.delivered();
   }

@@ -48,6 +48,21 @@ export function deliverText(route: string, id: number, payload: string): string 
   return `{"v":${PROTOCOL_VERSION},"type":"deliver","route":${JSON.stringify(route)},"id":${id},"payload":${payload}}`;
 }
 
+/**
+ * Payloads from this size on are delivered in three fragments around the stored bytes,
+ * which every reader's send buffer then shares (a relay holds up to 512 MiB of them);
+ * smaller ones are copied into one frame, one write instead of three.
+ */
+const SHARED_FROM_BYTES = 64 * 1024;
+const CLOSE = Buffer.from('}');
+
+/** The deliver frame around the stored payload's UTF-8 bytes, never decoded: one part, or three that share the bytes. */
+export function deliverParts(route: string, id: number, utf8: Buffer): (string | Buffer)[] {
+  const head = `{"v":${PROTOCOL_VERSION},"type":"deliver","route":${JSON.stringify(route)},"id":${id},"payload":`;
+  if (utf8.length < SHARED_FROM_BYTES) return [Buffer.concat([Buffer.from(head, 'utf8'), utf8, CLOSE])];
+  return [head, utf8, '}'];
+}
+
 /** A roster frame's `entries`: the first of `entries` (most recently heard first) that fit in one frame. */
 export function rosterEntriesText(entries: Iterable<RosterEntry>): string {
   const budget = MAX_FRAME_BYTES - 1024;

@@ -15,53 +15,15 @@
  * none). A message without `src` (journaled before shares existed) counts against no
  * address.
  */
-import { z } from 'zod';
-import { routeText as route } from '../envelope/route.js';
 import type { JournalFormat } from '../store/journal.js';
 import { DEFAULT_QUEUE_LIMITS, type QueueLimits, type Share } from './limits.js';
 import { ShareLedger } from './shares.js';
+import { ownBytes, RouteQueue, StoredMessage, type QueuedMessage } from './route-queue.js';
+import { queueDataSchema, queueOpSchema, type AckOp, type EnqueueOp, type ExpireOp, type QueueData, type QueuedData, type QueueOp } from './queue-ops.js';
+import { queueSnapshotLines } from './queue-snapshot.js';
 
-const at = z.number().int();
-const id = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
-/** The JSON text of the `send` frame's payload object, delivered exactly as stored. */
-const payload = z.string().refine((s) => s.startsWith('{') && s.endsWith('}'), 'must be the JSON text of an object');
-
-/** The sender's address, as the relay keeps it: a keyed hash (storage.ts), never the address itself. */
-const src = z.string().min(1).max(64);
-
-const enqOpSchema = z.object({ op: z.literal('enq'), at, route, id, payload, src: src.optional() });
-const ackOpSchema = z.object({ op: z.literal('ack'), at, route, ids: z.array(id).min(1) });
-/** Every message accepted before `before` (relay clock) leaves; a route left empty goes with it. */
-const expireOpSchema = z.object({ op: z.literal('expire'), at, before: at });
-export const queueOpSchema = z.discriminatedUnion('op', [enqOpSchema, ackOpSchema, expireOpSchema]);
-export type QueueOp = z.infer<typeof queueOpSchema>;
-export type EnqueueOp = z.infer<typeof enqOpSchema>;
-export type AckOp = z.infer<typeof ackOpSchema>;
-export type ExpireOp = z.infer<typeof expireOpSchema>;
-
-const queuedSchema = z.object({ id, at, payload, src: src.optional() });
-/** The snapshot: the id counter and every queued message, per route in id order. */
-export const queueDataSchema = z
-  .object({ next_id: id, routes: z.array(z.object({ route, messages: z.array(queuedSchema).min(1) })) })
-  .refine((data) => new Set(data.routes.map((r) => r.route)).size === data.routes.length, 'routes must be unique')
-  .refine(
-    (data) => data.routes.every((r) => r.messages.every((m, i) => m.id < data.next_id && (i === 0 || m.id > r.messages[i - 1]!.id))),
-    'message ids must increase within a route and stay below next_id',
-  );
-export type QueueData = z.infer<typeof queueDataSchema>;
-
-export interface QueuedMessage {
-  readonly id: number;
-  /** relay clock when it was accepted */
-  readonly at: number;
-  readonly payload: string;
-  /** UTF-8 bytes of `payload`: the unit of the byte bound */
-  readonly bytes: number;
-  /** the sender's address (`src`), if known */
-  readonly src?: string;
-  /** the share holder it counts against (queue-store.ts `Origin`), in this run of the relay only */
-  readonly connection?: string;
-}
+export type { QueuedMessage } from './route-queue.js';
+export { queueDataSchema, queueOpSchema, queuedSchema, type AckOp, type EnqueueOp, type ExpireOp, type QueueData, type QueuedData, type QueueOp } from './queue-ops.js';
 
 /** Who sent a message: its address (`src`) and its share holder, either unknown. */
 export interface Sender {
@@ -93,59 +55,6 @@ export interface ExpireResult {
 }
 export type QueueResult = EnqueueResult | AckResult | ExpireResult;
 
-class RouteQueue {
-  /** Increasing ids, including some already removed, which are swept out lazily. */
-  private order: number[] = [];
-  private readonly byId = new Map<number, QueuedMessage>();
-
-  get size(): number {
-    return this.byId.size;
-  }
-
-  has(id: number): boolean {
-    return this.byId.has(id);
-  }
-
-  push(message: QueuedMessage): void {
-    this.order.push(message.id);
-    this.byId.set(message.id, message);
-  }
-
-  remove(id: number): QueuedMessage | undefined {
-    const message = this.byId.get(id);
-    if (message === undefined) return undefined;
-    this.byId.delete(id);
-    // Sweeping once removed ids outnumber live ones keeps `order` within twice the queue.
-    if (this.order.length > 64 && this.order.length > 2 * this.byId.size) this.order = this.order.filter((i) => this.byId.has(i));
-    return message;
-  }
-
-  /** The first message with `after` < id < `below`. */
-  nextAfter(after: number, below: number): QueuedMessage | undefined {
-    let lo = 0;
-    let hi = this.order.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (this.order[mid]! > after) hi = mid;
-      else lo = mid + 1;
-    }
-    for (let i = lo; i < this.order.length; i++) {
-      const id = this.order[i]!;
-      if (id >= below) return undefined;
-      const message = this.byId.get(id);
-      if (message !== undefined) return message;
-    }
-    return undefined;
-  }
-
-  *messages(): IterableIterator<QueuedMessage> {
-    for (const id of this.order) {
-      const message = this.byId.get(id);
-      if (message !== undefined) yield message;
-    }
-  }
-}
-
 export class RelayQueueState {
   /** Only routes with at least one queued message. */
   private readonly routes = new Map<string, RouteQueue>();
@@ -161,8 +70,18 @@ export class RelayQueueState {
   static fromData(data: QueueData, limits: Readonly<QueueLimits> = DEFAULT_QUEUE_LIMITS): RelayQueueState {
     const state = new RelayQueueState(limits);
     state.next = data.next_id;
-    for (const r of data.routes) for (const m of r.messages) state.insert(r.route, { id: m.id, at: m.at, payload: m.payload, bytes: payloadBytes(m.payload), src: m.src });
+    for (const r of data.routes) for (const m of r.messages) state.restore(r.route, m);
     return state;
+  }
+
+  /**
+   * One message of a snapshot, loaded as it is, even beyond the limits (accepted messages
+   * are never dropped); the caller keeps the snapshot's order (`queueDataSchema`), and
+   * loads its `next_id` through `fromData`. The snapshot reader (queue-snapshot.ts) loads
+   * message by message, so a snapshot is never all in memory twice.
+   */
+  restore(route: string, m: QueuedData): void {
+    this.insert(route, new StoredMessage(m.id, m.at, ownBytes(m.payload, payloadBytes(m.payload)), m.src, undefined));
   }
 
   toData(): QueueData {
@@ -242,7 +161,7 @@ export class RelayQueueState {
     if (this.bytes + size > this.limits.bytes) return { outcome: 'queue_full', limit: 'bytes' };
     if (perConnection && connection !== undefined && !this.byConnection.fits(connection, size, perConnection)) return { outcome: 'queue_full', limit: 'perConnection' };
     if (perAddress && op.src !== undefined && !this.byAddress.fits(op.src, size, perAddress)) return { outcome: 'queue_full', limit: 'perAddress' };
-    this.insert(op.route, { id: op.id, at: op.at, payload: op.payload, bytes: size, src: op.src, connection });
+    this.insert(op.route, new StoredMessage(op.id, op.at, ownBytes(op.payload, size), op.src, connection));
     this.next = op.id + 1;
     return { outcome: 'enqueued', id: op.id };
   }
@@ -264,7 +183,12 @@ export class RelayQueueState {
     return { outcome: 'acked', removed };
   }
 
-  private insert(route: string, message: QueuedMessage): void {
+  /** Every queued message, route by route, each route's in id order (a snapshot's order). */
+  *entries(): IterableIterator<[string, IterableIterator<QueuedMessage>]> {
+    for (const [route, queue] of this.routes) yield [route, queue.messages()];
+  }
+
+  private insert(route: string, message: StoredMessage): void {
     let queue = this.routes.get(route);
     if (queue === undefined) {
       queue = new RouteQueue();
@@ -309,6 +233,7 @@ export function relayQueueFormat(
     empty: () => track(new RelayQueueState(limits)),
     fromData: (data) => track(RelayQueueState.fromData(data, limits)),
     toData: (state) => state.toData(),
+    lines: queueSnapshotLines((nextId) => track(RelayQueueState.fromData({ next_id: nextId, routes: [] }, limits))),
     apply: (state, op) => state.apply(op, op.op === 'enq' ? connectionOf(op.id) : undefined),
     changes: (result) => (result.outcome === 'enqueued' ? true : (result.outcome === 'acked' || result.outcome === 'expired') && result.removed > 0),
   };

@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { writeSync } from 'node:fs';
-import { link, mkdir, open, rename, unlink } from 'node:fs/promises';
+import { link, mkdir, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { errnoCode } from '../errors.js';
 import { faultPoint } from './fault-point.js';
@@ -33,15 +33,52 @@ export async function fsyncDirectory(dir: string): Promise<void> {
   }
 }
 
-async function writeSyncedTemp(path: string, data: string | Uint8Array, options: WriteOptions): Promise<string> {
+/** Content to write: whole, or in pieces never joined whole (a snapshot past V8's longest string). */
+export type FileContent = string | Uint8Array | Iterable<string>;
+/** Pieces are written in batches of about this many characters. */
+const BATCH_CHARS = 1024 * 1024;
+
+/** Writes every byte of `data` at the handle's position, however many writes it takes. */
+async function writeAll(handle: FileHandle, data: Uint8Array): Promise<void> {
+  for (let done = 0; done < data.length; ) {
+    const { bytesWritten } = await handle.write(data, done, data.length - done);
+    if (bytesWritten <= 0) throw new Error(`short write: ${done} of ${data.length} bytes`);
+    done += bytesWritten;
+  }
+}
+
+/** Writes `data`; resolves with the bytes written. */
+async function writeContent(handle: FileHandle, data: FileContent): Promise<number> {
+  if (typeof data === 'string' || data instanceof Uint8Array) {
+    await handle.writeFile(data);
+    return typeof data === 'string' ? Buffer.byteLength(data) : data.length;
+  }
+  let bytes = 0;
+  let batch = '';
+  const flush = async () => {
+    const buffer = Buffer.from(batch, 'utf8');
+    batch = '';
+    await writeAll(handle, buffer);
+    bytes += buffer.length;
+  };
+  for (const piece of data) {
+    batch += piece;
+    if (batch.length >= BATCH_CHARS) await flush();
+  }
+  if (batch.length > 0) await flush();
+  return bytes;
+}
+
+async function writeSyncedTemp(path: string, data: FileContent, options: WriteOptions): Promise<{ temp: string; bytes: number }> {
   await makePrivateDir(dirname(path));
   const temp = tempPathFor(path);
   // O_EXCL does not follow a link; the mode is set again below so no umask can widen it.
   const handle = await open(temp, 'wx', options.mode ?? PRIVATE_FILE);
+  let bytes: number;
   try {
     await handle.chmod(options.mode ?? PRIVATE_FILE);
     faultPoint('atomic.write', 'write');
-    await handle.writeFile(data);
+    bytes = await writeContent(handle, data);
     faultPoint('atomic.sync', 'fsync');
     await syncs.handle(handle);
   } catch (err) {
@@ -50,11 +87,12 @@ async function writeSyncedTemp(path: string, data: string | Uint8Array, options:
     throw err;
   }
   await handle.close();
-  return temp;
+  return { temp, bytes };
 }
 
-export async function writeFileAtomic(path: string, data: string | Uint8Array, options: WriteOptions = {}): Promise<void> {
-  const temp = await writeSyncedTemp(path, data, options);
+/** Resolves with the bytes written. */
+export async function writeFileAtomic(path: string, data: FileContent, options: WriteOptions = {}): Promise<number> {
+  const { temp, bytes } = await writeSyncedTemp(path, data, options);
   try {
     await rename(temp, path);
   } catch (err) {
@@ -62,6 +100,7 @@ export async function writeFileAtomic(path: string, data: string | Uint8Array, o
     throw err;
   }
   await fsyncDirectory(dirname(path));
+  return bytes;
 }
 
 /**
@@ -69,7 +108,7 @@ export async function writeFileAtomic(path: string, data: string | Uint8Array, o
  * writing nothing, when the file already exists. Durable like `writeFileAtomic`.
  */
 export async function writeFileExclusive(path: string, data: string | Uint8Array, options: WriteOptions = {}): Promise<boolean> {
-  const temp = await writeSyncedTemp(path, data, options);
+  const { temp } = await writeSyncedTemp(path, data, options);
   try {
     await link(temp, path);
   } catch (err) {

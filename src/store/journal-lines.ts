@@ -53,7 +53,8 @@ export interface ParsedLines<Op> {
   partial: number;
 }
 
-export function parseLines<Op>(buffer: Buffer, opSchema: z.ZodType<Op>, checked: boolean): ParsedLines<Op> {
+/** `base`: where `buffer` starts in the journal's body, for the byte offsets damage is reported at. */
+export function parseLines<Op>(buffer: Buffer, opSchema: z.ZodType<Op>, checked: boolean, base = 0): ParsedLines<Op> {
   const ops: Op[] = [];
   let start = 0;
   for (;;) {
@@ -64,12 +65,12 @@ export function parseLines<Op>(buffer: Buffer, opSchema: z.ZodType<Op>, checked:
     // checksums still running beside this one (an upgrade), it is read as it always was.
     if (checked && !text.startsWith('{')) {
       const line = checkedJson(text);
-      if ('damage' in line) return { ops, consumed: start, partial: 0, damage: `journal line at byte ${start} ${line.damage}` };
+      if ('damage' in line) return { ops, consumed: start, partial: 0, damage: `journal line at byte ${base + start} ${line.damage}` };
       text = line.json;
     }
     const parsed = parseJsonWith(opSchema, text);
     if (!parsed.ok) {
-      const damage = parsed.stage === 'json' ? `journal line at byte ${start} is not JSON` : `journal line at byte ${start}: ${parsed.reason}`;
+      const damage = parsed.stage === 'json' ? `journal line at byte ${base + start} is not JSON` : `journal line at byte ${base + start}: ${parsed.reason}`;
       return { ops, consumed: start, partial: 0, damage };
     }
     ops.push(parsed.value);

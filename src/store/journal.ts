@@ -24,17 +24,18 @@
  * compacts them into the checked form.
  */
 import { closeSync, constants, fstatSync, ftruncateSync, openSync, readSync, statSync } from 'node:fs';
-import { open, stat, type FileHandle } from 'node:fs/promises';
-import { z } from 'zod';
-import { errnoCode, InterlinkError } from '../errors.js';
-import { describeSchemaError, parseJsonWith } from '../json.js';
+import { open, stat } from 'node:fs/promises';
+import type { z } from 'zod';
+import { errnoCode } from '../errors.js';
 import { writeFileAtomic, writeFully } from './atomic.js';
 import { crashPoint } from './crash-point.js';
 import { faultPoint } from './fault-point.js';
 import { syncs } from './sync.js';
-import { NO_FOLLOW, readPrivateFile } from './private.js';
+import { NO_FOLLOW } from './private.js';
 import { moveAside, type Recovery } from './json-store.js';
-import { headerLine, headerSchema, journalFormatName, journalHeaderSchema, LINE_CHECK, NEWLINE, parseLines, type ParsedLines } from './journal-lines.js';
+import { headerLine, parseLines } from './journal-lines.js';
+import { readJournal } from './journal-read.js';
+import { readSnapshot, writeSnapshot } from './snapshot.js';
 
 /**
  * What a journaled store is: its name (written into both files), how to validate an op
@@ -55,9 +56,27 @@ export interface JournalFormat<State, Op, Result, Data> {
   apply(state: State, op: Op): Result;
   /** Whether the op changed the state, and so must be journaled. */
   changes(result: Result): boolean;
+  /**
+   * For a state too big for one string (the relay's queues): the snapshot's data written
+   * and read a line at a time (snapshot.ts). Without it, `toData` and `fromData` do it whole.
+   */
+  readonly lines?: SnapshotLines<State>;
 }
 
-const snapshotEnvelopeSchema = headerSchema.extend({ data: z.unknown() });
+/** The snapshot's data as lines, and a reader of them (JournalFormat `lines`). */
+export interface SnapshotLines<State> {
+  /** The data's JSON as lines, none holding a newline, that joined by newlines parse as `toData(state)` would. */
+  write(state: State): Iterable<string>;
+  reader(): SnapshotReader<State>;
+}
+
+/** Builds the state from the lines `write` wrote, one at a time. */
+export interface SnapshotReader<State> {
+  /** The next line; a reason when it shows the data damaged. */
+  line(text: string): string | undefined;
+  /** After the last line: the state, or a reason when the lines did not finish the data. */
+  end(): { state: State } | { damage: string };
+}
 
 export const COMPACT_MIN_BYTES = 1024 * 1024;
 
@@ -78,65 +97,6 @@ export interface Cursor {
 }
 
 type AnyFormat<State, Op> = JournalFormat<State, Op, unknown, unknown>;
-
-async function readSnapshot<State, Op>(
-  path: string,
-  format: AnyFormat<State, Op>,
-): Promise<{ snapshot?: { generation: number; state: State }; bytes: number; damage?: string }> {
-  let text: string;
-  try {
-    text = await readPrivateFile(path);
-  } catch (err) {
-    if (errnoCode(err) === 'ENOENT') return { bytes: 0 };
-    throw new InterlinkError('storage', `cannot read ${path} (${errnoCode(err) ?? String(err)})`, undefined, { cause: err });
-  }
-  const bytes = Buffer.byteLength(text);
-  const outer = parseJsonWith(snapshotEnvelopeSchema, text);
-  if (!outer.ok) return { bytes, damage: outer.stage === 'json' ? 'snapshot is not JSON' : `snapshot ${outer.reason}` };
-  if (outer.value.format !== format.name || outer.value.version !== format.version) {
-    return { bytes, damage: `snapshot is ${outer.value.format} v${outer.value.version}, expected ${format.name} v${format.version}` };
-  }
-  const data = format.dataSchema.safeParse(outer.value.data);
-  if (!data.success) return { bytes, damage: `snapshot data ${describeSchemaError(data.error)}` };
-  return { snapshot: { generation: outer.value.generation, state: format.fromData(data.data) }, bytes };
-}
-
-interface JournalRead<Op> {
-  ino: number;
-  generation: number;
-  checked: boolean;
-  body: ParsedLines<Op>;
-  /** byte offset where the body starts (after the header line). */
-  bodyStart: number;
-  damage?: string;
-}
-
-async function readJournal<Op>(path: string, format: { name: string; version: number; opSchema: z.ZodType<Op> }): Promise<JournalRead<Op> | undefined> {
-  let handle: FileHandle;
-  try {
-    handle = await open(path, constants.O_RDONLY | NO_FOLLOW);
-  } catch (err) {
-    if (errnoCode(err) === 'ENOENT') return undefined;
-    throw new InterlinkError('storage', `cannot open ${path} (${errnoCode(err) ?? String(err)})`, undefined, { cause: err });
-  }
-  try {
-    const info = await handle.stat();
-    const buffer = await handle.readFile();
-    const headerEnd = buffer.indexOf(NEWLINE);
-    const empty: ParsedLines<Op> = { ops: [], consumed: 0, partial: 0 };
-    const damaged = (damage: string): JournalRead<Op> => ({ ino: info.ino, generation: -1, checked: true, body: empty, bodyStart: 0, damage });
-    if (headerEnd < 0) return damaged('journal has no header');
-    const header = parseJsonWith(journalHeaderSchema, buffer.toString('utf8', 0, headerEnd));
-    if (!header.ok || header.value.format !== journalFormatName(format) || header.value.version !== format.version) {
-      return damaged('journal header is invalid');
-    }
-    const checked = header.value.line_check === LINE_CHECK;
-    const body = parseLines(buffer.subarray(headerEnd + 1), format.opSchema, checked);
-    return { ino: info.ino, generation: header.value.generation, checked, body, bodyStart: headerEnd + 1, ...(body.damage !== undefined && { damage: body.damage }) };
-  } finally {
-    await handle.close();
-  }
-}
 
 export interface Loaded<State> {
   state: State;
@@ -171,20 +131,23 @@ async function loadOnce<State, Op>(path: string, format: AnyFormat<State, Op>, r
   const generation = snap.snapshot?.generation ?? 0;
   if (snap.damage !== undefined && repair) recoveries.push(await moveAside(path, snap.damage));
 
-  const journal = await readJournal(journalPath, format);
+  const snapshotUsable = snap.snapshot !== undefined;
+  // Ops are applied as they are read; a journal older than the snapshot is only checked.
+  const journal = await readJournal(journalPath, format, (journalGeneration): ((op: Op) => void) | undefined => {
+    if (journalGeneration > generation && snapshotUsable && !repair) throw new ConcurrentCompaction();
+    // Normal case; or the snapshot is gone or damaged and the journal's ops are salvaged on their own.
+    if (journalGeneration >= generation || !snapshotUsable) return (op) => format.apply(state, op);
+    return undefined;
+  });
   let needsCompaction = snap.damage !== undefined;
   let replaceJournal = journal === undefined;
   let offset = 0;
   if (journal !== undefined) {
-    const snapshotUsable = snap.snapshot !== undefined;
-    if (journal.generation > generation && snapshotUsable && !repair) throw new ConcurrentCompaction();
-    if (journal.generation >= generation || !snapshotUsable) {
-      // Normal case; or the snapshot is gone or damaged and the journal's ops are salvaged on their own.
-      for (const op of journal.body.ops) format.apply(state, op);
-      offset = journal.bodyStart + journal.body.consumed;
+    if (journal.applied) {
+      offset = journal.bodyStart + journal.consumed;
       // A journal from before line checksums is rewritten in the checked form.
       if (journal.generation !== generation || !journal.checked) needsCompaction = true;
-    } else {
+    } else if (snapshotUsable) {
       // Compaction finished the snapshot but not the journal: its ops are in the snapshot.
       replaceJournal = true;
     }
@@ -200,7 +163,7 @@ async function loadOnce<State, Op>(path: string, format: AnyFormat<State, Op>, r
       cursor = await compact(path, format, state, Math.max(generation, journal?.generation ?? 0) + 1);
     } else if (replaceJournal) {
       cursor = await writeJournal(journalPath, format, generation, snap.bytes);
-    } else if (journal !== undefined && journal.body.partial > 0) {
+    } else if (journal !== undefined && journal.partial > 0) {
       await truncateTo(journalPath, offset);
     }
   }
@@ -226,10 +189,9 @@ async function truncateTo(journalPath: string, offset: number): Promise<void> {
 
 /** Folds the journal into a new snapshot (caller holds the lock). */
 export async function compact<State, Op>(path: string, format: AnyFormat<State, Op>, state: State, generation: number): Promise<Cursor> {
-  const text = JSON.stringify({ format: format.name, version: format.version, generation, data: format.toData(state) });
-  await writeFileAtomic(path, text);
+  const bytes = await writeSnapshot(path, format, state, generation);
   crashPoint(`${format.label}.compact.after_snapshot`);
-  const cursor = await writeJournal(journalPathOf(path), format, generation, Buffer.byteLength(text));
+  const cursor = await writeJournal(journalPathOf(path), format, generation, bytes);
   crashPoint(`${format.label}.compact.after_journal`);
   return cursor;
 }
