@@ -1,7 +1,8 @@
 /**
  * The relay's memory under the slow-reader flood: its roster filled with announcements of
- * about 1.2 KiB, then 100 and 300 connections that ask for the roster every 50 ms, never
- * read a byte and send pongs nobody asked for. Resident memory is sampled every 100 ms,
+ * about 1.2 KiB from 1,000 keys, then 100 and 300 connections from one address (the relay's
+ * per-address cap raised for them) that ask for the entries of 256 of those keys every
+ * 50 ms, never read a byte and send pongs nobody asked for. Resident memory is sampled every 100 ms,
  * and an honest client's send → delivery is timed while the flood runs.
  */
 import { once } from 'node:events';
@@ -39,17 +40,21 @@ async function open(url: string, autoPong = true): Promise<{ ws: WebSocket; nonc
   return { ws, nonce: challenge.nonce ?? '', relayKey: challenge.key ?? '' };
 }
 
-async function fillRoster(url: string): Promise<void> {
+/** Announces ANNOUNCEMENTS sessions of as many keys; returns the keys. */
+async function fillRoster(url: string): Promise<string[]> {
   const { ws } = await open(url);
-  const key = generateSigningKey();
+  const keys: string[] = [];
   for (let i = 0; i < ANNOUNCEMENTS; i++) {
+    const key = generateSigningKey();
+    keys.push(encodeBase64url(key.publicKey));
     const fields = { name: 'agent', session: `s${i}`, cwd: '/repo', git_root: '/repo', summary: 'x'.repeat(1_000), ts: 1 };
     ws.send(JSON.stringify({ v: 1, type: 'announce', announcement: signAnnouncement(key, fields) }));
   }
   // Frames are handled in order: once the roster answers, every announcement was taken.
-  ws.send(JSON.stringify({ v: 1, type: 'roster', ref: 'full' }));
+  ws.send(JSON.stringify({ v: 1, type: 'roster', ref: 'full', keys: keys.slice(-1) }));
   await once(ws, 'message');
   ws.terminate();
+  return keys;
 }
 
 /** An honest reader sends itself one message and times it until the delivery. */
@@ -66,7 +71,7 @@ async function honestRoundTrip(url: string): Promise<number> {
   return elapsed;
 }
 
-async function flood(relay: RelayProcess, connections: number): Promise<{ peak: number; honestMs: number }> {
+async function flood(relay: RelayProcess, connections: number, keys: readonly string[]): Promise<{ peak: number; honestMs: number }> {
   const readers: WebSocket[] = [];
   for (let i = 0; i < connections; i++) {
     const { ws } = await open(relay.url, false);
@@ -79,7 +84,7 @@ async function flood(relay: RelayProcess, connections: number): Promise<{ peak: 
   const attack = setInterval(() => {
     for (const ws of readers) {
       if (ws.readyState !== WebSocket.OPEN) continue;
-      ws.send(JSON.stringify({ v: 1, type: 'roster', ref: `q${n++}` }));
+      ws.send(JSON.stringify({ v: 1, type: 'roster', ref: `q${n++}`, keys: keys.slice(0, 256) }));
       ws.pong(Buffer.from('not an answer'));
     }
   }, REQUEST_EVERY_MS);
@@ -107,12 +112,13 @@ export function relayFlood(projectRoot: string): Benchmark {
       const peaks: number[] = [];
       for (const connections of FLOODS) {
         context.progress(`relay under ${connections} slow readers`);
-        const relay = await startRelayProcess(projectRoot, undefined);
+        // All from 127.0.0.1, past the per-address cap of a relay listening on loopback (256).
+        const relay = await startRelayProcess(projectRoot, undefined, { flags: ['--max-connections-per-address', '1024'] });
         try {
           const idle = relay.rss();
-          await fillRoster(relay.url);
+          const keys = await fillRoster(relay.url);
           const full = relay.rss();
-          const { peak, honestMs } = await flood(relay, connections);
+          const { peak, honestMs } = await flood(relay, connections, keys);
           peaks.push(peak);
           rows.push([String(connections), mib(idle), mib(full), mib(peak), formatMs(honestMs)]);
         } finally {
