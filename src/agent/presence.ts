@@ -19,7 +19,7 @@ import type { RelayClient } from '../link/client.js';
 import type { RosterSighting } from './awaiting.js';
 import { presenceState, type PresenceState } from './routing.js';
 import { messageOf } from '../errors.js';
-import { fingerprintOf } from '../identity/identity.js';
+import { askedFor } from '../link/roster-query.js';
 import { MAX_QUERY_KEYS, type RosterEntry, type RosterQuery } from '../wire/frames.js';
 
 export const ANNOUNCE_INTERVAL_MS = 30_000;
@@ -66,13 +66,6 @@ async function askInParts(relay: RelayClient, query: RosterQuery): Promise<Roste
   }
   const answers = await Promise.all(parts.map((part) => relay.rosterAnswer(part)));
   return answers.some((a) => a === undefined) ? undefined : answers.flatMap((a) => a ?? []);
-}
-
-/** Whether a verified announcement is one `query` asked for: its key or fingerprint named, or any for a name bucket (the caller matches the name tag). */
-function askedFor(query: RosterQuery): (a: Announcement) => boolean {
-  const keys = new Set(query.keys ?? []);
-  const fingerprints = new Set(query.fingerprints ?? []);
-  return (a) => query.name_bucket !== undefined || keys.has(a.key) || (fingerprints.size > 0 && fingerprints.has(fingerprintOf(Buffer.from(a.key, 'base64url'))));
 }
 
 function readersId(readers: Iterable<string>): string {
@@ -153,7 +146,7 @@ export class Presence {
     for (const entry of answers.flat()) {
       const a = verifiedAnnouncement(entry.announcement);
       // A relay may answer more than was asked (a lying one, or one older than revision 4): only what was asked is taken.
-      if (a === undefined || !asked(a)) continue;
+      if (a === undefined || !asked(a.key)) continue;
       const state = presenceState(entry.age_ms);
       if (state === undefined) continue;
       const id = formatRoute(a);

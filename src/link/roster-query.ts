@@ -14,16 +14,25 @@ function claimedKey(entry: RosterEntry): string | undefined {
   return typeof a === 'object' && a !== null && 'key' in a && typeof a.key === 'string' ? a.key : undefined;
 }
 
-/** The entries of a whole-roster answer that `query` names (all of them for a name bucket: the caller matches the name). */
-export function pickEntries(entries: readonly RosterEntry[], query: RosterQuery): RosterEntry[] {
-  if (query.name_bucket !== undefined) return [...entries];
+/**
+ * Whether `query` asked for a session of `key`: the key named, or its fingerprint; any key
+ * for a name bucket (the caller matches the name against the verified name tag).
+ */
+export function askedFor(query: RosterQuery): (key: string) => boolean {
   const keys = new Set(query.keys ?? []);
   const fingerprints = new Set(query.fingerprints ?? []);
-  return entries.filter((entry) => {
-    const key = claimedKey(entry);
-    if (key === undefined) return false;
-    if (keys.has(key)) return true;
+  return (key) => {
+    if (query.name_bucket !== undefined || keys.has(key)) return true;
     const bytes = Buffer.from(key, 'base64url');
     return fingerprints.size > 0 && bytes.length === 32 && fingerprints.has(fingerprintOf(bytes));
+  };
+}
+
+/** The entries of a whole-roster answer that `query` names (all of them for a name bucket: the caller matches the name). */
+export function pickEntries(entries: readonly RosterEntry[], query: RosterQuery): RosterEntry[] {
+  const asked = askedFor(query);
+  return entries.filter((entry) => {
+    const key = claimedKey(entry);
+    return key !== undefined && asked(key);
   });
 }

@@ -112,7 +112,7 @@ export class RosterFile implements RosterStore {
       return;
     }
     if (this.due !== undefined) return;
-    const pause = Math.min(MAX_WRITE_PAUSE_MS, this.roster.size.entries * WRITE_PAUSE_PER_ENTRY_MS);
+    const pause = Math.min(MAX_WRITE_PAUSE_MS, this.roster.size * WRITE_PAUSE_PER_ENTRY_MS);
     const wait = this.lastWriteAt + pause - performance.now();
     if (wait <= 0) return this.writeNow();
     this.due = setTimeout(() => {

@@ -69,11 +69,6 @@ export class RosterIndex {
     this.byBucket.clear();
   }
 
-  /** Distinct keys with entries. */
-  get keys(): number {
-    return this.byKey.size;
-  }
-
   /** The routes `query` finds, by key: every session of a named key or fingerprint, and the sessions that announce the name bucket. */
   find(query: RosterQuery): Map<string, Set<string>> {
     const found = new Map<string, Set<string>>();

@@ -241,9 +241,9 @@ export class Roster {
     }, now);
   }
 
-  /** Entries held, and the distinct keys among them. */
-  get size(): { entries: number; keys: number } {
-    return { entries: this.entries.size, keys: this.index.keys };
+  /** Entries held. */
+  get size(): number {
+    return this.entries.size;
   }
 
   private expire(): number {

@@ -13,7 +13,7 @@ import type { Duplex } from 'node:stream';
 import { log } from '../log.js';
 import { normalizeAddress } from './address.js';
 import { type ConnectionCaps, ConnectionCounts, type Held } from './admission.js';
-import { refusalResponse } from './http-server.js';
+import { refusalResponse, refuseUpgrade } from './http-server.js';
 
 /** How long a refused socket may take to send its request before it is cut off (its answer is already written). */
 const REFUSED_LINGER_MS = 1_000;
@@ -39,11 +39,6 @@ export class SocketAdmission {
 
   get caps(): ConnectionCaps {
     return this.counts.caps;
-  }
-
-  /** Sockets counted now (accepted and not closed). */
-  get size(): number {
-    return this.counts.size;
   }
 
   /** A TCP socket was accepted: counted, or answered and closed. */
@@ -79,7 +74,7 @@ export class SocketAdmission {
     const added = this.counts.tryAdd(address, () => socket.destroy());
     if (!added.admitted) {
       log.warn('relay_connection_refused', { address, cap: added.refusal.cap });
-      socket.end(refusalResponse(added.refusal.message), () => socket.destroy());
+      refuseUpgrade(socket, added.refusal.message);
       return undefined;
     }
     socket.once('close', () => this.counts.release(added.held));

@@ -143,11 +143,6 @@ export class PostgresRoster implements RosterStore {
     );
   }
 
-  /** Entries held in this process, and the distinct keys among them. */
-  get size(): { entries: number; keys: number } {
-    return { entries: this.entries.size, keys: this.index.keys };
-  }
-
   private set(route: string, heard: Heard): void {
     const before = this.entries.get(route);
     if (before !== undefined) this.index.remove(before.announcement, route);
