@@ -35,6 +35,9 @@ export const CODE_MEANINGS = {
   not_pending: 'the message is no longer pending, so it cannot be dropped',
   idempotency_conflict: 'the idempotency key was used for a different message',
   unknown_message: 'no message with that id in this session',
+  bad_recipients: 'the recipients of one message are none, include "self", or come with a session (which only a single peer takes)',
+  too_many_recipients: 'more recipients than one message may reach',
+  unknown_group: 'no group of messages with that id in this session',
   relay_unreachable: 'no relay answered in time',
   relay_untrusted: 'a relay presents a key other than the one pinned or recorded for its URL, or one another listed relay presents',
   // pairing
@@ -85,7 +88,7 @@ export const ERROR_CODES = [
   'key_exists', 'key_missing', 'key_unreadable', 'bad_key', 'bad_name', 'peer_conflict', 'unknown_peer', 'own_key', 'bad_config',
   'bad_envelope', 'too_large', 'empty_text', 'bad_signature', 'bad_seal',
   'busy', 'corrupt', 'storage', 'storage_uncertain',
-  'no_route', 'invalid_session', 'unknown_session', 'not_pending', 'idempotency_conflict', 'unknown_message', 'relay_unreachable', 'relay_untrusted',
+  'no_route', 'invalid_session', 'unknown_session', 'not_pending', 'idempotency_conflict', 'unknown_message', 'bad_recipients', 'too_many_recipients', 'unknown_group', 'relay_unreachable', 'relay_untrusted',
   'ambiguous_target', 'unknown_target', 'already_peer', 'pairing_full', 'unknown_request', 'confirmation_pending',
   'not_bound', 'thread_mismatch', 'wrong_mode', 'unknown_failure',
   'usage',

@@ -24,7 +24,10 @@ import type { Outbound } from './outbound.js';
 import type { PeerWatch } from './peer-watch.js';
 import type { Presence, RosterSession } from './presence.js';
 import { conversation, inboxMessage, messageStatus, type InboxMessage } from './reading.js';
-import { Sender, type SendArgs, type SendReceipt } from './sending.js';
+import { Sender, type GroupReceipt, type Recipient, type SendArgs, type SendReceipt } from './sending.js';
+import { groupPanel, groupThread, type GroupStores } from './group-views.js';
+import { recipientNames, stillWorking } from './groups.js';
+import { InterlinkError } from '../errors.js';
 import { isInterlinkError, messageOf } from '../errors.js';
 import { clampFetchLimit, MAX_FETCH_LIMIT } from '../mailbox/rules.js';
 import { acknowledgeWhereHeld, presentTogether } from './inherited.js';
@@ -160,12 +163,93 @@ export class Agent {
     return this.peerWatch.peers();
   }
 
+  /** One message to a peer or "self". */
   send(args: SendArgs): Promise<SendReceipt> {
     return this.sender.send(args);
   }
 
+  /**
+   * send_message: one message to a peer or "self", or copies of it to several: a list of petnames, or an
+   * audience a person defined (groups.ts). `session` only names a single peer's session.
+   */
+  async sendMessage(args: Omit<SendArgs, 'to'> & { to: string | readonly string[] }): Promise<SendReceipt | GroupReceipt> {
+    const { to, session, ...body } = args;
+    const group = await this.recipientsOf(to);
+    if (group === undefined) return this.sender.send({ ...args, to: to as string });
+    if (session !== undefined) throw new InterlinkError('bad_recipients', '`session` names a session of a single peer; a message to several goes to each one\'s usual session');
+    return this.sender.sendGroup(group.label, group.recipients, body);
+  }
+
+  /**
+   * The recipients `to` names when it names several: a list, or an audience. Undefined
+   * for a single petname or "self". A petname and an audience never share a name.
+   */
+  private async recipientsOf(to: string | readonly string[]): Promise<{ label: string | string[]; recipients: Recipient[] } | undefined> {
+    if (typeof to === 'string') {
+      if (to === 'self' || (await this.peers()).keyOf(to) !== undefined) return undefined;
+      const members = await this.audienceMembers(to);
+      if (members === undefined) return undefined;
+      if (members.length === 0) throw new InterlinkError('bad_recipients', `audience ${to} has no member that is still a peer; a person adds members with \`interlink-mcp audience add\``);
+      return { label: to, recipients: await this.resolveAll(members) };
+    }
+    const names = recipientNames(to);
+    return { label: names, recipients: await this.resolveAll(names) };
+  }
+
+  private async resolveAll(names: readonly string[]): Promise<Recipient[]> {
+    const recipients: Recipient[] = [];
+    for (const name of names) {
+      const peer = await this.peerWatch.resolve(name);
+      recipients.push({ petname: peer.petname ?? name, key: peer.key, ...(peer.clear === true && { clear: true as const }) });
+    }
+    return recipients;
+  }
+
+  /** The members (petnames that are still peers) of the audience `name`, or undefined when there is no such audience. */
+  private async audienceMembers(_name: string): Promise<readonly string[] | undefined> {
+    return undefined;
+  }
+
+  /** The stores a group may be in: this session's, then those of the ended sessions it took. */
+  private groupStores(): GroupStores[] {
+    return [{ outbox: this.outbox, mailbox: this.mailbox }, ...(this.succession?.taken() ?? []).map((t) => ({ outbox: t.outbox, mailbox: t.mailbox, session: t.session }))];
+  }
+
+  /** The panel of a group this session sent: each recipient's delivery and answer. */
+  async groupStatus(groupId: string) {
+    return groupPanel(this.groupStores(), groupId, await this.peers(), () => this.presence.sighting());
+  }
+
+  /** A group's thread: its copies, follow-ups and the answers linked to them, oldest first. */
+  async groupHistory(groupId: string, limit = 20, consume = false) {
+    const result = await groupThread(this.groupStores(), groupId, await this.peers(), limit, consume);
+    if (consume) await this.reportAcknowledged(result.messages.flatMap((m) => (m.receipt === undefined ? [] : [m.receipt])));
+    return result;
+  }
+
   cancelTask(args: { to: string; task_id: string; reason?: string; session?: string }): Promise<SendReceipt> {
     return this.sender.cancelTask(args);
+  }
+
+  /**
+   * Cancels a group's task at every recipient still expected to answer: each gets a
+   * "canceled" message answering its copy, with the group's id and task id. Recipients that
+   * answered, refused, or got no copy are left alone and listed.
+   */
+  async cancelGroup(groupId: string, reason?: string) {
+    const panel = await this.groupStatus(groupId);
+    const working = panel.recipients.filter((r) => stillWorking(r.outcome) && r.msg_id !== undefined);
+    const left = panel.recipients.filter((r) => !working.includes(r)).map((r) => ({ to: r.to, outcome: r.outcome }));
+    if (working.length === 0) return { group_id: groupId, canceled: [], left_alone: left };
+    const table = await this.peers();
+    const recipients = working.map((r) => ({ petname: r.to, key: r.key, ...(table.clear.has(r.key) && { clear: true as const }) }));
+    const receipt = await this.sender.sendGroup(
+      working.map((r) => r.to),
+      recipients,
+      { text: reason?.trim() ? reason : 'canceled', status: 'canceled', ...(panel.task_id !== undefined && { task_id: panel.task_id }) },
+      { group: groupId, replyTo: new Map(working.map((r) => [r.key, r.msg_id!])) },
+    );
+    return { group_id: groupId, canceled: receipt.recipients, left_alone: left, relays: receipt.relays, ...(receipt.note !== undefined && { note: receipt.note }) };
   }
 
   cancelPending(msgId: string) {

@@ -24,6 +24,8 @@ export interface InboxMessage {
   reply_to?: string;
   /** The session the message was signed for, when that is not this one: an ended session whose mail this one took (agent/succession.ts). */
   to_session?: string;
+  /** Set when the sender sent this message to several recipients at once: the id their copies share (signed). */
+  group_id?: string;
   receipt: Receipt;
 }
 
@@ -48,6 +50,7 @@ export function inboxMessage(record: StoredRecord): InboxMessage {
     // A version 2 reply_to is an unsigned hint: one naming a key other than the sender's is
     // treated as absent (docs/PROTOCOL.md "Fields"), so it is not shown as the way to answer.
     ...(replyToSession(e) !== undefined && { reply_to: e.reply_to }),
+    ...(e.group !== undefined && { group_id: e.group }),
     receipt: receiptOf(e),
   };
 }
@@ -118,6 +121,7 @@ export async function conversation(outbox: Outbox, mailbox: Mailbox, key: string
       ts: m.envelope.ts,
       state: m.state,
       ...taskFields(m.envelope),
+      ...(m.envelope.group !== undefined && { group_id: m.envelope.group }),
       ...(m.direction === 'inbound' && { receipt: receiptOf(m.envelope) }),
     })),
   };

@@ -5,14 +5,14 @@
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import { unsafeNameReason } from '../config/paths.js';
-import { MAX_TEXT_BYTES, wireOf, type Status } from '../envelope/envelope.js';
+import { MAX_TEXT_BYTES, newMsgId, wireOf, type Envelope, type Status } from '../envelope/envelope.js';
 import { signEnvelope } from '../envelope/sign.js';
 import { formatRoute, parseRoute } from '../envelope/route.js';
 import { InterlinkError, isInterlinkError } from '../errors.js';
 import type { Identity } from '../identity/identity.js';
 import type { Mailbox } from '../mailbox/mailbox.js';
 import type { SendClock } from '../outbox/clock.js';
-import { intentOf, outboundState, type AddResult, type OutboundState, type Outbox, type OutboxRecord } from '../outbox/outbox.js';
+import { intentOf, outboundState, type AddGroupResult, type AddResult, type OutboundState, type Outbox, type OutboxGroup, type OutboxRecord, type Unrouted } from '../outbox/outbox.js';
 import type { RelayClient } from '../link/client.js';
 import { MAX_PAYLOAD_BYTES } from '../wire/frames.js';
 import { untrustedNote } from '../link/reach.js';
@@ -45,6 +45,43 @@ export interface SendReceipt {
   relays: { connected: number; configured: number };
   /** Present when no relay is connected: where the message waits. */
   note?: string;
+}
+
+/** One recipient of a message to several. */
+export interface Recipient {
+  petname: string;
+  key: string;
+  clear?: true;
+}
+
+/** What one recipient's copy of a group became at the send. */
+export interface CopyReceipt {
+  to: string;
+  msg_id?: string;
+  session?: string;
+  state: OutboundState | 'not_sent';
+  note?: string;
+  /** Why no copy went to this recipient (`not_sent`). */
+  error?: { code: string; message: string };
+}
+
+export interface GroupReceipt {
+  group_id: string;
+  /** The recipients as named: an audience's name, or the list. */
+  to: string | string[];
+  recipients: CopyReceipt[];
+  duplicate: boolean;
+  relays: { connected: number; configured: number };
+  note?: string;
+}
+
+/** The body of a group's copies; `in_reply_to` may differ per recipient (a cancellation answers each copy). */
+export interface GroupBody {
+  text: string;
+  task_id?: string;
+  status?: Status;
+  in_reply_to?: string;
+  idempotency_key?: string;
 }
 
 const NO_RELAY_NOTE = 'no relay is connected: the message waits in the outbox and goes out when a relay answers (see list_pending)';
@@ -154,6 +191,89 @@ export class Sender {
     return this.withRelays({ msg_id: result.record.envelope.msg_id, to: args.to, session, state: 'pending', duplicate: false }, routed.note);
   }
 
+  /**
+   * Signs one copy per recipient, sealed to each and routed as a single send would be,
+   * sharing a fresh group id, and commits them together (all or none). A recipient none of
+   * whose sessions can be named gets no copy and is reported `not_sent` with the reason;
+   * the others go out. Signed in one turn, so each route keeps this session's order.
+   */
+  async sendGroup(label: string | string[], recipients: readonly Recipient[], body: GroupBody, options: { group?: string; replyTo?: ReadonlyMap<string, string> } = {}): Promise<GroupReceipt> {
+    const { identity, outbox } = this.parts;
+    if (body.text.trim() === '') throw new InterlinkError('empty_text', 'the text is empty or only whitespace; a message must say something');
+    if (Buffer.byteLength(body.text, 'utf8') > MAX_TEXT_BYTES) {
+      throw new InterlinkError('too_large', `text is ${Buffer.byteLength(body.text, 'utf8')} bytes; the limit is ${MAX_TEXT_BYTES} bytes of UTF-8`);
+    }
+    const followUp = options.group !== undefined;
+    const turn = this.turns.take();
+    let adding: Promise<AddGroupResult>;
+    let idempotency: { key: string; intent: string } | undefined;
+    const notes = new Map<string, string | undefined>();
+    const signed = new Set<string>();
+    let unroutedNow: Unrouted[] = [];
+    try {
+      // The whole group is one intent: the same recipients, in the same order, and the same body.
+      idempotency =
+        body.idempotency_key === undefined
+          ? undefined
+          : { key: body.idempotency_key, intent: intentOf({ to: `group ${recipients.map((r) => r.key).join(' ')}`, session: undefined, text: body.text, ...taskFields(body) }) };
+      if (idempotency) {
+        const existing = await outbox.byIdempotencyKey(idempotency.key);
+        if (existing) return this.replayGroup(existing, idempotency.intent, label);
+      }
+      const routed = await Promise.all(
+        recipients.map(async (r) => {
+          try {
+            return { recipient: r, routed: await this.route(r.key, r.petname, undefined) };
+          } catch (err) {
+            if (!(err instanceof InterlinkError)) throw err;
+            return { recipient: r, error: err };
+          }
+        }),
+      );
+      const unrouted: Unrouted[] = routed.flatMap((r) => (r.error === undefined ? [] : [{ to: r.recipient.key, code: r.error.code, reason: r.error.message }]));
+      unroutedNow = unrouted;
+      if (unrouted.length === recipients.length) {
+        throw new InterlinkError('no_route', `no copy could be addressed: ${routed.map((r) => `${r.recipient.petname}: ${r.error?.message ?? ''}`).join('; ')}`);
+      }
+      await turn.ready;
+      const group = options.group ?? newMsgId();
+      const copies: { envelope: Envelope; route: string }[] = [];
+      for (const { recipient, routed: route } of routed) {
+        if (route === undefined) continue;
+        notes.set(recipient.key, route.note);
+        const inReplyTo = options.replyTo?.get(recipient.key) ?? body.in_reply_to;
+        // A peer marked clear (the Rust Interlink) reads version 2, which has no group: its copy goes without.
+        const envelope = signEnvelope(identity.signingKey, {
+          to: recipient.key,
+          ...(recipient.clear !== true && { to_session: route.session }),
+          ...(this.parts.unsealed === true && { version: 3 as const }),
+          ...(recipient.clear !== true && this.parts.unsealed !== true && { group }),
+          text: body.text,
+          reply_to: this.parts.route,
+          ts: this.parts.clock.next(),
+          ...taskFields({ ...body, in_reply_to: inReplyTo }),
+        });
+        if (Buffer.byteLength(JSON.stringify(wireOf(envelope)), 'utf8') > MAX_PAYLOAD_BYTES) {
+          throw new InterlinkError('too_large', `the signed message is larger than a relay accepts (${MAX_PAYLOAD_BYTES} bytes)`);
+        }
+        copies.push({ envelope, route: formatRoute({ key: recipient.key, session: route.session }) });
+        signed.add(envelope.msg_id);
+      }
+      adding = outbox.addGroup({ id: group, ...(followUp && { follow_up: true as const }), copies, unrouted }, idempotency).catch((err: unknown) => {
+        if (!isInterlinkError(err, 'storage_uncertain')) throw err;
+        throw new InterlinkError('storage_uncertain', `${err.message}; message_status with group_id ${group} tells whether it was kept`, { group_id: group });
+      });
+    } finally {
+      turn.done();
+    }
+    const result = await adding;
+    if (result.outcome === 'conflict') throw this.conflict(result.group.records[0]!);
+    if (result.outcome === 'duplicate') return this.groupReceipt(result.group, label, true);
+    const added = result.group.records.filter((r) => signed.has(r.envelope.msg_id));
+    for (const record of added) this.parts.outbound.offer(record);
+    return this.groupReceipt({ ...result.group, records: added, unrouted: unroutedNow }, label, false, notes);
+  }
+
   cancelTask(args: { to: string; task_id: string; reason?: string; session?: string }): Promise<SendReceipt> {
     return this.send({ to: args.to, text: args.reason?.trim() ? args.reason : 'canceled', task_id: args.task_id, status: 'canceled', ...(args.session !== undefined && { session: args.session }) });
   }
@@ -180,10 +300,39 @@ export class Sender {
     }));
   }
 
+  private conflict(record: OutboxRecord): InterlinkError {
+    const what = record.group === undefined ? `message (${record.envelope.msg_id})` : `message (group ${record.group.id})`;
+    return new InterlinkError('idempotency_conflict', `idempotency key ${record.idempotency_key ?? ''} was used for a different ${what}`);
+  }
+
+  private async replayGroup(record: OutboxRecord, intent: string, label: string | string[]): Promise<GroupReceipt> {
+    const group = record.group === undefined ? undefined : await this.parts.outbox.group(record.group.id);
+    if (group === undefined || record.intent !== intent) throw this.conflict(record);
+    return this.groupReceipt(group, label, true);
+  }
+
+  /**
+   * The receipt of a group: each copy's state now, and each recipient no copy went to. A
+   * replayed group shows its copies, not the follow-ups sent to it since.
+   */
+  private async groupReceipt(group: OutboxGroup, label: string | string[], duplicate: boolean, notes?: ReadonlyMap<string, string | undefined>): Promise<GroupReceipt> {
+    const table = await this.parts.peers.peers();
+    const name = (key: string) => table.petnameOf(key) ?? key;
+    const records = duplicate ? group.records.filter((r) => r.group?.follow_up !== true) : group.records;
+    const recipients: CopyReceipt[] = [
+      ...records.map((r) => {
+        const note = notes?.get(r.envelope.to);
+        return { to: name(r.envelope.to), msg_id: r.envelope.msg_id, session: parseRoute(r.route)?.session ?? '', state: outboundState(r), ...(note !== undefined && { note }) };
+      }),
+      ...group.unrouted.map((u) => ({ to: name(u.to), state: 'not_sent' as const, error: { code: u.code, message: u.reason } })),
+    ];
+    const anyPending = recipients.some((r) => r.state === 'pending');
+    const relays = this.withRelays({ msg_id: '', to: '', session: '', state: anyPending ? 'pending' : 'bus_accepted', duplicate });
+    return { group_id: group.id, to: label, recipients, duplicate, relays: relays.relays, ...(relays.note !== undefined && { note: relays.note }) };
+  }
+
   private replay(record: OutboxRecord, intent: string | undefined, to: string): SendReceipt {
-    if (record.intent !== intent) {
-      throw new InterlinkError('idempotency_conflict', `idempotency key ${record.idempotency_key ?? ''} was used for a different message (${record.envelope.msg_id})`);
-    }
+    if (record.intent !== intent) throw this.conflict(record);
     return this.withRelays({ msg_id: record.envelope.msg_id, to, session: parseRoute(record.route)?.session ?? '', state: outboundState(record), duplicate: true });
   }
 

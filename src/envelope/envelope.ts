@@ -101,6 +101,11 @@ export const envelopeFields = z.object({
   status: z.enum(STATUSES).optional(),
   in_reply_to: msgIdText.optional(),
   reply_to: routeText.optional(),
+  /**
+   * Version 4 only, inside the sealed body: the id shared by the copies of one message sent
+   * to several recipients at once (agent/groups.ts). Sealed and so signed with the body.
+   */
+  group: msgIdText.optional(),
   sig: z.string().refine((s) => isBase64urlOfLength(s, SIGNATURE_BYTES), 'must be a 64-byte base64url signature'),
 });
 
@@ -119,6 +124,8 @@ function versionRules(envelope: Omit<EnvelopeShape, 'sig'>, ctx: z.RefinementCtx
   }
   if (version === 4 && envelope.sealed === undefined) ctx.addIssue({ code: 'custom', path: ['sealed'], message: 'is required in version 4' });
   if (version !== 4 && envelope.sealed !== undefined) ctx.addIssue({ code: 'custom', path: ['sealed'], message: 'is part of version 4 only' });
+  // The clear versions' signed bytes have no place for it: it would travel unsigned.
+  if (version !== 4 && envelope.group !== undefined) ctx.addIssue({ code: 'custom', path: ['group'], message: 'is part of version 4 only (the clear versions do not sign it)' });
 }
 
 /**

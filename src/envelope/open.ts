@@ -51,6 +51,7 @@ export function openEnvelope(me: SigningKey, wire: SealedWire): Envelope {
     ...(body.status !== undefined && { status: body.status as Status }),
     ...(body.in_reply_to !== undefined && { in_reply_to: body.in_reply_to }),
     ...(body.reply_session !== undefined && { reply_to: formatRoute({ key: wire.from, session: body.reply_session }) }),
+    ...(body.group !== undefined && { group: body.group }),
   };
 }
 
@@ -61,6 +62,7 @@ const openedFieldsSchema = z.object({
   status: envelopeFields.shape.status,
   in_reply_to: envelopeFields.shape.in_reply_to,
   reply_session: sessionText.optional(),
+  group: envelopeFields.shape.group,
 });
 
 const STATUS_SET: ReadonlySet<string> = new Set(STATUSES);
@@ -79,6 +81,7 @@ function obeysFieldRules(body: SealedBody): boolean {
     (body.task_id === undefined || (Buffer.byteLength(body.task_id, 'utf8') <= MAX_TASK_ID_BYTES && !CONTROL.test(body.task_id))) &&
     (body.status === undefined || STATUS_SET.has(body.status)) &&
     (body.in_reply_to === undefined || MSG_ID.test(body.in_reply_to)) &&
-    (body.reply_session === undefined || unsafeNameReason(body.reply_session) === undefined)
+    (body.reply_session === undefined || unsafeNameReason(body.reply_session) === undefined) &&
+    (body.group === undefined || MSG_ID.test(body.group))
   );
 }

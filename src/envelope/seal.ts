@@ -58,7 +58,17 @@ export interface SealedBody {
   task_id?: string;
   in_reply_to?: string;
   reply_session?: string;
+  /** The group id of a message sent to several recipients (envelope.ts). */
+  group?: string;
 }
+
+/**
+ * The body's fields in order. `group` came later: it is written only when present, so a
+ * body without one is byte for byte what earlier versions wrote and read; an earlier
+ * receiver refuses a body with one (`bad_seal`: its padding is not zero).
+ */
+const BODY_FIELDS = ['text', 'status', 'task_id', 'in_reply_to', 'the reply session', 'group'] as const;
+const REQUIRED_BODY_FIELDS = 5;
 
 /**
  * The Padmé size class of `length` (Nikitin et al., "Reducing Metadata Leakage from
@@ -173,7 +183,8 @@ export function associatedData(header: SealHeader): Buffer {
 
 /** The plaintext: the body fields length-prefixed in signed-bytes order, then zeros to the size class. */
 export function bodyBytes(body: SealedBody, allocate?: (size: number) => Buffer): Buffer {
-  return paddedFields([body.text, body.status, body.task_id, body.in_reply_to, body.reply_session], allocate);
+  const fields = [body.text, body.status, body.task_id, body.in_reply_to, body.reply_session];
+  return paddedFields(body.group === undefined ? fields : [...fields, body.group], allocate);
 }
 
 const nonces = Buffer.alloc(NONCE_BYTES * 256);
@@ -224,11 +235,14 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 /**
  * Reads length-prefixed UTF-8 fields, one per name, and checks that only zeros follow
- * (the padding); an empty field reads as undefined. Throws SealError naming the field.
+ * (the padding); an empty field reads as undefined. Fields from index `required` on may
+ * also be cut off by the end of the plaintext (a body written before they existed, whose
+ * padding left no room for a length). Throws SealError naming the field.
  */
-export function readFields(plaintext: Buffer, names: readonly string[]): (string | undefined)[] {
+export function readFields(plaintext: Buffer, names: readonly string[], required = names.length): (string | undefined)[] {
   let at = 0;
-  const values = names.map((name) => {
+  const values = names.map((name, index) => {
+    if (index >= required && at + 4 > plaintext.length) return undefined;
     if (at + 4 > plaintext.length) throw new SealError(`the sealed body ends inside the length of ${name}`);
     const length = plaintext.readUInt32LE(at);
     at += 4;
@@ -246,15 +260,16 @@ export function readFields(plaintext: Buffer, names: readonly string[]): (string
   return values;
 }
 
-/** Reads the five body fields and checks that only zeros follow. */
+/** Reads the body fields (the group's only if there is room for it) and checks that only zeros follow. */
 export function parseBodyBytes(plaintext: Buffer): SealedBody {
-  const [text, status, task_id, in_reply_to, reply_session] = readFields(plaintext, ['text', 'status', 'task_id', 'in_reply_to', 'the reply session']);
+  const [text, status, task_id, in_reply_to, reply_session, group] = readFields(plaintext, BODY_FIELDS, REQUIRED_BODY_FIELDS);
   return {
     text: text ?? '',
     ...(status !== undefined && { status }),
     ...(task_id !== undefined && { task_id }),
     ...(in_reply_to !== undefined && { in_reply_to }),
     ...(reply_session !== undefined && { reply_session }),
+    ...(group !== undefined && { group }),
   };
 }
 

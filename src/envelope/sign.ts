@@ -28,6 +28,8 @@ export interface EnvelopeFields {
   status?: Status;
   in_reply_to?: string;
   reply_to?: string;
+  /** Version 4 only: the id shared by the copies of a message sent to several recipients. */
+  group?: string;
   ts?: number;
   msg_id?: string;
   /** Only to write a clear version 3 envelope (tests and test vectors; peers marked `clear` get version 2). */
@@ -55,6 +57,7 @@ export function signEnvelope(key: SigningKey, fields: EnvelopeFields): Envelope 
     ...(fields.status !== undefined && { status: fields.status }),
     ...(fields.in_reply_to !== undefined && { in_reply_to: fields.in_reply_to }),
     ...(fields.reply_to !== undefined && { reply_to: fields.reply_to }),
+    ...(fields.group !== undefined && { group: fields.group }),
   };
   // Validate before sealing and signing, so bad fields are refused as such and never signed.
   const placeholder = encodeBase64url(Buffer.alloc(SIGNATURE_BYTES));
@@ -68,6 +71,7 @@ export function signEnvelope(key: SigningKey, fields: EnvelopeFields): Envelope 
       ...(unsigned.task_id !== undefined && { task_id: unsigned.task_id }),
       ...(unsigned.in_reply_to !== undefined && { in_reply_to: unsigned.in_reply_to }),
       ...(unsigned.reply_to !== undefined && { reply_session: parseRoute(unsigned.reply_to)?.session ?? '' }),
+      ...(unsigned.group !== undefined && { group: unsigned.group }),
     }, fields.seal_nonce);
     unsigned.sealed = encodeBase64url(sealed);
     // Signed over the raw sealed bytes just made, not decoded again from their text.

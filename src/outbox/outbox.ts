@@ -33,6 +33,12 @@ export const outboxRecordSchema = z.object({
   accepted_by: z.array(z.string()),
   /** What the receiver reported (receipts), each state once, in the order they arrived. */
   remote: z.array(remoteEntry).optional(),
+  /**
+   * One copy of a message sent to several recipients at once (agent/groups.ts): the group's
+   * id (also in the sealed envelope, except to a peer marked clear, which cannot carry it);
+   * `follow_up` marks a message sent later to the same group (a cancellation), not a copy.
+   */
+  group: z.object({ id: z.string(), follow_up: z.literal(true).optional() }).optional(),
 });
 export type OutboxRecord = z.infer<typeof outboxRecordSchema>;
 
@@ -44,22 +50,49 @@ const addOp = z.object({
   idempotency_key: z.string().optional(),
   intent: z.string().optional(),
 });
+/**
+ * The copies of one message to several recipients, committed together: all of them are
+ * kept, or none. The idempotency key and intent are the group's, kept on its first copy.
+ * `unrouted`: recipients no copy went to, and why (no session of theirs could be named).
+ */
+const unroutedEntry = z.object({ to: z.string(), code: z.string(), reason: z.string() });
+export type Unrouted = z.infer<typeof unroutedEntry>;
+const addGroupOp = z.object({
+  op: z.literal('add_group'),
+  at: z.number().int(),
+  group: z.string(),
+  follow_up: z.literal(true).optional(),
+  copies: z.array(z.object({ envelope: envelopeSchema, route: z.string() })),
+  unrouted: z.array(unroutedEntry).optional(),
+  idempotency_key: z.string().optional(),
+  intent: z.string().optional(),
+});
 const acceptedOp = z.object({ op: z.literal('accepted'), at: z.number().int(), msg_id: z.string(), relay: z.string() });
 /** A pending message leaves the send loop: refused by every relay for good, or dropped. */
 const endOp = z.object({ op: z.literal('end'), at: z.number().int(), msg_id: z.string(), state: z.enum(['delivery_failed', 'canceled']), reason: z.string() });
 /** States a receipt from `from` reported; entries for messages this outbox did not send to `from` are ignored. */
 const remoteOp = z.object({ op: z.literal('remote'), at: z.number().int(), from: z.string(), entries: z.array(receiptEntrySchema) });
-const outboxOp = z.discriminatedUnion('op', [addOp, acceptedOp, endOp, remoteOp]);
+const outboxOp = z.discriminatedUnion('op', [addOp, addGroupOp, acceptedOp, endOp, remoteOp]);
 type OutboxOp = z.infer<typeof outboxOp>;
 
-const dataSchema = z.object({ records: z.array(outboxRecordSchema) });
+/** What a group keeps besides its records: who it could not reach, and when it was sent. */
+const groupNoteSchema = z.object({ id: z.string(), at: z.number().int(), unrouted: z.array(unroutedEntry) });
+const dataSchema = z.object({ records: z.array(outboxRecordSchema), groups: z.array(groupNoteSchema).optional() });
 type OutboxData = z.infer<typeof dataSchema>;
 
 export type AddResult = { outcome: 'added'; record: OutboxRecord } | { outcome: 'duplicate' | 'conflict'; record: OutboxRecord };
+/** The group's records (copies and follow-ups, in the order they were added) and its note. */
+export interface OutboxGroup {
+  id: string;
+  at: number;
+  records: OutboxRecord[];
+  unrouted: Unrouted[];
+}
+export type AddGroupResult = { outcome: 'added' | 'duplicate' | 'conflict'; group: OutboxGroup };
 type AcceptResult = { changed: boolean };
 export type EndResult = { ended: boolean; record: OutboxRecord | undefined };
 export type RemoteResult = { applied: number; ignored: number };
-type Result = AddResult | AcceptResult | EndResult | RemoteResult;
+type Result = AddResult | AddGroupResult | AcceptResult | EndResult | RemoteResult;
 
 /** What an idempotency key promises: the same target and the same content. */
 export function intentOf(fields: { to: string; session: string | undefined; text: string; task_id?: string; status?: string; in_reply_to?: string }): string {
@@ -70,6 +103,9 @@ export function intentOf(fields: { to: string; session: string | undefined; text
 export class OutboxState {
   readonly records = new Map<string, OutboxRecord>();
   private readonly byKey = new Map<string, string>();
+  /** Group id → its records' msg ids, in the order they were added. */
+  private readonly groupIds = new Map<string, string[]>();
+  private readonly groupNotes = new Map<string, { at: number; unrouted: Unrouted[] }>();
   /**
    * The earliest time any settled record leaves (its settling + the retention window):
    * before it, a prune has nothing to remove and skips the scan, which otherwise made
@@ -79,16 +115,19 @@ export class OutboxState {
 
   static fromData(data: OutboxData): OutboxState {
     const state = new OutboxState();
+    for (const note of data.groups ?? []) state.groupNotes.set(note.id, { at: note.at, unrouted: note.unrouted });
     for (const record of data.records) state.insert(record);
     return state;
   }
 
   toData(): OutboxData {
-    return { records: [...this.records.values()] };
+    const groups = [...this.groupNotes].map(([id, note]) => ({ id, ...note }));
+    return { records: [...this.records.values()], ...(groups.length > 0 && { groups }) };
   }
 
   apply(op: OutboxOp): Result {
     if (op.op === 'add') return this.add(op);
+    if (op.op === 'add_group') return this.addGroup(op);
     if (op.op === 'remote') return this.remote(op);
     return op.op === 'accepted' ? this.accept(op) : this.end(op);
   }
@@ -113,6 +152,47 @@ export class OutboxState {
   recordForKey(key: string): OutboxRecord | undefined {
     const msgId = this.byKey.get(key);
     return msgId === undefined ? undefined : this.records.get(msgId);
+  }
+
+  group(id: string): OutboxGroup | undefined {
+    const ids = this.groupIds.get(id);
+    const note = this.groupNotes.get(id);
+    if (ids === undefined && note === undefined) return undefined;
+    const records = (ids ?? []).map((msgId) => this.records.get(msgId)).filter((r) => r !== undefined);
+    return { id, at: note?.at ?? records[0]?.created_at ?? 0, records, unrouted: note?.unrouted ?? [] };
+  }
+
+  /**
+   * Adds a group's copies in one step. A key already used (by a group or by a single
+   * message) answers with what it was used for; a follow-up joins its existing group.
+   */
+  private addGroup(op: z.infer<typeof addGroupOp>): AddGroupResult {
+    this.prune(op.at);
+    if (op.idempotency_key !== undefined) {
+      const existing = this.recordForKey(op.idempotency_key);
+      if (existing) {
+        const group = existing.group === undefined ? undefined : this.group(existing.group.id);
+        const shown = group ?? { id: existing.group?.id ?? '', at: existing.created_at, records: [existing], unrouted: [] };
+        return { outcome: group !== undefined && existing.intent === op.intent ? 'duplicate' : 'conflict', group: shown };
+      }
+    }
+    const known = this.group(op.group);
+    if (known !== undefined && op.follow_up !== true) return { outcome: 'duplicate', group: known };
+    if (known === undefined) this.groupNotes.set(op.group, { at: op.at, unrouted: op.unrouted ?? [] });
+    op.copies.forEach((copy, i) => {
+      if (this.records.has(copy.envelope.msg_id)) return;
+      this.insert({
+        envelope: copy.envelope,
+        route: copy.route,
+        ...(i === 0 && op.idempotency_key !== undefined && { idempotency_key: op.idempotency_key }),
+        ...(i === 0 && op.intent !== undefined && { intent: op.intent }),
+        created_at: op.at,
+        states: [{ state: 'pending', at: op.at }],
+        accepted_by: [],
+        group: { id: op.group, ...(op.follow_up === true && { follow_up: true as const }) },
+      });
+    });
+    return { outcome: 'added', group: this.group(op.group)! };
   }
 
   private add(op: z.infer<typeof addOp>): AddResult {
@@ -158,6 +238,11 @@ export class OutboxState {
   private insert(record: OutboxRecord): void {
     this.records.set(record.envelope.msg_id, record);
     if (record.idempotency_key !== undefined) this.byKey.set(record.idempotency_key, record.envelope.msg_id);
+    if (record.group !== undefined) {
+      const ids = this.groupIds.get(record.group.id);
+      if (ids === undefined) this.groupIds.set(record.group.id, [record.envelope.msg_id]);
+      else ids.push(record.envelope.msg_id);
+    }
     this.noteSettled(record);
   }
 
@@ -166,12 +251,16 @@ export class OutboxState {
     if (leaves !== undefined && leaves < this.pruneDue) this.pruneDue = leaves;
   }
 
-  /** Records leave after the retention window once they are settled; pending ones stay. */
+  /**
+   * Records leave after the retention window once they are settled; pending ones stay. A
+   * group's records leave together, once the last of them may, so its panel never shows
+   * part of the recipients.
+   */
   private prune(now: number): void {
     if (now <= this.pruneDue) return;
     this.pruneDue = Number.POSITIVE_INFINITY;
     for (const [msgId, record] of this.records) {
-      const leaves = leavesAt(record);
+      const leaves = record.group === undefined ? leavesAt(record) : this.groupLeavesAt(record.group.id);
       if (leaves === undefined) continue;
       if (leaves >= now) {
         if (leaves < this.pruneDue) this.pruneDue = leaves;
@@ -180,6 +269,35 @@ export class OutboxState {
       this.records.delete(msgId);
       if (record.idempotency_key !== undefined) this.byKey.delete(record.idempotency_key);
     }
+    for (const [id, ids] of this.groupIds) {
+      const left = ids.filter((msgId) => this.records.has(msgId));
+      if (left.length === ids.length) continue;
+      if (left.length > 0) this.groupIds.set(id, left);
+      else {
+        this.groupIds.delete(id);
+        this.groupNotes.delete(id);
+      }
+    }
+    // A group none of whose recipients could be reached has no record to leave with.
+    for (const [id, note] of this.groupNotes) {
+      if (this.groupIds.has(id)) continue;
+      const leaves = note.at + OUTBOX_RETENTION_MS;
+      if (leaves < now) this.groupNotes.delete(id);
+      else if (leaves < this.pruneDue) this.pruneDue = leaves;
+    }
+  }
+
+  /** When a group's records may leave: when the last of them may; never while one is pending. */
+  private groupLeavesAt(id: string): number | undefined {
+    let latest = 0;
+    for (const msgId of this.groupIds.get(id) ?? []) {
+      const record = this.records.get(msgId);
+      if (record === undefined) continue;
+      const leaves = leavesAt(record);
+      if (leaves === undefined) return undefined;
+      latest = Math.max(latest, leaves);
+    }
+    return latest;
   }
 }
 
@@ -247,6 +365,24 @@ export class Outbox {
       ...(idempotency && { idempotency_key: idempotency.key, intent: idempotency.intent }),
     };
     return (await this.journal.submit(op)) as AddResult;
+  }
+
+  /** Commits a group's copies together; durable when it resolves. */
+  async addGroup(group: { id: string; follow_up?: true; copies: { envelope: Envelope; route: string }[]; unrouted: Unrouted[] }, idempotency?: { key: string; intent: string }): Promise<AddGroupResult> {
+    const op: OutboxOp = {
+      op: 'add_group',
+      at: Date.now(),
+      group: group.id,
+      ...(group.follow_up === true && { follow_up: true as const }),
+      copies: group.copies,
+      ...(group.unrouted.length > 0 && { unrouted: group.unrouted }),
+      ...(idempotency && { idempotency_key: idempotency.key, intent: idempotency.intent }),
+    };
+    return (await this.journal.submit(op)) as AddGroupResult;
+  }
+
+  async group(id: string): Promise<OutboxGroup | undefined> {
+    return this.journal.read((state) => structuredClone(state.group(id)));
   }
 
   /**
