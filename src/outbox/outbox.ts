@@ -199,7 +199,8 @@ export class OutboxState {
     this.prune(op.at);
     if (op.idempotency_key !== undefined) {
       const existing = this.recordForKey(op.idempotency_key);
-      if (existing) return { outcome: existing.intent === op.intent ? 'duplicate' : 'conflict', record: existing };
+      // A key a group holds names the group, never one of its copies as a single message.
+      if (existing) return { outcome: existing.intent === op.intent && existing.group === undefined ? 'duplicate' : 'conflict', record: existing };
     }
     const existing = this.records.get(op.envelope.msg_id);
     if (existing) return { outcome: 'duplicate', record: existing };
