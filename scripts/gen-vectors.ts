@@ -57,6 +57,7 @@ const IDENTITY_POINT = Buffer.concat([Buffer.of(1), Buffer.alloc(31)]);
 const TS = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 const MSG_ID = '000102030405060708090a0b0c0d0e0f';
 const IN_REPLY_TO = 'f0e0d0c0b0a090807060504030201000';
+const GROUP_ID = '9f8e7d6c5b4a39281706f5e4d3c2b1a0';
 
 /** Seeds are SHA-256 of a label, so anyone can rebuild them without this file. */
 function seedFor(label: string): Buffer {
@@ -266,6 +267,11 @@ export function buildV4Vectors(): Vector[] {
     sealed: encodeBase64url(sealPlaintext(alice, m.to, { to_session: m.to_session, ts: m.ts, kind: m.kind, msg_id: m.msg_id }, padded, nonceFor('padding'))),
   });
 
+  // One copy of a task sent to several recipients: the sixth body field, the group id.
+  const grouped = wireOf(
+    signEnvelope(alice, { to: m.to, to_session: 'main', text: 'review PR 42', task_id: 'pr-42', group: GROUP_ID, ts: TS + 3, msg_id: 'd0d1d2d3d4d5d6d7d8d9dadbdcdddedf', seal_nonce: nonceFor('group') }),
+  ) as SealedWire;
+
   return [
     sealedVector('valid: minimal message for session "main"', true, m, alice, bob),
     sealedVector('valid: every optional field, a non-ASCII session, reply_to and non-ASCII text', true, f, bob, alice),
@@ -278,6 +284,7 @@ export function buildV4Vectors(): Vector[] {
     sealedVector('valid signature, does not open: ts changed and signed again (the header is sealed with the body)', true, retimed, alice, bob),
     sealedVector('valid signature, does not open: padding that is not zero', true, badPadding, alice, bob),
     vector('invalid: v removed (read as version 2, which has no sealed field)', false, unversioned as unknown as WireEnvelope, alice),
+    sealedVector('valid: one copy of a message to several recipients, its group id in the sealed body', true, grouped, alice, bob),
   ];
 }
 
