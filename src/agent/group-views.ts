@@ -5,6 +5,7 @@
  */
 import type { Envelope } from '../envelope/envelope.js';
 import { receiptOf } from '../envelope/receipt.js';
+import { parseRoute } from '../envelope/route.js';
 import { InterlinkError } from '../errors.js';
 import type { Mailbox } from '../mailbox/mailbox.js';
 import { currentState } from '../mailbox/record-state.js';
@@ -124,7 +125,7 @@ export async function groupPanel(stores: readonly GroupStores[], id: string, tab
       key: copy.envelope.to,
       outcome: outcomeOf(status.state, answers),
       msg_id: copy.envelope.msg_id,
-      session: copy.route.slice(copy.route.indexOf('/') + 1),
+      session: parseRoute(copy.route)?.session ?? '',
       delivery: status.state,
       history: status.history,
       ...(answer !== undefined && { answer }),

@@ -171,6 +171,27 @@ describe.skipIf(executablePath === undefined)('the console in Chromium', () => {
     await accessible(page);
   });
 
+  it("shows the panel of a message sent to several, following each recipient's answer live", async () => {
+    const sent = await aliceAgent.call<{ group_id: string; recipients: { to: string; msg_id: string }[] }>('send_message', { to: ['bob'], text: 'Run the release checklist.', task_id: 'release-7' });
+    const page = alice.page;
+    await page.goto(`${alice.console.origin}/conversations`);
+    await page.getByRole('link', { name: 'Run the release checklist.' }).click();
+    const outcome = page.locator('table[aria-label="Recipients"] tr', { hasText: 'bob' }).locator('.outcome');
+    await outcome.filter({ hasText: /^waiting$/ }).waitFor({ timeout: STEP_MS });
+    await page.evaluate(() => ((globalThis as unknown as { marker: number }).marker = 2));
+    const copy = await eventually(async () => {
+      const { messages } = await bobAgent.call<{ messages: { msg_id: string; group_id?: string }[] }>('receive_messages');
+      return messages.find((m) => m.group_id === sent.group_id);
+    }, STEP_MS, 'bob gets his copy');
+    expect(copy.msg_id).toBe(sent.recipients[0]!.msg_id);
+    await bobAgent.call('send_message', { to: 'alice', session: 'a1', text: 'Checklist done <b>all green</b>', task_id: 'release-7', status: 'result', in_reply_to: copy.msg_id });
+    await outcome.filter({ hasText: /^answered$/ }).waitFor({ timeout: STEP_MS });
+    expect(await page.locator('.said pre.text').first().textContent()).toBe('Checklist done <b>all green</b>');
+    expect(await page.evaluate(() => (globalThis as unknown as { marker?: number }).marker)).toBe(2);
+    await shot(page, 'group');
+    await accessible(page);
+  });
+
   it('passes the accessibility check on the overview, recovery and conversations pages', async () => {
     // The recovery page is pictured after the revoke, when it holds a refusal.
     for (const [path, name] of [['/', 'overview'], ['/recovery', undefined], ['/conversations', 'conversations']] as const) {

@@ -7,6 +7,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { conversationBody } from '../../src/cli/console/conversation-page.js';
+import { groupBody, groupsList } from '../../src/cli/console/groups-page.js';
 import { escapeHtml, html, shown } from '../../src/cli/console/html.js';
 import { page } from '../../src/cli/console/layout.js';
 import { overviewBody } from '../../src/cli/console/overview-page.js';
@@ -19,7 +20,7 @@ function unescape(text: string): string {
   return text.replace(/&(amp|lt|gt|quot|#39);/g, (_, e: string) => ({ amp: '&', lt: '<', gt: '>', quot: '"', '#39': "'" })[e]!);
 }
 
-const ATTRIBUTES = new Set(['lang', 'charset', 'name', 'content', 'rel', 'href', 'src', 'defer', 'class', 'id', 'role', 'aria-label', 'aria-labelledby', 'aria-current', 'scope', 'datetime', 'data-msg-id', 'data-state', 'method', 'action', 'type', 'value', 'autocomplete', 'spellcheck', 'placeholder', 'required']);
+const ATTRIBUTES = new Set(['lang', 'charset', 'name', 'content', 'rel', 'href', 'src', 'defer', 'class', 'id', 'role', 'aria-label', 'aria-labelledby', 'aria-current', 'scope', 'datetime', 'data-msg-id', 'data-state', 'data-outcome', 'method', 'action', 'type', 'value', 'autocomplete', 'spellcheck', 'placeholder', 'required']);
 
 /** The markup has no tag or attribute but the page's own, and no character a person cannot see. */
 function inert(markup: string, allowedTags: RegExp): void {
@@ -61,7 +62,7 @@ describe('html', () => {
   });
 });
 
-const PAGE_TAGS = /^<\/?(caption|html|head|meta|title|link|script|body|header|p|span|code|nav|ul|li|a|main|h1|h2|section|table|thead|tbody|tr|th|td|time|strong|ol|pre|q|form|input|button|label)$/;
+const PAGE_TAGS = /^<\/?(caption|html|head|meta|title|link|script|body|header|p|span|code|nav|ul|li|a|main|h1|h2|section|table|thead|tbody|tr|th|td|time|strong|ol|pre|q|form|input|button|label|div)$/;
 
 describe('pages with hostile text everywhere', () => {
   it('the conversation page', () => {
@@ -73,6 +74,29 @@ describe('pages with hostile text everywhere', () => {
       const markup = page({ ...frame, title: text }, conversationBody(text, 'abcd', messages)).text;
       inert(markup.replace(/<script src="\/assets\/console.js" defer><\/script>/, ''), PAGE_TAGS);
       expect(markup.match(/<script/g)).toHaveLength(1);
+    }
+  });
+
+  it('the group pages', () => {
+    for (const text of HOSTILE) {
+      const row = {
+        session: text,
+        text,
+        panel: {
+          group_id: 'a'.repeat(32),
+          sent_at: 1,
+          task_id: text,
+          counts: { result: 1, failed: 0, canceled: 0, needs_input: 1, waiting: 0, refused: 0, not_sent: 1 },
+          settled: false,
+          recipients: [
+            { to: text, key: 'k1', outcome: 'result' as const, msg_id: 'b'.repeat(32), session: text, delivery: 'receiver_acknowledged', answer: { msg_id: 'c'.repeat(32), status: 'result', ts: 2, text }, duplicates: [{ msg_id: 'd'.repeat(32), ts: 3 }] },
+            { to: text, key: 'k2', outcome: 'needs_input' as const, msg_id: 'e'.repeat(32), session: text, delivery: 'receiver_stored', latest: { msg_id: 'f'.repeat(32), status: 'needs_input', ts: 2, text, text_truncated: true as const } },
+            { to: text, key: 'k3', outcome: 'not_sent' as const, error: { code: 'no_route', message: text } },
+          ],
+        },
+      };
+      inert(page({ ...frame, title: text }, groupBody(row)).text.replace(/<script src="\/assets\/console.js" defer><\/script>/, ''), PAGE_TAGS);
+      inert(groupsList([row]).text, PAGE_TAGS);
     }
   });
 

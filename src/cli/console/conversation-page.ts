@@ -28,11 +28,17 @@ function history(m: ConversationMessage): Html {
   )}</ol>`;
 }
 
+/** A sent copy links to its group's panel; a received one says it is one of a group. */
+function group(m: ConversationMessage): Html | string {
+  if (m.group === undefined) return '';
+  return m.direction === 'sent' ? html` · <a href="/conversations/groups/${m.group}">one copy of a message to several</a>` : html` · one of a group <code>${m.group}</code>`;
+}
+
 function message(m: ConversationMessage, petname: string): Html {
   const who = m.direction === 'sent' ? html`to ${shown(petname)}${m.their_session !== undefined ? html` / <code>${shown(m.their_session)}</code>` : ''}` : html`from ${shown(petname)}${m.their_session !== undefined ? html` / <code>${shown(m.their_session)}</code>` : ''}`;
   const task = m.status !== undefined ? html` <span class="status">${m.status}</span>` : '';
   return html`<li class="message ${m.direction}" data-msg-id="${m.msg_id}">
-<p class="meta"><span class="direction">${m.direction === 'sent' ? 'Sent' : 'Received'}</span> ${who} · session <code>${shown(m.session)}</code> · ${timeTag(m.ts)}${task}${m.in_reply_to !== undefined ? html` · reply to <code>${m.in_reply_to}</code>` : ''}</p>
+<p class="meta"><span class="direction">${m.direction === 'sent' ? 'Sent' : 'Received'}</span> ${who} · session <code>${shown(m.session)}</code> · ${timeTag(m.ts)}${task}${m.in_reply_to !== undefined ? html` · reply to <code>${m.in_reply_to}</code>` : ''}${group(m)}</p>
 <pre class="text">${shown(m.text)}</pre>
 <p class="current">State: <strong class="state" data-state="${m.state}">${m.state}</strong>${m.superseded === true ? ' (superseded by a newer message of this task)' : ''} · <code class="id">${m.msg_id}</code></p>
 ${history(m)}

@@ -38,6 +38,8 @@ export interface ConversationMessage {
   text: string;
   state: string;
   superseded?: boolean;
+  /** The group id of a message sent to several recipients (a sent copy, or one received as such). */
+  group?: string;
   history: StateStep[];
 }
 
@@ -69,6 +71,7 @@ function sentMessage(session: string, record: OutboxRecord): ConversationMessage
     ...(e.in_reply_to !== undefined && { in_reply_to: e.in_reply_to }),
     text: e.text,
     state: shownState(record),
+    ...(record.group !== undefined && { group: record.group.id }),
     history: sentHistory(record),
   };
 }
@@ -88,6 +91,7 @@ function receivedMessage(session: string, record: StoredRecord): ConversationMes
     text: e.text,
     state: currentState(record),
     ...(record.superseded_by !== undefined && { superseded: true }),
+    ...(e.group !== undefined && { group: e.group }),
     history: record.states.map((s) => ({ state: s.state, at: s.at })),
   };
 }

@@ -13,6 +13,9 @@ import { readPeers } from '../../peers/peers.js';
 import { sessionsIn } from '../session-listing.js';
 import { failureStore } from './actions.js';
 import { readConversation } from './conversation.js';
+import { readGroup, readGroups } from './groups.js';
+import { groupBody, groupsList } from './groups-page.js';
+import { html } from './html.js';
 import { conversationBody, peersBody, type PeerEntry } from './conversation-page.js';
 import type { Html } from './html.js';
 import type { Frame } from './layout.js';
@@ -60,9 +63,17 @@ async function overview(ctx: ConsoleContext): Promise<View> {
 }
 
 async function conversations(ctx: ConsoleContext): Promise<View> {
-  const [{ peers }, counts] = await Promise.all([peerRows(ctx), receivedCounts(ctx)]);
+  const [{ peers, table }, counts] = await Promise.all([peerRows(ctx), receivedCounts(ctx)]);
+  const groups = await readGroups(ctx, table);
   const entries: PeerEntry[] = [{ petname: 'self', key: ctx.identity.key, fingerprint: ctx.identity.fingerprint }, ...peers].map((p) => ({ petname: p.petname, fingerprint: p.fingerprint, ...(counts.get(p.key) ?? { received: 0, unread: 0 }) }));
-  return { title: 'Conversations', body: () => peersBody(entries) };
+  return { title: 'Conversations', body: () => html`${peersBody(entries)}<h2>Sent to several</h2>${groupsList(groups)}` };
+}
+
+async function group(ctx: ConsoleContext, id: string): Promise<View | undefined> {
+  if (!/^[0-9a-f]{32}$/.test(id)) return undefined;
+  const { table } = await readPeers(ctx.config.peersPath);
+  const row = await readGroup(ctx, table, id);
+  return row === undefined ? undefined : { title: 'Sent to several', body: () => groupBody(row) };
 }
 
 async function conversation(ctx: ConsoleContext, petname: string): Promise<View | undefined> {
@@ -114,6 +125,8 @@ export async function viewAt(ctx: ConsoleContext, url: URL): Promise<View | unde
   if (path === '/pairing') return pairing(ctx);
   if (path === '/pairing/revoke') return revoke(ctx, url.searchParams.get('petname'));
   if (path === '/recovery') return recovery(ctx);
+  const groupId = /^\/conversations\/groups\/([^/]+)$/.exec(path)?.[1];
+  if (groupId !== undefined) return group(ctx, groupId);
   const peer = /^\/conversations\/([^/]+)$/.exec(path)?.[1];
   const name = peer === undefined ? undefined : decoded(peer);
   if (name !== undefined) return conversation(ctx, name);
