@@ -81,7 +81,7 @@ export async function audience(argv: readonly string[], config: Config): Promise
           ? petnames.length === 0
             ? `removed the audience ${shown}`
             : `removed ${result.removed.map(visibleName).join(', ')} from ${shown}, its last members: the audience is gone`
-          : `removed ${result.removed.map(visibleName).join(', ')} from ${shown} (${result.members.length} members left)`;
+          : `removed ${result.removed.map(visibleName).join(', ')} from ${shown} (${result.members.length} ${result.members.length === 1 ? 'member' : 'members'} left)`;
       print(json, { name: result.name, removed: result.removed, members: result.members }, () => words);
       return;
     }
