@@ -141,6 +141,21 @@ describe('audience', () => {
     expect(JSON.parse(await readFile(audiencesFile, 'utf8'))).toEqual({ team: ['alice'] });
   });
 
+  it('shows in status once there are some: each with its members that are peers, and a damaged file fails status', async () => {
+    const offline = { INTERLINK_URL: 'ws://127.0.0.1:9' };
+    await peers('alice', 'bob');
+    expect(expectSuccess(await cli(['status'], offline))).not.toContain('audiences');
+    expect(JSON.parse(expectSuccess(await cli(['status', '--json'], offline)))).toMatchObject({ audiences: 0 });
+    await writeFile(audiencesFile, JSON.stringify({ team: ['alice', 'bob', 'ghost'], ops: ['bob'] }));
+    expect(expectSuccess(await cli(['status'], offline))).toContain('\naudiences    ops (1), team (2)\n');
+    expect(JSON.parse(expectSuccess(await cli(['status', '--json'], offline)))).toMatchObject({ audiences: 2 });
+    await writeFile(audiencesFile, '[]');
+    const damaged = await cli(['status'], offline);
+    expect(damaged.code).toBe(1);
+    expect(damaged.stdout).toContain(`audiences    unreadable: ${audiencesFile} is damaged (see below)`);
+    expect(damaged.stderr).toContain(`${audiencesFile} is damaged`);
+  });
+
   it('takes --help on every action, does nothing else, and is in the command list', async () => {
     await mkdir(configDir);
     const runs = await mapLimit([['audience', '--help'], ['audience', 'add', '-h'], ['--help']], 3, (args) => cli(args));
