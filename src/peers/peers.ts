@@ -175,24 +175,31 @@ export async function addPeer(path: string, name: string, key: string, own?: str
     }
     checkNotLookalike(petname, Object.keys(current));
     await checkNotAudience(path, petname);
+    await clearStaleMemberships(path, petname);
     return { next: { ...current, [petname]: { key, ...mark } }, result: { outcome: 'added', petname } };
   }, storeOptions);
 }
 
 /**
- * A new petname must not name an audience (or look like one): `to` would name both.
- * Called under peers.json's lock, which audience writers take first too (audiences.ts).
- * An audience that still lists this petname is left from a removal cut short (removePeer)
- * and is cleared first, so the new peer does not inherit the old one's memberships.
+ * A new petname must not name an audience, nor look like one: `to` would name both. Read
+ * without audiences.json's lock; pairing checks early with it, and addPeer again under
+ * peers.json's lock, which every writer of audience names takes first (audiences.ts).
  */
-async function checkNotAudience(peersPath: string, petname: string): Promise<void> {
-  const path = audiencesPathOf(peersPath);
-  const names = await audienceNames(path);
+export async function checkNotAudience(peersPath: string, petname: string): Promise<void> {
+  const names = await audienceNames(audiencesPathOf(peersPath));
   const audience = names.includes(petname) ? petname : lookalikeOf(petname, names);
-  if (audience !== undefined) {
-    const how = audience === petname ? 'names' : 'looks the same as';
-    throw new InterlinkError('peer_conflict', `petname ${JSON.stringify(petname)} ${how} your audience ${JSON.stringify(visibleName(audience))}; choose another petname, or remove the audience first`);
-  }
+  if (audience === undefined) return;
+  const how = audience === petname ? 'names' : 'looks the same as';
+  throw new InterlinkError('peer_conflict', `petname ${JSON.stringify(petname)} ${how} your audience ${JSON.stringify(visibleName(audience))}; choose another petname, or remove the audience first`);
+}
+
+/**
+ * An audience that still lists a petname that is not a peer is left from a removal cut
+ * short (removePeer): cleared before the petname names a peer again, so the new peer does
+ * not inherit the old one's memberships.
+ */
+async function clearStaleMemberships(peersPath: string, petname: string): Promise<void> {
+  const path = audiencesPathOf(peersPath);
   if ((await audiencesWith(path, petname)).length > 0) await dropMember(path, petname);
 }
 

@@ -22,7 +22,7 @@ import {
   readAudiences,
   removeFromAudience,
 } from '../../src/peers/audiences.js';
-import { addPeer, readPeers, removePeer } from '../../src/peers/peers.js';
+import { addPeer, checkNotAudience, readPeers, removePeer } from '../../src/peers/peers.js';
 import { captureStderr, rejectsWith } from '../helpers/assert.js';
 
 let dir: string;
@@ -181,6 +181,9 @@ describe('one namespace for petnames and audience names', () => {
     const lookalike = await rejectsWith(addPeer(peersFile, 'TEAM', newKey()), 'peer_conflict');
     expect(lookalike.message).toContain('looks the same as your audience "team"');
     expect(await fileState(peersFile)).toEqual(before);
+    // What pair request checks before it asks (the accept would be refused otherwise).
+    await rejectsWith(checkNotAudience(peersFile, 't\u0435am'), 'peer_conflict');
+    await expect(checkNotAudience(peersFile, 'carol')).resolves.toBeUndefined();
     await removeFromAudience(audiencesFile, 'team');
     expect((await addPeer(peersFile, 'team', newKey())).outcome).toBe('added');
   });
