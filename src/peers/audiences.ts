@@ -135,7 +135,7 @@ function checkMemberName(petname: string): string {
   return checkPathName(petname, 'petname');
 }
 
-/** The key under which `file` holds `name`: as typed, or in NFC. */
+/** The one of `names` that `name` is: as typed, or in NFC. */
 function storedName(names: Iterable<string>, name: string): string | undefined {
   const all = new Set(names);
   if (all.has(name)) return name;

@@ -9,6 +9,7 @@ import { checkPathName, checkSafeName, unsafePathReason } from '../config/paths.
 import { InterlinkError } from '../errors.js';
 import { parsePublicKey } from '../identity/identity.js';
 import { isAcceptablePoint } from '../identity/ed25519.js';
+import { crashPoint } from '../store/crash-point.js';
 import { damageSentence, kindOf, type Damage } from '../store/damage.js';
 import { peekJson, readJson, updateJson, type Recovery } from '../store/json-store.js';
 import { audienceNames, audiencesPathOf, audiencesWith, dropMember } from './audiences.js';
@@ -223,6 +224,7 @@ export async function removePeer(path: string, name: string): Promise<{ key: str
     delete next[stored];
     return { next, result: { petname: stored, key: existing.key } };
   }, storeOptions);
+  crashPoint('peers.remove.after_peers');
   const { audiences } = await dropMember(audiencesPathOf(path), petname);
   return { key, ...(audiences.length > 0 && { audiences }), ...(recovered && { recovered }) };
 }

@@ -80,6 +80,18 @@ describe('audience', () => {
     expect(JSON.parse(await readFile(audiencesFile, 'utf8'))).toEqual({});
   });
 
+  it('`peers remove` killed between its two writes: the member shows as no longer a peer, and a new peer of that petname does not inherit it', async () => {
+    await peers('alice', 'bob');
+    expectSuccess(await cli(['audience', 'add', 'team', 'alice', 'bob']));
+    const killed = await cli(['peers', 'remove', 'bob'], { INTERLINK_CRASH_AT: 'peers.remove.after_peers' });
+    expect(killed.code).toBeNull();
+    expect(Object.keys(JSON.parse(await readFile(join(configDir, 'peers.json'), 'utf8')) as object)).toEqual(['alice']);
+    expect(JSON.parse(await readFile(audiencesFile, 'utf8'))).toEqual({ team: ['alice', 'bob'] });
+    expect(expectSuccess(await cli(['audience', 'list']))).toBe('team  alice, bob (no longer a peer)\n');
+    expectSuccess(await cli(['peers', 'add', 'bob', newKey()]));
+    expect(JSON.parse(await readFile(audiencesFile, 'utf8'))).toEqual({ team: ['alice'] });
+  });
+
   it('marks a member that is no longer a peer (a removal cut short, a hand edit)', async () => {
     await peers('alice');
     await writeFile(audiencesFile, JSON.stringify({ team: ['alice', 'ghost'] }));
