@@ -207,11 +207,11 @@ async function clearStaleMemberships(peersPath: string, petname: string): Promis
 /**
  * The path rule only, and the name as typed or in NFC: a petname stored before the
  * hidden-character rule can be removed. The petname also leaves every audience, after
- * peers.json is written: a process that dies between the two leaves it listed in
+ * peers.json is written: that write is what stops the trust, so it comes first and alone
+ * decides. A process that dies between the two leaves the petname listed in
  * audiences.json, where readers leave out a member that is no longer a peer
  * (effectiveMembers), `audience list` marks it, and a later peer of that petname clears
- * it before it is added (addPeer). Done the other way round, a death between the two
- * would take the peer out of its audiences while it stayed a peer.
+ * it before it is added (addPeer), so no message reaches the old or the new peer by it.
  */
 export async function removePeer(path: string, name: string): Promise<{ key: string; audiences?: string[]; recovered?: Recovery }> {
   if (name === 'self') throw new InterlinkError('bad_name', 'petname "self" is reserved for your own sessions');
