@@ -14,8 +14,11 @@ export const CODE_MEANINGS = {
   key_unreadable: 'the identity file exists but cannot be read',
   bad_key: 'a public key or seed is not the right number of bytes of canonical base64url',
   bad_name: 'a petname or session id could escape a directory, holds a control, bidirectional, zero-width or other invisible character, or is reserved',
-  peer_conflict: 'the petname (or one that looks the same) already names another key, or the key another petname',
+  peer_conflict: 'the petname (or one that looks the same) already names another key or an audience, or the key another petname',
   unknown_peer: 'no peer has that petname',
+  audience_conflict: 'the audience name (or one that looks the same) is already a petname or another audience',
+  unknown_audience: 'no audience has that name, or the petname is not one of its members',
+  audience_full: 'an audience would hold more members than one send reaches, or there would be more audiences than allowed',
   own_key: "the key is this identity's own; its sessions are reached as self",
   bad_config: 'an INTERLINK_* variable holds a value it does not take',
   // envelopes and input
@@ -86,6 +89,7 @@ export type Code = keyof typeof CODE_MEANINGS;
 /** What an InterlinkError carries: tool results, `--json` output, log lines. */
 export const ERROR_CODES = [
   'key_exists', 'key_missing', 'key_unreadable', 'bad_key', 'bad_name', 'peer_conflict', 'unknown_peer', 'own_key', 'bad_config',
+  'audience_conflict', 'unknown_audience', 'audience_full',
   'bad_envelope', 'too_large', 'empty_text', 'bad_signature', 'bad_seal',
   'busy', 'corrupt', 'storage', 'storage_uncertain',
   'no_route', 'invalid_session', 'unknown_session', 'not_pending', 'idempotency_conflict', 'unknown_message', 'bad_recipients', 'too_many_recipients', 'unknown_group', 'relay_unreachable', 'relay_untrusted',

@@ -324,6 +324,10 @@ export class Agent {
     return this.peerWatch.list();
   }
 
+  listAudiences() {
+    return this.peerWatch.audiences();
+  }
+
   addPeer(petname: string, key: string) {
     return this.peerWatch.add(petname, key);
   }

@@ -8,6 +8,7 @@ import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { InterlinkError } from '../errors.js';
 import { fingerprintOf, parsePublicKey } from '../identity/identity.js';
+import { audiencesPathOf, effectiveMembers, readAudiences } from '../peers/audiences.js';
 import { PeerTable, addPeer, loadPeers, removePeer } from '../peers/peers.js';
 
 export class PeerWatch {
@@ -58,6 +59,16 @@ export class PeerWatch {
     return { peers: table.peers.map((p) => ({ petname: p.petname, key: p.key, fingerprint: fingerprintOf(parsePublicKey(p.key)), ...(p.clear === true && { clear: true }) })) };
   }
 
+  /**
+   * The audiences a person defined, each with the members that are peers now. Read-only:
+   * agents never change audiences, and a damaged file is described, not moved.
+   */
+  async audiences() {
+    const [{ table, damage }, peers] = await Promise.all([readAudiences(audiencesPathOf(this.path)), this.peers()]);
+    if (damage !== undefined) throw new InterlinkError('corrupt', damage.message);
+    return { audiences: effectiveMembers(table, peers).audiences.map((a) => ({ name: a.name, members: [...a.members] })) };
+  }
+
   async add(petname: string, key: string) {
     const result = await addPeer(this.path, petname, key, this.me);
     return { petname: result.petname, key, outcome: result.outcome };
@@ -65,7 +76,7 @@ export class PeerWatch {
 
   async remove(petname: string) {
     const result = await removePeer(this.path, petname);
-    return { petname, key: result.key, outcome: 'removed' as const };
+    return { petname, key: result.key, outcome: 'removed' as const, ...(result.audiences !== undefined && { audiences: result.audiences }) };
   }
 }
 

@@ -37,6 +37,10 @@ const commands: Record<string, Command> = {
   keygen: { load: async () => import('./commands/identity.js').then((m) => ({ run: m.keygen, help: m.keygenHelp })), summary: 'create this identity (refuses to overwrite without --force)' },
   whoami: { load: async () => import('./commands/identity.js').then((m) => ({ run: m.whoami, help: m.whoamiHelp })), summary: 'print the public key and fingerprint' },
   peers: { load: async () => import('./commands/peers.js').then((m) => ({ run: m.peers, help: m.peersHelp })), summary: 'list, add or remove peers' },
+  audience: {
+    load: async () => import('./commands/audience.js').then((m) => ({ run: m.audience, help: m.audienceHelp })),
+    summary: 'list, add to or remove audiences: named groups of peers one message reaches',
+  },
   pair: {
     load: async () => import('./commands/pair.js').then((m) => ({ run: m.pair, help: m.pairHelp })),
     summary: 'pair with another identity: request, list, accept, reject, confirm, cancel (compare the code)',

@@ -13,7 +13,7 @@ export const MAX_NAME_BYTES = 128;
  * environment): normalised to NFC, then refused if it could name another directory,
  * hide in a terminal or overflow a file name. Returns the name to use.
  */
-export function checkSafeName(name: string, what: 'session id' | 'petname'): string {
+export function checkSafeName(name: string, what: 'session id' | 'petname' | 'audience name'): string {
   const normal = name.normalize('NFC');
   const reason = unsafeNameReason(normal);
   if (reason !== undefined) throw badName(name, what, reason);
@@ -21,7 +21,7 @@ export function checkSafeName(name: string, what: 'session id' | 'petname'): str
 }
 
 /** A name a file already holds (a stored session's file): only the path rule applies. */
-export function checkPathName(name: string, what: 'session id' | 'petname'): string {
+export function checkPathName(name: string, what: 'session id' | 'petname' | 'audience name'): string {
   const reason = unsafePathReason(name);
   if (reason !== undefined) throw badName(name, what, reason);
   return name;

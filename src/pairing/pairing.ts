@@ -17,7 +17,7 @@ import { formatRoute } from '../envelope/route.js';
 import { InterlinkError, messageOf } from '../errors.js';
 import type { OutstandingRequest } from '../gate/decide.js';
 import { normalizeFingerprint, type Identity } from '../identity/identity.js';
-import { addPeer, checkNotLookalike, checkPetname, loadPeers, removePeer } from '../peers/peers.js';
+import { addPeer, checkNotAudience, checkNotLookalike, checkPetname, loadPeers, removePeer } from '../peers/peers.js';
 import type { RelayClient } from '../link/client.js';
 import { verificationCode } from './code.js';
 import { ControlOutbox } from './control.js';
@@ -104,6 +104,7 @@ export class Pairing {
     const other = table.keyOf(petname);
     if (other !== undefined) throw new InterlinkError('peer_conflict', `petname ${petname} already names another key; pass another petname`);
     checkNotLookalike(petname, table.peers.map((p) => p.petname));
+    await checkNotAudience(this.options.peersPath, petname);
     const requestId = newMsgId();
     const { outgoing, repeated, resent } = await this.options.store.update((data) =>
       planRequest(data, {

@@ -9,8 +9,10 @@ import { checkPathName, checkSafeName, unsafePathReason } from '../config/paths.
 import { InterlinkError } from '../errors.js';
 import { parsePublicKey } from '../identity/identity.js';
 import { isAcceptablePoint } from '../identity/ed25519.js';
+import { crashPoint } from '../store/crash-point.js';
 import { damageSentence, kindOf, type Damage } from '../store/damage.js';
 import { peekJson, readJson, updateJson, type Recovery } from '../store/json-store.js';
+import { audienceNames, audiencesPathOf, audiencesWith, dropMember } from './audiences.js';
 import { lookalikeOf } from './lookalike.js';
 
 const keySchema = z.string().refine((key) => {
@@ -61,7 +63,7 @@ const emptyPeers = (): PeersFile => ({});
  * A stored petname is held to the path rule only: one written before the hidden-character
  * rule keeps working (listings show it made visible) until the person renames it.
  */
-function checkPetnameReason(name: string): string | undefined {
+export function checkPetnameReason(name: string): string | undefined {
   if (name === 'self') return '"self" is reserved for your own sessions';
   return unsafePathReason(name);
 }
@@ -158,7 +160,7 @@ export function checkNewPeer(name: string, key: string, own: string | undefined)
 export async function addPeer(path: string, name: string, key: string, own?: string, options: { clear?: boolean } = {}): Promise<{ outcome: AddPeerOutcome; petname: string; recovered?: Recovery }> {
   const petname = checkNewPeer(name, key, own);
   const mark = options.clear === true ? { clear: true } : {};
-  return updateJson(path, peersFileSchema, emptyPeers, (current): { next: PeersFile | undefined; result: { outcome: AddPeerOutcome; petname: string } } => {
+  return updateJson(path, peersFileSchema, emptyPeers, async (current): Promise<{ next: PeersFile | undefined; result: { outcome: AddPeerOutcome; petname: string } }> => {
     const existing = current[petname];
     if (existing !== undefined) {
       if (existing.key === key && options.clear === true && existing.clear !== true) return { next: { ...current, [petname]: { ...existing, clear: true } }, result: { outcome: 'updated', petname } };
@@ -173,20 +175,56 @@ export async function addPeer(path: string, name: string, key: string, own?: str
       throw new InterlinkError('peer_conflict', `that key is already your peer ${visibleName(other[0])}; remove that petname first to rename it`);
     }
     checkNotLookalike(petname, Object.keys(current));
+    await checkNotAudience(path, petname);
+    await clearStaleMemberships(path, petname);
     return { next: { ...current, [petname]: { key, ...mark } }, result: { outcome: 'added', petname } };
   }, storeOptions);
 }
 
-/** The path rule only, and the name as typed or in NFC: a petname stored before the hidden-character rule can be removed. */
-export async function removePeer(path: string, name: string): Promise<{ key: string; recovered?: Recovery }> {
+/**
+ * A new petname must not name an audience, nor look like one: `to` would name both. Read
+ * without audiences.json's lock; pairing checks early with it, and addPeer again under
+ * peers.json's lock, which every writer of audience names takes first (audiences.ts).
+ */
+export async function checkNotAudience(peersPath: string, petname: string): Promise<void> {
+  const names = await audienceNames(audiencesPathOf(peersPath));
+  const audience = names.includes(petname) ? petname : lookalikeOf(petname, names);
+  if (audience === undefined) return;
+  const how = audience === petname ? 'names' : 'looks the same as';
+  throw new InterlinkError('peer_conflict', `petname ${JSON.stringify(petname)} ${how} your audience ${JSON.stringify(visibleName(audience))}; choose another petname, or remove the audience first`);
+}
+
+/**
+ * An audience that still lists a petname that is not a peer is left from a removal cut
+ * short (removePeer): cleared before the petname names a peer again, so the new peer does
+ * not inherit the old one's memberships.
+ */
+async function clearStaleMemberships(peersPath: string, petname: string): Promise<void> {
+  const path = audiencesPathOf(peersPath);
+  if ((await audiencesWith(path, petname)).length > 0) await dropMember(path, petname);
+}
+
+/**
+ * The path rule only, and the name as typed or in NFC: a petname stored before the
+ * hidden-character rule can be removed. The petname also leaves every audience, after
+ * peers.json is written: that write is what stops the trust, so it comes first and alone
+ * decides. A process that dies between the two leaves the petname listed in
+ * audiences.json, where readers leave out a member that is no longer a peer
+ * (effectiveMembers), `audience list` marks it, and a later peer of that petname clears
+ * it before it is added (addPeer), so no message reaches the old or the new peer by it.
+ */
+export async function removePeer(path: string, name: string): Promise<{ key: string; audiences?: string[]; recovered?: Recovery }> {
   if (name === 'self') throw new InterlinkError('bad_name', 'petname "self" is reserved for your own sessions');
   checkPathName(name, 'petname');
-  return updateJson(path, peersFileSchema, emptyPeers, (current) => {
-    const petname = current[name] !== undefined ? name : name.normalize('NFC');
-    const existing = current[petname];
+  const { petname, key, recovered } = await updateJson(path, peersFileSchema, emptyPeers, (current) => {
+    const stored = current[name] !== undefined ? name : name.normalize('NFC');
+    const existing = current[stored];
     if (existing === undefined) throw new InterlinkError('unknown_peer', `no peer is called ${visibleName(name)}`);
     const next = { ...current };
-    delete next[petname];
-    return { next, result: { key: existing.key } };
+    delete next[stored];
+    return { next, result: { petname: stored, key: existing.key } };
   }, storeOptions);
+  crashPoint('peers.remove.after_peers');
+  const { audiences } = await dropMember(audiencesPathOf(path), petname);
+  return { key, ...(audiences.length > 0 && { audiences }), ...(recovered && { recovered }) };
 }

@@ -83,21 +83,27 @@ export async function readJson<T>(path: string, schema: z.ZodType<T>, fallback: 
   return withFileLock(path, () => readOrRepair(path, schema, fallback, options));
 }
 
+export interface Edited<T, R> {
+  next: T | undefined;
+  result: R;
+}
+
 /**
  * Read-modify-write under the lock. `edit` returns the new value (or `undefined` to
  * leave the file untouched) and a result for the caller. The new value is durable
- * before this resolves.
+ * before this resolves. An `edit` may wait (to read or edit a file that depends on this
+ * one while the lock keeps this one still); it must not take this file's lock again.
  */
 export async function updateJson<T, R extends object>(
   path: string,
   schema: z.ZodType<T>,
   fallback: () => T,
-  edit: (current: T) => { next: T | undefined; result: R },
+  edit: (current: T) => Edited<T, R> | Promise<Edited<T, R>>,
   options: StoreOptions = {},
 ): Promise<R & { recovered?: Recovery }> {
   return withFileLock(path, async () => {
     const { value, recovered } = await readOrRepair(path, schema, fallback, options);
-    const { next, result } = edit(value);
+    const { next, result } = await edit(value);
     if (next !== undefined) await writeFileAtomic(path, JSON.stringify(next, null, 2) + '\n');
     return recovered ? { ...result, recovered } : { ...result };
   });

@@ -4,7 +4,7 @@
  * every tool states its four behaviour hints, that a 256 KiB message comes back once (not
  * as text plus structuredContent), and that times come with ISO 8601 strings.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -12,6 +12,7 @@ import { MAX_TEXT_BYTES } from '../../src/envelope/envelope.js';
 import { STRUCTURED_MAX_BYTES } from '../../src/mcp/result.js';
 import { eventually, pair, resultData, startPeer, type Peer, type PeerOptions } from '../helpers/mcp.js';
 import { reapAll } from '../helpers/process.js';
+import { newIdentity } from '../helpers/fixtures.js';
 import { startRelay } from '../helpers/spawn-relay.js';
 
 let root: string;
@@ -91,7 +92,9 @@ describe('tools/list', () => {
         .map((t) => t.name)
         .sort();
     // Reading mail never consumes it; conversation_history can (consume), so it is not read-only.
-    expect(withHint('readOnlyHint')).toEqual(['discover', 'get_my_session_id', 'list_pair_requests', 'list_peers', 'list_pending', 'message_status', 'receive_messages']);
+    expect(withHint('readOnlyHint')).toEqual(['discover', 'get_my_session_id', 'list_audiences', 'list_pair_requests', 'list_peers', 'list_pending', 'message_status', 'receive_messages']);
+    // Audiences are a person's: an agent reads them and has no tool that changes them.
+    expect(tools.map((t) => t.name).filter((name) => /audience/.test(name))).toEqual(['list_audiences']);
     expect(withHint('destructiveHint')).toEqual(['cancel_pending', 'failed_deliveries', 'reject_pair', 'remove_peer']);
     // What reaches other machines through the relays: messages, pairing, presence (message_status asks the rosters).
     expect(withHint('openWorldHint')).toEqual(['accept_pair', 'cancel_task', 'discover', 'message_status', 'request_pair', 'send_message', 'set_summary']);
@@ -99,6 +102,21 @@ describe('tools/list', () => {
     // What a stranger sees of a summary, as test/e2e/sealed.test.ts finds it: the key and the session.
     expect(tools.find((t) => t.name === 'set_summary')?.description).toMatch(/sealed to this identity's peers and its own sessions: every peer reads it; a stranger or a relay cannot/);
     expect(tools.find((t) => t.name === 'bind_codex_session')?.description).toMatch(/operator setup.*never on a peer's request/i);
+  });
+});
+
+describe('list_audiences', () => {
+  it("lists the person's audiences, leaving out a member that is no longer a peer", async () => {
+    const claude = await server('claude');
+    expect(await claude.call('list_audiences')).toEqual({ audiences: [] });
+    const alice = newIdentity();
+    await writeFile(join(claude.config, 'peers.json'), JSON.stringify({ alice: { key: alice.key } }));
+    await writeFile(join(claude.config, 'audiences.json'), JSON.stringify({ team: ['alice', 'gone'], ops: ['gone'] }));
+    expect(await claude.call('list_audiences')).toEqual({ audiences: [{ name: 'ops', members: [] }, { name: 'team', members: ['alice'] }] });
+    await writeFile(join(claude.config, 'audiences.json'), '{"team": "alice"}');
+    const error = await claude.fail('list_audiences', {});
+    expect(error.code).toBe('corrupt');
+    expect(error.message).toContain('audiences.json is damaged');
   });
 });
 

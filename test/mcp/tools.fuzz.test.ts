@@ -52,6 +52,7 @@ const VALID_ARGUMENTS: Record<string, Record<string, unknown>> = {
   acknowledge_messages: { messages: [{ sender: stranger.key, msg_id: MSG_ID }] },
   conversation_history: { peer: 'self', limit: 20, consume: false },
   list_peers: {},
+  list_audiences: {},
   add_peer: { petname: 'carol', key: stranger.key },
   remove_peer: { petname: 'carol' },
   discover: { peer: 'self' },

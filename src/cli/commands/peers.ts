@@ -11,6 +11,8 @@ export const peersHelp = `usage: interlink-mcp peers list [--json]
 
 Edits peers.json ($INTERLINK_PEERS or <config>/peers.json): the identities whose messages
 this machine accepts. A petname is never re-pointed to a different key; remove it first.
+Removing a peer also takes it out of every audience (\`interlink-mcp audience\`); a petname
+may not name an audience, nor look like one.
 A damaged peers.json: \`list\` exits 1 and leaves it as it is; \`add\` and \`remove\` move it
 aside (they say where) and start a fresh file.
 A key that is not a public key, or a petname that is not allowed, is a usage error (64);
@@ -72,8 +74,9 @@ export async function peers(argv: readonly string[], config: Config): Promise<vo
     }
     case 'remove': {
       const [petname] = expectPositionals(args, 1, 'interlink-mcp peers remove <petname>') as [string];
-      const { key } = await removePeer(path, petname);
-      print(json, { petname, key, outcome: 'removed' }, () => `removed ${visibleName(petname)}`);
+      const { key, audiences } = await removePeer(path, petname);
+      const from = audiences === undefined ? '' : ` (and from the audiences ${audiences.map(visibleName).join(', ')})`;
+      print(json, { petname, key, outcome: 'removed', ...(audiences !== undefined && { audiences }) }, () => `removed ${visibleName(petname)}${from}`);
       return;
     }
     default:

@@ -24,6 +24,7 @@ import { peekJson } from '../../store/json-store.js';
 import { Mailbox } from '../../mailbox/mailbox.js';
 import { Outbox, isPending, shownState } from '../../outbox/outbox.js';
 import { readPeers } from '../../peers/peers.js';
+import { audiencesPathOf, effectiveMembers, readAudiences } from '../../peers/audiences.js';
 import { expectPositionals, parse, print } from '../args.js';
 import { visibleName } from '../../config/name-characters.js';
 import { forTerminal } from '../printable.js';
@@ -47,7 +48,7 @@ async function identityOrNull(keyPath: string): Promise<Identity | undefined> {
 
 export const statusHelp = `usage: interlink-mcp status [--all] [--json]
 
-This identity, its peers, the relays and whether each answers (with the key each is held
+This identity, its peers and audiences, the relays and whether each answers (with the key each is held
 to: pinned in INTERLINK_URL or recorded on first use; a relay that answers with another
 key, a NEW one after a reset, is shown refused with what to do — for a reset on purpose
 \`interlink-mcp relay forget URL\`; and a WARNING when a session refused a key earlier), the zero-config local
@@ -60,8 +61,8 @@ session takes an ended one's mail; a REFUSING line for each peer whose mail a ma
 bound refuses (its share, or the whole mailbox), and a line when the identity's replay
 index is full.
 Sessions with nothing waiting and no activity for three days are only counted; --all
-lists them too. Reads only. Exits 1 when a file it reads (peers.json, a pairing store,
-a failed-deliveries file) is damaged: everything else is still shown, and stderr says
+lists them too. Reads only. Exits 1 when a file it reads (peers.json, audiences.json, a
+pairing store, a failed-deliveries file) is damaged: everything else is still shown, and stderr says
 what is wrong with each (they are left as they are).`;
 
 /** A session's life in `status --json`: state, and for an ended one when it ended and who takes its mail. */
@@ -91,7 +92,8 @@ export async function status(argv: readonly string[], config: Config): Promise<v
   expectPositionals(args, 0, 'interlink-mcp status [--all] [--json]');
   const identity = await identityOrNull(config.keyPath);
   const { table, damage } = await readPeers(config.peersPath);
-  const damaged: Damage[] = damage === undefined ? [] : [damage];
+  const audiences = await readAudiences(audiencesPathOf(config.peersPath));
+  const damaged: Damage[] = [damage, audiences.damage].filter((d) => d !== undefined);
   const urls = config.relays ?? [`ws://${config.localRelay}`];
   const tls = readClientTls(config.tlsCa);
   const endpoints = urls.map(relayEndpoint);
@@ -183,6 +185,7 @@ export async function status(argv: readonly string[], config: Config): Promise<v
       // Observed from its messages here: positive when its clock runs ahead of ours.
       clock_offset_ms: offsets.get(p.key)?.offset ?? null,
     })),
+    audiences: audiences.damage === undefined ? audiences.table.audiences.length : ('unreadable' as const),
     relays,
     relay_keys: relayKeys,
     local_relay: local,
@@ -201,6 +204,9 @@ export async function status(argv: readonly string[], config: Config): Promise<v
     const lines = [identity ? `identity     ${identity.fingerprint}  ${identity.key}` : 'identity     none yet (`interlink-mcp keygen`, or start the server once)'];
     const peers = data.peers.length === 0 ? 'none' : data.peers.map((p) => `${visibleName(p.petname)} (${p.fingerprint}${clockText(p.clock_offset_ms)})`).join(', ');
     lines.push(`peers        ${damage === undefined ? peers : `unreadable: ${damage.file} is damaged (see below)`}`);
+    // Only once there are some: most identities never define one.
+    if (audiences.damage !== undefined) lines.push(`audiences    unreadable: ${audiences.damage.file} is damaged (see below)`);
+    else if (data.audiences !== 0) lines.push(`audiences    ${effectiveMembers(audiences.table, table).audiences.map((a) => `${visibleName(a.name)} (${a.members.length})`).join(', ')}`);
     for (const [i, r] of relays.entries()) {
       const k = relayKeys[i]!;
       // URLs that pin one key are one relay at several addresses (link/relay-groups.ts).
