@@ -187,7 +187,7 @@ export class Agent {
   private async recipientsOf(to: string | readonly string[]): Promise<{ label: string | string[]; recipients: Recipient[] } | undefined> {
     if (typeof to === 'string') {
       if (to === 'self' || (await this.peers()).keyOf(to) !== undefined) return undefined;
-      const members = await this.audienceMembers(to);
+      const members = await this.peerWatch.audienceMembers(to);
       if (members === undefined) return undefined;
       if (members.length === 0) throw new InterlinkError('bad_recipients', `audience ${to} has no member that is still a peer; a person adds members with \`interlink-mcp audience add\``);
       return { label: to, recipients: await this.resolveAll(members) };
@@ -203,11 +203,6 @@ export class Agent {
       recipients.push({ petname: peer.petname ?? name, key: peer.key, ...(peer.clear === true && { clear: true as const }) });
     }
     return recipients;
-  }
-
-  /** The members (petnames that are still peers) of the audience `name`, or undefined when there is no such audience. */
-  private async audienceMembers(_name: string): Promise<readonly string[] | undefined> {
-    return undefined;
   }
 
   /** The stores a group may be in: this session's, then those of the ended sessions it took. */

@@ -14,12 +14,11 @@
  */
 import { TERMINAL_STATUSES, type Status } from '../envelope/envelope.js';
 import { InterlinkError } from '../errors.js';
+import { MAX_RECIPIENTS } from '../peers/audiences.js';
 
-/**
- * The most recipients one call reaches (and so the most members an audience holds): each
- * copy is a signed, sealed message and a commit's worth of outbox, all made in one call.
- */
-export const MAX_RECIPIENTS = 32;
+// The most recipients one call reaches, and so the most members an audience holds: each
+// copy is a signed, sealed message and a commit's worth of outbox, all made in one call.
+export { MAX_RECIPIENTS };
 
 /** One copy as the panel reads it. */
 export interface PanelCopy {

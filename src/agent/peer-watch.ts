@@ -69,6 +69,16 @@ export class PeerWatch {
     return { audiences: effectiveMembers(table, peers).audiences.map((a) => ({ name: a.name, members: [...a.members] })) };
   }
 
+  /**
+   * The members that are peers now of the audience `name`, or undefined when there is no
+   * such audience. A damaged audiences.json is `corrupt`: the name may be an audience in it.
+   */
+  async audienceMembers(name: string): Promise<readonly string[] | undefined> {
+    const [{ table, damage }, peers] = await Promise.all([readAudiences(audiencesPathOf(this.path)), this.peers()]);
+    if (damage !== undefined) throw new InterlinkError('corrupt', `no peer is called ${name}, and ${damage.message}`);
+    return effectiveMembers(table, peers).membersOf(name.normalize('NFC'));
+  }
+
   async add(petname: string, key: string) {
     const result = await addPeer(this.path, petname, key, this.me);
     return { petname: result.petname, key, outcome: result.outcome };

@@ -1,0 +1,233 @@
+/**
+ * One message to several agents (issue 39): a coordinator sends a task to three
+ * identities at once, each on its own state root, its own `serve` process and the official
+ * MCP SDK client, through a relay process. One answers, one refuses the task, one is
+ * offline and answers after it is back; the panel (message_status with the group id) is
+ * read after each answer. Also: the group sent again under its idempotency key, the group's
+ * cancel reaching only who is still working, the group's thread, the audience a person
+ * defines on the command line, and a removed peer left out of it.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli, userEnv } from '../helpers/cli.js';
+import { eventually, kill9, pair, startPeer, type Peer } from '../helpers/mcp.js';
+import { startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
+
+interface Line {
+  to: string;
+  outcome: string;
+  msg_id?: string;
+  delivery?: string;
+  answer?: { msg_id: string; status: string; text?: string };
+  duplicates?: { msg_id: string }[];
+  latest?: { status?: string };
+  error?: { code: string };
+}
+interface Panel {
+  group_id: string;
+  task_id?: string;
+  counts: Record<string, number>;
+  settled: boolean;
+  recipients: Line[];
+}
+interface Inbound {
+  sender: string;
+  msg_id: string;
+  text: string;
+  task_id?: string;
+  status?: string;
+  in_reply_to?: string;
+  group_id?: string;
+  receipt: { sender: string; msg_id: string };
+}
+interface GroupSent {
+  group_id: string;
+  duplicate: boolean;
+  to: string | string[];
+  recipients: { to: string; msg_id?: string; state: string; error?: { code: string } }[];
+}
+
+let root: string;
+let relay: RelayProcess;
+const open: Peer[] = [];
+
+async function start(name: string, session: string): Promise<Peer> {
+  const p = await startPeer({ root, name, session, relays: relay.url });
+  open.push(p);
+  return p;
+}
+
+async function stop(p: Peer): Promise<void> {
+  open.splice(open.indexOf(p), 1);
+  await p.close();
+}
+
+function cliEnv(p: Peer) {
+  return userEnv({ root: join(p.config, '..'), configDir: p.config, stateDir: p.state }, { INTERLINK_URL: relay.url });
+}
+
+/** The unread messages of `p` that satisfy `check`, once there are any. */
+function inboxWith(p: Peer, check: (m: Inbound) => boolean, what: string): Promise<Inbound[]> {
+  return eventually(async () => {
+    const { messages } = await p.call<{ messages: Inbound[] }>('receive_messages', { limit: 100 });
+    const found = messages.filter(check);
+    return found.length > 0 ? found : undefined;
+  }, 20_000, what);
+}
+
+function panel(p: Peer, group: string): Promise<Panel> {
+  return p.call<Panel>('message_status', { group_id: group });
+}
+
+function panelWhere(p: Peer, group: string, check: (panel: Panel) => boolean, what: string): Promise<Panel> {
+  return eventually(async () => {
+    const shown = await panel(p, group);
+    return check(shown) ? shown : undefined;
+  }, 20_000, what);
+}
+
+const line = (shown: Panel, to: string) => shown.recipients.find((r) => r.to === to)!;
+
+beforeAll(async () => {
+  root = await mkdtemp(join(tmpdir(), 'interlink-groups-'));
+  relay = await startRelay({ db: join(root, 'relay-db') });
+});
+
+afterAll(async () => {
+  await Promise.all(open.splice(0).map((p) => p.close().catch(() => undefined)));
+  await relay.child.kill('SIGTERM');
+  await rm(root, { recursive: true, force: true });
+});
+
+describe('a task sent to an audience', () => {
+  it('reaches each member once, and the panel follows each answer, a refusal, an offline member and a cancel', async () => {
+    const lead = await start('lead', 'l1');
+    const bob = await start('bob', 'b1');
+    const carol = await start('carol', 'c1');
+    let dave = await start('dave', 'd1');
+    await pair(lead, bob, { a: 'lead', b: 'bob' });
+    await pair(lead, carol, { a: 'lead', b: 'carol' });
+    await pair(lead, dave, { a: 'lead', b: 'dave' });
+
+    // A person defines the audience on the command line; the agent reads it.
+    const added = await runCli(['audience', 'add', 'reviewers', 'bob', 'carol', 'dave', '--json'], cliEnv(lead));
+    expect(added.code, added.stderr).toBe(0);
+    expect((await lead.call<{ audiences: { name: string; members: string[] }[] }>('list_audiences')).audiences).toEqual([{ name: 'reviewers', members: ['bob', 'carol', 'dave'] }]);
+
+    // Dave's server dies once the lead sees his session: it stays on the roster, away, and
+    // his copy waits on the relay.
+    await eventually(async () => ((await lead.call<{ identities: unknown[] }>('discover', { peer: 'dave' })).identities.length > 0 ? true : undefined), 20_000, "dave's session on the roster");
+    kill9(dave);
+    open.splice(open.indexOf(dave), 1);
+
+    const sent = await lead.call<GroupSent>('send_message', { to: 'reviewers', text: 'review PR 42', task_id: 'pr-42', idempotency_key: 'review-42' });
+    expect(sent.to).toBe('reviewers');
+    expect(sent.duplicate).toBe(false);
+    expect(sent.recipients.map((r) => r.to).sort()).toEqual(['bob', 'carol', 'dave']);
+    const copyOf = (to: string) => sent.recipients.find((r) => r.to === to)!.msg_id!;
+    expect(new Set(sent.recipients.map((r) => r.msg_id)).size).toBe(3);
+
+    const first = await panel(lead, sent.group_id);
+    expect(first.task_id).toBe('pr-42');
+    expect(first.counts, JSON.stringify(first)).toMatchObject({ waiting: 3 });
+    expect(first.settled).toBe(false);
+
+    // Each live recipient holds exactly one copy, its own, naming the shared group.
+    const [atBob] = await inboxWith(bob, (m) => m.task_id === 'pr-42', 'bob gets the task');
+    const [atCarol] = await inboxWith(carol, (m) => m.task_id === 'pr-42', 'carol gets the task');
+    expect(atBob!.group_id).toBe(sent.group_id);
+    expect(atCarol!.group_id).toBe(sent.group_id);
+    expect(atBob!.msg_id).toBe(copyOf('bob'));
+    expect(atCarol!.msg_id).toBe(copyOf('carol'));
+
+    // The same call again (a retry after a lost answer): the same group, nothing sent twice.
+    const again = await lead.call<GroupSent>('send_message', { to: 'reviewers', text: 'review PR 42', task_id: 'pr-42', idempotency_key: 'review-42' });
+    expect(again.duplicate).toBe(true);
+    expect(again.group_id).toBe(sent.group_id);
+    expect(again.recipients.map((r) => r.msg_id).sort()).toEqual(sent.recipients.map((r) => r.msg_id).sort());
+    expect((await lead.fail('send_message', { to: 'reviewers', text: 'something else', idempotency_key: 'review-42' })).code).toBe('idempotency_conflict');
+
+    // Bob answers: one result.
+    await bob.call('send_message', { to: 'lead', text: 'looks good', task_id: 'pr-42', status: 'result', in_reply_to: atBob!.msg_id });
+    let shown = await panelWhere(lead, sent.group_id, (p) => p.counts.result === 1, 'bob answered');
+    expect(line(shown, 'bob').answer).toMatchObject({ status: 'result', text: 'looks good' });
+    expect(shown.counts.waiting).toBe(2);
+
+    // Carol asks a question, then refuses the task.
+    await carol.call('send_message', { to: 'lead', text: 'which branch?', task_id: 'pr-42', status: 'needs_input', in_reply_to: atCarol!.msg_id });
+    shown = await panelWhere(lead, sent.group_id, (p) => p.counts.needs_input === 1, 'carol asked');
+    expect(line(shown, 'carol').outcome).toBe('needs_input');
+    await carol.call('send_message', { to: 'lead', text: 'I will not review my own code', task_id: 'pr-42', status: 'failed', in_reply_to: atCarol!.msg_id });
+    shown = await panelWhere(lead, sent.group_id, (p) => p.counts.failed === 1, 'carol refused');
+    expect(line(shown, 'carol').answer?.status).toBe('failed');
+    expect(line(shown, 'carol').latest).toBeUndefined();
+    // Dave, offline, holds up nobody: his line still waits, his copy accepted by the relay.
+    expect(line(shown, 'dave').outcome).toBe('waiting');
+    expect(['bus_accepted', 'awaiting_session']).toContain(line(shown, 'dave').delivery);
+
+    // A second answer from bob is shown as a duplicate, not counted.
+    await bob.call('send_message', { to: 'lead', text: 'also: fix the typo', task_id: 'pr-42', status: 'result', in_reply_to: atBob!.msg_id });
+    shown = await panelWhere(lead, sent.group_id, (p) => line(p, 'bob').duplicates?.length === 1, 'bob answered twice');
+    expect(shown.counts.result).toBe(1);
+    expect(line(shown, 'bob').answer?.text).toBe('looks good');
+
+    // Dave is back (a new server, the same session): his copy arrives; the lead cancels the
+    // group, which reaches only dave (the others answered).
+    dave = await start('dave', 'd1');
+    const [atDave] = await inboxWith(dave, (m) => m.task_id === 'pr-42' && m.status === undefined, 'dave gets the task after his restart');
+    expect(atDave!.group_id).toBe(sent.group_id);
+    const canceled = await lead.call<{ canceled: { to: string; msg_id: string }[]; left_alone: { to: string; outcome: string }[] }>('cancel_task', { group_id: sent.group_id, reason: 'merged already' });
+    expect(canceled.canceled.map((c) => c.to)).toEqual(['dave']);
+    expect(canceled.left_alone.map((l) => l.to).sort()).toEqual(['bob', 'carol']);
+    const [cancel] = await inboxWith(dave, (m) => m.status === 'canceled', 'dave gets the cancel');
+    expect(cancel).toMatchObject({ group_id: sent.group_id, in_reply_to: atDave!.msg_id, task_id: 'pr-42', text: 'merged already' });
+    await dave.call('send_message', { to: 'lead', text: 'stopped', task_id: 'pr-42', status: 'canceled', in_reply_to: atDave!.msg_id });
+    shown = await panelWhere(lead, sent.group_id, (p) => p.settled, 'every recipient answered');
+    expect(shown.counts).toMatchObject({ result: 1, failed: 1, canceled: 1, waiting: 0, needs_input: 0 });
+
+    // The thread: three copies, the cancel, and the five replies, oldest first.
+    const thread = await lead.call<{ messages: { direction: string; text: string }[] }>('conversation_history', { group_id: sent.group_id, limit: 100 });
+    expect(thread.messages.filter((m) => m.direction === 'outbound').map((m) => m.text)).toEqual(['review PR 42', 'review PR 42', 'review PR 42', 'merged already']);
+    expect(thread.messages.filter((m) => m.direction === 'inbound')).toHaveLength(5);
+
+    // A person removes carol as a peer: the audience loses her, and the next send reaches two.
+    const removed = await runCli(['peers', 'remove', 'carol'], cliEnv(lead));
+    expect(removed.code, removed.stderr).toBe(0);
+    const listed = await runCli(['audience', 'list', '--json'], cliEnv(lead));
+    expect(JSON.parse(listed.stdout)).toMatchObject({ audiences: [{ name: 'reviewers', members: ['bob', 'dave'] }] });
+    const next = await lead.call<GroupSent>('send_message', { to: 'reviewers', text: 'one more thing' });
+    expect(next.recipients.map((r) => r.to).sort()).toEqual(['bob', 'dave']);
+    await stop(carol);
+  }, 120_000);
+
+  it('sends to a list, reports a peer no copy could be addressed to, and refuses what a group cannot take', async () => {
+    const lead = await start('lead2', 'm1');
+    const erin = await start('erin', 'e1');
+    await pair(lead, erin, { a: 'lead', b: 'erin' });
+    // A peer whose sessions were never seen anywhere: no copy can name a session.
+    const ghost = await startPeer({ root, name: 'ghost', session: 'g1', relays: 'ws://127.0.0.1:9' });
+    const ghostKey = (await ghost.call<{ identity: string }>('get_my_session_id')).identity;
+    await ghost.close();
+    await lead.call('add_peer', { petname: 'ghost', key: ghostKey });
+
+    const sent = await lead.call<GroupSent>('send_message', { to: ['erin', 'ghost', 'erin'], text: 'status?' });
+    expect(sent.recipients.map((r) => [r.to, r.state, r.error?.code])).toEqual([
+      ['erin', 'pending', undefined],
+      ['ghost', 'not_sent', 'no_route'],
+    ]);
+    const shown = await panel(lead, sent.group_id);
+    expect(line(shown, 'ghost').outcome).toBe('not_sent');
+    expect(shown.counts.not_sent).toBe(1);
+    await inboxWith(erin, (m) => m.group_id === sent.group_id, 'erin gets her copy');
+
+    expect((await lead.fail('send_message', { to: ['erin', 'self'], text: 'x' })).code).toBe('bad_recipients');
+    expect((await lead.fail('send_message', { to: ['erin'], session: 'e1', text: 'x' })).code).toBe('bad_recipients');
+    expect((await lead.fail('send_message', { to: ['erin', 'nobody'], text: 'x' })).code).toBe('unknown_peer');
+    expect((await lead.fail('send_message', { to: Array.from({ length: 33 }, (_, i) => `p${i}`), text: 'x' })).code).toBe('bad_arguments');
+    expect((await lead.fail('message_status', { group_id: '0'.repeat(32) })).code).toBe('unknown_group');
+    expect((await lead.fail('message_status', {})).code).toBe('bad_arguments');
+    expect((await lead.fail('cancel_task', { group_id: sent.group_id, to: 'erin' })).code).toBe('bad_arguments');
+  }, 60_000);
+});
