@@ -202,7 +202,7 @@ describe('a task sent to an audience', () => {
     await stop(carol);
   }, 120_000);
 
-  it('sends to a list, reports a peer no copy could be addressed to, and refuses what a group cannot take', async () => {
+  it('sends to a list, reports a peer no copy could be addressed to, shows a recipient whose gate refused its copy, and refuses what a group cannot take', async () => {
     const lead = await start('lead2', 'm1');
     const erin = await start('erin', 'e1');
     await pair(lead, erin, { a: 'lead', b: 'erin' });
@@ -221,6 +221,23 @@ describe('a task sent to an audience', () => {
     expect(line(shown, 'ghost').outcome).toBe('not_sent');
     expect(shown.counts.not_sent).toBe(1);
     await inboxWith(erin, (m) => m.group_id === sent.group_id, 'erin gets her copy');
+
+    // A recipient whose gate refuses its copy: the lead marked frank `clear` by mistake, so
+    // frank gets a clear copy and refuses it (`unsealed`); his signed receipt says so, and
+    // the panel shows him refused while erin's answer still counts.
+    const frank = await start('frank', 'f1');
+    const frankKey = (await frank.call<{ identity: string }>('get_my_session_id')).identity;
+    const leadKey = (await lead.call<{ identity: string }>('get_my_session_id')).identity;
+    await frank.call('add_peer', { petname: 'lead', key: leadKey });
+    const marked = await runCli(['peers', 'add', 'frank', frankKey, '--clear'], cliEnv(lead));
+    expect(marked.code, marked.stderr).toBe(0);
+    await eventually(async () => ((await lead.call<{ identities: unknown[] }>('discover', { peer: 'frank' })).identities.length > 0 ? true : undefined), 20_000, "frank's session on the roster");
+    const asked = await lead.call<GroupSent>('send_message', { to: ['erin', 'frank'], text: 'ship it?', task_id: 'ship' });
+    const [toErin] = await inboxWith(erin, (m) => m.task_id === 'ship', 'erin gets the question');
+    await erin.call('send_message', { to: 'lead', text: 'yes', task_id: 'ship', status: 'result', in_reply_to: toErin!.msg_id });
+    const refused = await panelWhere(lead, asked.group_id, (p) => p.counts.refused === 1 && p.counts.result === 1, 'frank refused, erin answered');
+    expect(line(refused, 'frank').delivery).toBe('receiver_refused');
+    expect(refused.settled).toBe(true);
 
     expect((await lead.fail('send_message', { to: ['erin', 'self'], text: 'x' })).code).toBe('bad_recipients');
     expect((await lead.fail('send_message', { to: ['erin'], session: 'e1', text: 'x' })).code).toBe('bad_recipients');
