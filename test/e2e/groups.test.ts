@@ -11,6 +11,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { outboxPath } from '../../src/config/layout.js';
+import { Outbox } from '../../src/outbox/outbox.js';
 import { runCli, userEnv } from '../helpers/cli.js';
 import { eventually, kill9, pair, startPeer, type Peer } from '../helpers/mcp.js';
 import { startRelay, type RelayProcess } from '../helpers/spawn-relay.js';
@@ -247,4 +249,47 @@ describe('a task sent to an audience', () => {
     expect((await lead.fail('message_status', {})).code).toBe('bad_arguments');
     expect((await lead.fail('cancel_task', { group_id: sent.group_id, to: 'erin' })).code).toBe('bad_arguments');
   }, 60_000);
+
+  for (const point of ['outbox.append.before_sync', 'outbox.append.after_sync']) {
+    it(`keeps a group whole when the sender is killed at ${point}, and sends every copy after its restart`, async () => {
+      const name = point.endsWith('before_sync') ? 'crash-a' : 'crash-b';
+      const lead = await startPeer({ root, name, session: 's1', relays: relay.url, env: { INTERLINK_CRASH_AT: point } });
+      open.push(lead);
+      const gina = await start(`${name}-gina`, 'g1');
+      const hal = await start(`${name}-hal`, 'h1');
+      const { aKey: leadKey } = await pair(lead, gina, { a: 'lead', b: 'gina' });
+      await pair(lead, hal, { a: 'lead', b: 'hal' });
+      for (const peer of ['gina', 'hal']) {
+        await eventually(async () => ((await lead.call<{ identities: unknown[] }>('discover', { peer })).identities.length > 0 ? true : undefined), 20_000, `${peer} on the roster`);
+      }
+      // The group's commit is the outbox's first: the server dies inside it.
+      await expect(lead.call('send_message', { to: ['gina', 'hal'], text: 'deploy', task_id: 'deploy' })).rejects.toThrow();
+      await eventually(async () => (lead.pid() === null || !isAlive(lead.pid()!) ? true : undefined), 10_000, 'the killed server gone');
+      open.splice(open.indexOf(lead), 1);
+      // On disk: both copies under one group, in one journal entry (SIGKILL keeps what was
+      // written, synced or not; only a power cut could lose the unsynced entry, and then
+      // both copies with it).
+      const outbox = await Outbox.open(outboxPath(join(root, name, 'state'), leadKey, 's1'), { readOnly: true });
+      const copies = (await outbox.all()).filter((r) => r.group !== undefined);
+      await outbox.close();
+      expect(copies).toHaveLength(2);
+      expect(copies[1]!.group!.id).toBe(copies[0]!.group!.id);
+      const again = await start(name, 's1');
+      const [atGina] = await inboxWith(gina, (m) => m.task_id === 'deploy', 'gina gets her copy after the restart');
+      const [atHal] = await inboxWith(hal, (m) => m.task_id === 'deploy', 'hal gets his copy after the restart');
+      expect(atGina!.group_id).toBe(copies[0]!.group!.id);
+      expect(atHal!.group_id).toBe(copies[0]!.group!.id);
+      const shown = await panel(again, copies[0]!.group!.id);
+      expect(shown.recipients.map((r) => r.to).sort()).toEqual(['gina', 'hal']);
+    }, 90_000);
+  }
 });
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
