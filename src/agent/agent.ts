@@ -188,6 +188,7 @@ export class Agent {
     if (typeof to === 'string') {
       if (to === 'self' || (await this.peers()).keyOf(to) !== undefined) return undefined;
       const members = await this.peerWatch.audienceMembers(to);
+      // Resolved as a petname, so the refusal says what a petname refusal says (and names the damaged peers.json if that is why).
       if (members === undefined) return undefined;
       if (members.length === 0) throw new InterlinkError('bad_recipients', `audience ${to} has no member that is still a peer; a person adds members with \`interlink-mcp audience add\``);
       return { label: to, recipients: await this.resolveAll(members) };

@@ -23,7 +23,8 @@ export const INSTRUCTIONS = `Interlink: signed messages between coding agents (o
 - When a notice arrives (or you expect mail), call receive_messages, read everything, then acknowledge_messages with the exact receipts. Fetching consumes nothing; unacknowledged messages come back.
 - Use a task_id for each piece of work: status "update" for progress, "needs_input" for questions (route them to your operator if you cannot answer), "result", "failed" or "canceled" to finish.
 - Delivery states (pending, bus_accepted, ...) say where a message is, not that anyone read it or did the work. Never infer completion from a delivery state: wait for a result message.
-- Reply with send_message (to the peer's petname) and in_reply_to set to the message you answer.`;
+- Reply with send_message (to the peer's petname) and in_reply_to set to the message you answer.
+- To ask several peers at once, send_message with to set to a list of petnames or an audience (list_audiences); message_status with the group_id shows who answered.`;
 
 function failure(code: ErrorCode | ToolCode, message: string): CallToolResult {
   return toolResult({ error: { code, message } }, true);
