@@ -4,7 +4,6 @@
  * the copies and the mailbox their answers came to; nothing here is stored.
  */
 import type { Envelope } from '../envelope/envelope.js';
-import { receiptOf } from '../envelope/receipt.js';
 import { parseRoute } from '../envelope/route.js';
 import { InterlinkError } from '../errors.js';
 import type { Mailbox } from '../mailbox/mailbox.js';
@@ -13,7 +12,7 @@ import { shownState, type Outbox, type OutboxGroup, type OutboxRecord } from '..
 import type { PeerTable } from '../peers/peers.js';
 import type { RosterSighting } from './awaiting.js';
 import { answersOf, outcomeOf, tally, type Outcome, type PanelCopy, type PanelReply } from './groups.js';
-import { messageStatus, taskFields, type HistoryEntry } from './reading.js';
+import { messageStatus, shownThread, taskFields, type HistoryEntry, type ThreadEntry } from './reading.js';
 
 /** How much of an answer's text the panel shows; the whole message is in receive_messages and the thread. */
 export const PANEL_TEXT_CHARS = 2_000;
@@ -158,30 +157,13 @@ export async function groupThread(stores: readonly GroupStores[], id: string, ta
   const found = answersOf(copies.map(panelCopy), [...replies.values()].map(panelReply));
   const linked = new Set([...found.values()].flatMap((a) => a.replies.map((r) => r.msg_id)));
   const inbound = await Promise.all([...linked].map(async (msgId) => where.mailbox.get(replies.get(msgId)!.from, msgId)));
-  const merged = [
+  const merged: ThreadEntry[] = [
     ...group.records.map((r) => ({ direction: 'outbound' as const, envelope: r.envelope, state: shownState(r) as string })),
     ...inbound.filter((r) => r !== undefined).map((r) => ({ direction: 'inbound' as const, envelope: r.envelope, state: currentState(r) })),
   ]
     .sort((a, b) => a.envelope.ts - b.envelope.ts)
     .slice(-limit);
-  if (consume) {
-    const receipts = merged.filter((m) => m.direction === 'inbound' && m.state !== 'receiver_acknowledged').map((m) => receiptOf(m.envelope));
-    if (receipts.length > 0) await where.mailbox.acknowledge(receipts);
-    for (const m of merged) if (m.direction === 'inbound') m.state = 'receiver_acknowledged';
-  }
   const name = (key: string) => table.petnameOf(key) ?? key;
-  return {
-    group_id: id,
-    messages: merged.map((m) => ({
-      direction: m.direction,
-      ...(m.direction === 'outbound' ? { to: name(m.envelope.to) } : { from: name(m.envelope.from) }),
-      msg_id: m.envelope.msg_id,
-      text: m.envelope.text,
-      ts: m.envelope.ts,
-      state: m.state,
-      ...taskFields(m.envelope),
-      ...(m.envelope.group !== undefined && { group_id: m.envelope.group }),
-      ...(m.direction === 'inbound' && { receipt: receiptOf(m.envelope) }),
-    })),
-  };
+  const party = (m: ThreadEntry): Record<string, string> => (m.direction === 'outbound' ? { to: name(m.envelope.to) } : { from: name(m.envelope.from) });
+  return { group_id: id, messages: await shownThread(where.mailbox, merged, consume, party) };
 }

@@ -75,6 +75,8 @@ function readersId(readers: Iterable<string>): string {
 export class Presence {
   private timer: NodeJS.Timeout | undefined;
   private cached: { at: number; view: RosterView } | undefined;
+  /** The roster question under way that callers content with a cached view share. */
+  private asking: Promise<RosterView> | undefined;
   /** route → when this session last saw it on a roster, in sighting order (awaiting.ts). */
   private readonly sightings = new Map<string, number>();
   /** sig → the details it opened to (undefined: not for this identity): each announcement is opened once. */
@@ -122,6 +124,19 @@ export class Presence {
    */
   async rosterView(options: { fresh?: boolean } = {}): Promise<RosterView> {
     if (!options.fresh && this.cached && Date.now() - this.cached.at < ROSTER_CACHE_MS) return this.cached.view;
+    // Callers that may take a cached view share the question under way (a message to
+    // several routes each recipient at once): one query per relay, not one per recipient.
+    if (!options.fresh && this.asking !== undefined) return this.asking;
+    const asking = this.askRoster();
+    if (!options.fresh) this.asking = asking;
+    try {
+      return await asking;
+    } finally {
+      if (this.asking === asking) this.asking = undefined;
+    }
+  }
+
+  private async askRoster(): Promise<RosterView> {
     const readers = new Set(await this.readers());
     const view = await this.ask({ keys: [...readers] }, readers);
     this.cached = { at: Date.now(), view };

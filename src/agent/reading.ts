@@ -98,31 +98,45 @@ export async function messageStatus(outbox: Outbox, mailbox: Mailbox, msgId: str
   throw new InterlinkError('unknown_message', `no message ${msgId} in this session's outbox or mailbox`);
 }
 
+/** One message of a thread as the stores hold it, and its state. */
+export interface ThreadEntry {
+  direction: 'inbound' | 'outbound';
+  envelope: Envelope;
+  state: string;
+}
+
+/**
+ * A thread as the tools show it, oldest first as given. `consume` first acknowledges
+ * exactly the inbound messages in it; `party` adds who each message is to or from.
+ */
+export async function shownThread(mailbox: Mailbox, entries: ThreadEntry[], consume: boolean, party?: (entry: ThreadEntry) => Record<string, string>) {
+  if (consume) {
+    const receipts = entries.filter((m) => m.direction === 'inbound' && m.state !== 'receiver_acknowledged').map((m) => receiptOf(m.envelope));
+    if (receipts.length > 0) await mailbox.acknowledge(receipts);
+    for (const m of entries) if (m.direction === 'inbound') m.state = 'receiver_acknowledged';
+  }
+  return entries.map((m) => ({
+    direction: m.direction,
+    ...party?.(m),
+    msg_id: m.envelope.msg_id,
+    text: m.envelope.text,
+    ts: m.envelope.ts,
+    state: m.state,
+    ...taskFields(m.envelope),
+    ...(m.envelope.group !== undefined && { group_id: m.envelope.group }),
+    ...(m.direction === 'inbound' && { receipt: receiptOf(m.envelope) }),
+  }));
+}
+
 /** Both directions with the peer `key`, oldest first; `consume` acknowledges exactly the inbound ones returned. */
 export async function conversation(outbox: Outbox, mailbox: Mailbox, key: string, limit: number, consume: boolean) {
   const inbound = await mailbox.history(key, { limit });
   const outbound = (await outbox.all()).filter((r) => r.envelope.to === key).slice(-limit);
-  const merged = [
+  const merged: ThreadEntry[] = [
     ...inbound.map((r) => ({ direction: 'inbound' as const, envelope: r.envelope, state: currentState(r) })),
     ...outbound.map((r) => ({ direction: 'outbound' as const, envelope: r.envelope, state: shownState(r) as string })),
   ]
     .sort((a, b) => a.envelope.ts - b.envelope.ts)
     .slice(-limit);
-  if (consume) {
-    const receipts = merged.filter((m) => m.direction === 'inbound' && m.state !== 'receiver_acknowledged').map((m) => ({ sender: m.envelope.from, msg_id: m.envelope.msg_id }));
-    if (receipts.length > 0) await mailbox.acknowledge(receipts);
-    for (const m of merged) if (m.direction === 'inbound') m.state = 'receiver_acknowledged';
-  }
-  return {
-    messages: merged.map((m) => ({
-      direction: m.direction,
-      msg_id: m.envelope.msg_id,
-      text: m.envelope.text,
-      ts: m.envelope.ts,
-      state: m.state,
-      ...taskFields(m.envelope),
-      ...(m.envelope.group !== undefined && { group_id: m.envelope.group }),
-      ...(m.direction === 'inbound' && { receipt: receiptOf(m.envelope) }),
-    })),
-  };
+  return { messages: await shownThread(mailbox, merged, consume) };
 }

@@ -1,5 +1,5 @@
 /** Shared test fixtures: identities, signed envelopes and temporary directories. */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Envelope } from '../../src/envelope/envelope.js';
@@ -20,3 +20,12 @@ export async function tempDir(prefix = 'interlink-test-'): Promise<{ path: strin
   return { path, remove: () => rm(path, { recursive: true, force: true }) };
 }
 
+/** A file's bytes and inode, or undefined when it is missing: to check that a refused edit left it untouched. */
+export async function fileState(path: string): Promise<{ bytes: string; ino: number } | undefined> {
+  try {
+    const [bytes, info] = await Promise.all([readFile(path, 'utf8'), stat(path)]);
+    return { bytes, ino: info.ino };
+  } catch {
+    return undefined;
+  }
+}

@@ -5,10 +5,11 @@
  * and moved aside by writers, and a random run of edits agrees with a plain model.
  */
 import fc from 'fast-check';
-import { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { fileState } from '../helpers/fixtures.js';
 import { isInterlinkError, type ErrorCode } from '../../src/errors.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
 import { generateSigningKey } from '../../src/identity/ed25519.js';
@@ -48,15 +49,6 @@ async function peers(...petnames: string[]): Promise<void> {
 
 async function onDisk(): Promise<unknown> {
   return JSON.parse(await readFile(audiencesFile, 'utf8'));
-}
-
-async function fileState(path: string): Promise<{ bytes: string; ino: number } | undefined> {
-  try {
-    const [bytes, info] = await Promise.all([readFile(path, 'utf8'), stat(path)]);
-    return { bytes, ino: info.ino };
-  } catch {
-    return undefined;
-  }
 }
 
 describe('audiences.json edits', () => {

@@ -4,11 +4,12 @@
  * processes — the CLI's `peers add` included — lose nothing. The sidecar lock under it
  * has its own tests in test/store/lock.test.ts; both files also run with /proc hidden.
  */
-import { mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { fileState } from '../helpers/fixtures.js';
 import { InterlinkError, type ErrorCode } from '../../src/errors.js';
 import { captureStderr, rejectsWith } from '../helpers/assert.js';
 import { encodeBase64url } from '../../src/identity/base64url.js';
@@ -37,15 +38,6 @@ afterEach(async () => {
 });
 
 const newKey = (): string => encodeBase64url(generateSigningKey().publicKey);
-
-async function fileState(path: string): Promise<{ bytes: string; ino: number } | undefined> {
-  try {
-    const [bytes, info] = await Promise.all([readFile(path, 'utf8'), stat(path)]);
-    return { bytes, ino: info.ino };
-  } catch {
-    return undefined;
-  }
-}
 
 describe('peers.json edits', () => {
   it('adds, lists in petname order, and removes', async () => {
