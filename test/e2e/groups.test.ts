@@ -202,6 +202,13 @@ describe('a task sent to an audience', () => {
     const thread = await lead.call<{ messages: { direction: string; text: string }[] }>('conversation_history', { group_id: sent.group_id, limit: 100 });
     expect(thread.messages.filter((m) => m.direction === 'outbound').map((m) => m.text)).toEqual(['review PR 42', 'review PR 42', 'review PR 42', 'merged already']);
     expect(thread.messages.filter((m) => m.direction === 'inbound')).toHaveLength(5);
+    // What a person reads: `inbox --sent` marks each copy and the cancel with the group.
+    const listedSent = await runCli(['inbox', '--sent', '--json'], cliEnv(lead));
+    expect(listedSent.code, listedSent.stderr).toBe(0);
+    const rows = (JSON.parse(listedSent.stdout) as { sent: { group_id?: string }[] }).sent;
+    expect(rows.filter((r) => r.group_id === sent.group_id)).toHaveLength(4);
+    const listedText = await runCli(['inbox', '--sent'], cliEnv(lead));
+    expect(listedText.stdout).toContain(`(group ${sent.group_id})`);
 
     // A person removes carol as a peer: the audience loses her, and the next send reaches two.
     const removed = await runCli(['peers', 'remove', 'carol'], cliEnv(lead));

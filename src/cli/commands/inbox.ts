@@ -60,6 +60,8 @@ interface MessageRow {
   state: string;
   task_id?: string;
   status?: string;
+  /** Set for one copy of a message to several recipients. */
+  group_id?: string;
   text: string;
 }
 
@@ -94,6 +96,7 @@ async function receivedRows(dir: string, sessions: readonly string[], filter: { 
         state: record.superseded_by !== undefined ? `${currentState(record)} (superseded)` : currentState(record),
         ...(e.task_id !== undefined && { task_id: e.task_id }),
         ...(e.status !== undefined && { status: e.status }),
+        ...(e.group !== undefined && { group_id: e.group }),
         text: e.text,
       });
     }
@@ -120,6 +123,7 @@ async function sentRows(dir: string, sessions: readonly string[], peerKey: strin
         ...(remote !== undefined && { reported_by: 'receiver' as const, reported_at: remote.at }),
         ...(e.task_id !== undefined && { task_id: e.task_id }),
         ...(e.status !== undefined && { status: e.status }),
+        ...(record.group !== undefined && { group_id: record.group.id }),
         text: e.text,
       });
     }
@@ -142,7 +146,8 @@ async function rejectedRows(dir: string, sessions: readonly string[], peerKey: s
 function describeRow(r: MessageRow, who: string): string {
   const task = r.task_id !== undefined ? ` [${r.task_id}${r.status !== undefined ? ` ${r.status}` : ''}]` : '';
   const text = forTerminal(r.text.length > 200 ? `${r.text.slice(0, 200)}…` : r.text);
-  return `${new Date(r.ts).toISOString()}  ${visibleName(r.session)}  ${visibleName(who)}${forTerminal(task)}  ${r.state}  ${r.msg_id}\n    ${text.replace(/\n/g, '\n    ')}`;
+  const group = r.group_id !== undefined ? `  (group ${r.group_id})` : '';
+  return `${new Date(r.ts).toISOString()}  ${visibleName(r.session)}  ${visibleName(who)}${forTerminal(task)}  ${r.state}  ${r.msg_id}${group}\n    ${text.replace(/\n/g, '\n    ')}`;
 }
 
 export async function inbox(argv: readonly string[], config: Config): Promise<void> {
