@@ -24,10 +24,9 @@ import type { Outbound } from './outbound.js';
 import type { PeerWatch } from './peer-watch.js';
 import type { Presence, RosterSession } from './presence.js';
 import { conversation, inboxMessage, messageStatus, type InboxMessage } from './reading.js';
-import { Sender, type GroupReceipt, type Recipient, type SendArgs, type SendReceipt } from './sending.js';
+import { Sender, type GroupReceipt, type SendArgs, type SendReceipt } from './sending.js';
 import { groupPanel, groupThread, type GroupStores } from './group-views.js';
-import { recipientNames, stillWorking } from './groups.js';
-import { InterlinkError } from '../errors.js';
+import { stillWorking } from './groups.js';
 import { isInterlinkError, messageOf } from '../errors.js';
 import { clampFetchLimit, MAX_FETCH_LIMIT } from '../mailbox/rules.js';
 import { acknowledgeWhereHeld, presentTogether } from './inherited.js';
@@ -168,42 +167,9 @@ export class Agent {
     return this.sender.send(args);
   }
 
-  /**
-   * send_message: one message to a peer or "self", or copies of it to several: a list of petnames, or an
-   * audience a person defined (groups.ts). `session` only names a single peer's session.
-   */
-  async sendMessage(args: Omit<SendArgs, 'to'> & { to: string | readonly string[] }): Promise<SendReceipt | GroupReceipt> {
-    const { to, session, ...body } = args;
-    const group = await this.recipientsOf(to);
-    if (group === undefined) return this.sender.send({ ...args, to: to as string });
-    if (session !== undefined) throw new InterlinkError('bad_recipients', '`session` names a session of a single peer; a message to several goes to each one\'s usual session');
-    return this.sender.sendGroup(group.label, group.recipients, body);
-  }
-
-  /**
-   * The recipients `to` names when it names several: a list, or an audience. Undefined
-   * for a single petname or "self". A petname and an audience never share a name.
-   */
-  private async recipientsOf(to: string | readonly string[]): Promise<{ label: string | string[]; recipients: Recipient[] } | undefined> {
-    if (typeof to === 'string') {
-      if (to === 'self' || (await this.peers()).keyOf(to) !== undefined) return undefined;
-      const members = await this.peerWatch.audienceMembers(to);
-      // Resolved as a petname, so the refusal says what a petname refusal says (and names the damaged peers.json if that is why).
-      if (members === undefined) return undefined;
-      if (members.length === 0) throw new InterlinkError('bad_recipients', `audience ${to} has no member that is still a peer; a person adds members with \`interlink-mcp audience add\``);
-      return { label: to, recipients: await this.resolveAll(members) };
-    }
-    const names = recipientNames(to);
-    return { label: names, recipients: await this.resolveAll(names) };
-  }
-
-  private async resolveAll(names: readonly string[]): Promise<Recipient[]> {
-    const recipients: Recipient[] = [];
-    for (const name of names) {
-      const peer = await this.peerWatch.resolve(name);
-      recipients.push({ petname: peer.petname ?? name, key: peer.key, ...(peer.clear === true && { clear: true as const }) });
-    }
-    return recipients;
+  /** send_message: one message to a peer or "self", or one copy each to several (a list, or an audience; groups.ts). */
+  sendMessage(args: Omit<SendArgs, 'to'> & { to: string | readonly string[] }): Promise<SendReceipt | GroupReceipt> {
+    return this.sender.sendMessage(args);
   }
 
   /** The stores a group may be in: this session's, then those of the ended sessions it took. */
@@ -233,13 +199,26 @@ export class Agent {
    * answered, refused, or got no copy are left alone and listed.
    */
   async cancelGroup(groupId: string, reason?: string) {
-    const panel = await this.groupStatus(groupId);
+    // The turn is taken at the call, so the cancellation is signed in the order the calls came.
+    const turn = this.sender.takeTurn();
+    let panel: Awaited<ReturnType<Agent['groupStatus']>>;
+    let table: PeerTable;
+    try {
+      panel = await this.groupStatus(groupId);
+      table = await this.peers();
+    } catch (err) {
+      turn.done();
+      throw err;
+    }
     const working = panel.recipients.filter((r) => stillWorking(r.outcome) && r.msg_id !== undefined);
     const left = panel.recipients.filter((r) => !working.includes(r)).map((r) => ({ to: r.to, outcome: r.outcome }));
-    if (working.length === 0) return { group_id: groupId, canceled: [], left_alone: left };
-    const table = await this.peers();
+    if (working.length === 0) {
+      turn.done();
+      return { group_id: groupId, canceled: [], left_alone: left };
+    }
     const recipients = working.map((r) => ({ petname: r.to, key: r.key, ...(table.clear.has(r.key) && { clear: true as const }) }));
-    const receipt = await this.sender.sendGroup(
+    const receipt = await this.sender.group(
+      turn,
       working.map((r) => r.to),
       recipients,
       { text: reason?.trim() ? reason : 'canceled', status: 'canceled', ...(panel.task_id !== undefined && { task_id: panel.task_id }) },

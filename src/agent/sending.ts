@@ -23,7 +23,8 @@ import { taskFields } from './reading.js';
 import { awaitingNote } from './awaiting.js';
 import { storedSightings } from './known-sessions.js';
 import { awaitsRoster, chooseSession, PAIRING_SESSION, type RouteDecision } from './routing.js';
-import { Turns } from './turns.js';
+import { recipientNames } from './groups.js';
+import { Turns, type Turn } from './turns.js';
 
 export interface SendArgs {
   to: string;
@@ -84,6 +85,21 @@ export interface GroupBody {
   idempotency_key?: string;
 }
 
+const SESSION_WITH_GROUP = '`session` names a session of a single peer; a message to several goes to each one\'s usual session';
+
+/** The arguments every send checks before it takes a turn: the session id in NFC, a text that says something, a session id that can exist. */
+function checkedArgs<T extends { text: string; session?: string }>(input: T): T {
+  // A session id that enters is kept in NFC, as every name (config/name-characters.ts).
+  const args = input.session === undefined ? input : { ...input, session: input.session.normalize('NFC') };
+  // A blank message wakes the receiver for nothing; refused here so every surface
+  // (tool, CLI, a future caller) gets the same typed error.
+  if (args.text.trim() === '') throw new InterlinkError('empty_text', 'the text is empty or only whitespace; a message must say something');
+  // A session id no session can have would be refused by every relay, forever.
+  const badSession = args.session === undefined ? undefined : unsafeNameReason(args.session);
+  if (badSession !== undefined) throw new InterlinkError('invalid_session', `no session can be called that: ${badSession}`);
+  return args;
+}
+
 const NO_RELAY_NOTE = 'no relay is connected: the message waits in the outbox and goes out when a relay answers (see list_pending)';
 
 /**
@@ -132,16 +148,63 @@ export class Sender {
    * session's messages in.
    */
   async send(input: SendArgs): Promise<SendReceipt> {
-    // A session id that enters is kept in NFC, as every name (config/name-characters.ts).
-    const args = input.session === undefined ? input : { ...input, session: input.session.normalize('NFC') };
-    const { identity, outbox } = this.parts;
-    // A blank message wakes the receiver for nothing; refused here so every surface
-    // (tool, CLI, a future caller) gets the same typed error.
-    if (args.text.trim() === '') throw new InterlinkError('empty_text', 'the text is empty or only whitespace; a message must say something');
-    // A session id no session can have would be refused by every relay, forever.
-    const badSession = args.session === undefined ? undefined : unsafeNameReason(args.session);
-    if (badSession !== undefined) throw new InterlinkError('invalid_session', `no session can be called that: ${badSession}`);
+    const args = checkedArgs(input);
+    return this.single(this.turns.take(), args);
+  }
+
+  /**
+   * send_message: to one peer or "self", or one copy each to several (a list of petnames,
+   * or an audience a person defined). The turn is taken when the call begins, before
+   * anything is awaited, so calls are signed in the order they came whatever `to` names.
+   */
+  async sendMessage(input: Omit<SendArgs, 'to'> & { to: string | readonly string[] }): Promise<SendReceipt | GroupReceipt> {
+    const args = checkedArgs(input);
+    const names = typeof args.to === 'string' ? undefined : recipientNames(args.to);
+    if (names !== undefined && args.session !== undefined) throw new InterlinkError('bad_recipients', SESSION_WITH_GROUP);
     const turn = this.turns.take();
+    let several: { label: string | string[]; recipients: Recipient[] } | undefined;
+    try {
+      several = names !== undefined ? { label: names, recipients: await this.resolveAll(names) } : await this.audience(args.to as string);
+      if (several !== undefined && args.session !== undefined) throw new InterlinkError('bad_recipients', SESSION_WITH_GROUP);
+    } catch (err) {
+      turn.done();
+      throw err;
+    }
+    const { to, session: _session, ...body } = args;
+    if (several === undefined) return this.single(turn, { ...args, to: to as string });
+    return this.group(turn, several.label, several.recipients, body);
+  }
+
+  /** Takes this session's next turn to sign (for a caller that must look something up first, in call order). */
+  takeTurn(): Turn {
+    return this.turns.take();
+  }
+
+  /**
+   * The recipients `to` names when it names an audience (its members that are peers now);
+   * undefined for "self" and a petname, and for a name that is neither (the single send
+   * then refuses it as an unknown peer). A petname and an audience never share a name.
+   */
+  private async audience(to: string): Promise<{ label: string; recipients: Recipient[] } | undefined> {
+    if (to === 'self' || (await this.parts.peers.peers()).keyOf(to) !== undefined) return undefined;
+    const members = await this.parts.peers.audienceMembers(to);
+    if (members === undefined) return undefined;
+    if (members.length === 0) throw new InterlinkError('bad_recipients', `audience ${to} has no member that is still a peer; a person adds members with \`interlink-mcp audience add\``);
+    return { label: to, recipients: await this.resolveAll(members) };
+  }
+
+  private async resolveAll(names: readonly string[]): Promise<Recipient[]> {
+    const recipients: Recipient[] = [];
+    for (const name of names) {
+      const peer = await this.parts.peers.resolve(name);
+      recipients.push({ petname: peer.petname ?? name, key: peer.key, ...(peer.clear === true && { clear: true as const }) });
+    }
+    return recipients;
+  }
+
+  /** One message in `turn` (which this ends). */
+  private async single(turn: Turn, args: SendArgs): Promise<SendReceipt> {
+    const { identity, outbox } = this.parts;
     let adding: Promise<AddResult>;
     let session: string;
     let routed: Routed;
@@ -195,22 +258,22 @@ export class Sender {
    * Signs one copy per recipient, sealed to each and routed as a single send would be,
    * sharing a fresh group id, and commits them together (all or none). A recipient none of
    * whose sessions can be named gets no copy and is reported `not_sent` with the reason;
-   * the others go out. Signed in one turn, so each route keeps this session's order.
+   * the others go out. Signed in `turn` (which this ends), so each route keeps this
+   * session's order.
    */
-  async sendGroup(label: string | string[], recipients: readonly Recipient[], body: GroupBody, options: { group?: string; replyTo?: ReadonlyMap<string, string> } = {}): Promise<GroupReceipt> {
+  async group(turn: Turn, label: string | string[], recipients: readonly Recipient[], body: GroupBody, options: { group?: string; replyTo?: ReadonlyMap<string, string> } = {}): Promise<GroupReceipt> {
     const { identity, outbox } = this.parts;
-    if (body.text.trim() === '') throw new InterlinkError('empty_text', 'the text is empty or only whitespace; a message must say something');
-    if (Buffer.byteLength(body.text, 'utf8') > MAX_TEXT_BYTES) {
-      throw new InterlinkError('too_large', `text is ${Buffer.byteLength(body.text, 'utf8')} bytes; the limit is ${MAX_TEXT_BYTES} bytes of UTF-8`);
-    }
     const followUp = options.group !== undefined;
-    const turn = this.turns.take();
     let adding: Promise<AddGroupResult>;
     let idempotency: { key: string; intent: string } | undefined;
     const notes = new Map<string, string | undefined>();
     const signed = new Set<string>();
     let unroutedNow: Unrouted[] = [];
     try {
+      if (body.text.trim() === '') throw new InterlinkError('empty_text', 'the text is empty or only whitespace; a message must say something');
+      if (Buffer.byteLength(body.text, 'utf8') > MAX_TEXT_BYTES) {
+        throw new InterlinkError('too_large', `text is ${Buffer.byteLength(body.text, 'utf8')} bytes; the limit is ${MAX_TEXT_BYTES} bytes of UTF-8`);
+      }
       // The whole group is one intent: the same recipients, in the same order, and the same body.
       idempotency =
         body.idempotency_key === undefined

@@ -258,6 +258,17 @@ describe('a task sent to an audience', () => {
     expect(line(refused, 'frank').delivery).toBe('receiver_refused');
     expect(refused.settled).toBe(true);
 
+    // Calls are signed in the order they came, whatever `to` names: a list (whose petnames
+    // take longer to look up) and a single petname, alternating, all at once.
+    const calls = Array.from({ length: 12 }, (_, i) => lead.call('send_message', { to: i % 2 === 0 ? ['erin'] : 'erin', text: `order ${i}` }));
+    await Promise.all(calls);
+    const ordered = await eventually(async () => {
+      const { messages } = await erin.call<{ messages: Inbound[] }>('receive_messages', { limit: 100 });
+      const got = messages.filter((m) => m.text.startsWith('order '));
+      return got.length === 12 ? got : undefined;
+    }, 20_000, 'erin gets the twelve');
+    expect(ordered.map((m) => m.text)).toEqual(Array.from({ length: 12 }, (_, i) => `order ${i}`));
+
     expect((await lead.fail('send_message', { to: ['erin', 'self'], text: 'x' })).code).toBe('bad_recipients');
     expect((await lead.fail('send_message', { to: ['erin'], session: 'e1', text: 'x' })).code).toBe('bad_recipients');
     expect((await lead.fail('send_message', { to: ['erin', 'nobody'], text: 'x' })).code).toBe('unknown_peer');
