@@ -39,6 +39,12 @@ const SIZES: readonly Size[] = CI
 const RATE = 0.01;
 /** Under CI: the short run of .ci/run. */
 const CI_FLAGS = ['--duration', '10s', '--idle', '2s', '--drain', '10s'];
+/**
+ * A run gives up after this (the generator's own deadline, from the sessions, is about
+ * half an hour at 18,000): a machine without CPU to spare stalls the ramp of 18,000 on
+ * two PostgreSQL relays (docs/SCALING.md), and the row then says how far it got.
+ */
+const DEADLINE = '15m';
 const GiB = 2 ** 30;
 /** Issue 38's targets at 18,000 sessions on one relay. */
 const RSS_TARGET = GiB;
@@ -50,21 +56,24 @@ const label = (size: Size) => (size.postgresRelays === 0 ? 'one relay, --db' : `
 /** One run of the generator, its JSON report or why there is none. */
 function runCapacity(projectRoot: string, size: Size, context: BenchContext): Promise<CapacityReport | { error: string }> {
   const script = join(projectRoot, 'dist', 'scripts', 'capacity', 'run.js');
-  const args = [script, '--sessions', String(size.sessions), '--rate', String(RATE), '--json', ...(size.postgresRelays > 0 ? ['--postgres-cluster', String(size.postgresRelays)] : []), ...(CI ? CI_FLAGS : [])];
+  const args = [script, '--sessions', String(size.sessions), '--rate', String(RATE), '--json', ...(size.postgresRelays > 0 ? ['--postgres-cluster', String(size.postgresRelays)] : []), ...(CI ? CI_FLAGS : ['--deadline', DEADLINE])];
   return new Promise((resolve) => {
     const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let lastLine = '';
+    /** The last "N of M sessions connected": how far a run that failed got. */
+    let reached = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => {
       for (const line of chunk.toString().split('\n').filter((l) => l.trim() !== '')) {
         lastLine = line;
+        if (/ sessions connected/.test(line)) reached = line.replace(/^capacity: /, '');
         context.progress(`${formatCount(size.sessions)} sessions, ${label(size)}: ${line.replace(/^capacity: /, '')}`);
       }
     });
     child.once('error', (err) => resolve({ error: err.message }));
     child.once('close', (code) => {
-      if (code !== 0) return resolve({ error: `the capacity run exited with ${code}: ${lastLine}` });
+      if (code !== 0) return resolve({ error: `the capacity run exited with ${code}${reached !== '' ? ` (${reached})` : ''}: ${lastLine.replace(/^capacity: /, '')}` });
       try {
         resolve(JSON.parse(out) as CapacityReport);
       } catch (err) {
