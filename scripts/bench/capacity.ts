@@ -83,6 +83,16 @@ function runCapacity(projectRoot: string, size: Size, context: BenchContext): Pr
   });
 }
 
+/**
+ * CPU per message less the idle share, or null where the idle window says nothing: a
+ * window of a few seconds in which late sessions were still connecting makes the share
+ * larger than the traffic's whole CPU.
+ */
+const lessIdle = (r: CapacityReport) => (r.relay.marginal_cpu_ms_per_message !== null && r.relay.marginal_cpu_ms_per_message > 0 ? r.relay.marginal_cpu_ms_per_message : null);
+/** Every session connected at the end of the run (some may have connected after the ramp, on retrying). */
+const heldAll = (r: CapacityReport) => r.connected_at_end === r.sessions && r.roster.found === r.roster.checked && r.messages.lost === 0 && r.messages.sent > 0;
+const held = (r: CapacityReport) => `${formatCount(r.connected)} connected in the ramp, ${formatCount(r.connected_at_end)} at the end, ${formatCount(r.roster.found)} of ${formatCount(r.roster.checked)} pairs found, ${r.messages.lost} of ${formatCount(r.messages.sent)} messages not delivered by the end of the drain`;
+
 const mib = (bytes: number | null) => (bytes === null ? 'n/a' : (bytes / 2 ** 20).toFixed(0));
 const us = (ms: number | null) => (ms === null ? 'n/a' : formatCount(Math.round(ms * 1000)));
 const msText = (ms: number | null) => (ms === null ? 'n/a' : ms < 10 ? ms.toFixed(1) : formatCount(Math.round(ms)));
@@ -104,16 +114,24 @@ function row(size: Size, result: CapacityReport | { error: string }): string[] {
   return [
     formatCount(r.sessions),
     label(size),
-    `${formatCount(r.connected)} (${r.ramp.seconds.toFixed(0)} s)`,
+    `${formatCount(r.connected)} (${r.ramp.seconds.toFixed(0)} s)${r.connected_at_end !== r.connected ? `, ${formatCount(r.connected_at_end)} at the end` : ''}`,
     `${formatCount(r.roster.found)} of ${formatCount(r.roster.checked)}`,
     `${eachRelay(r, 'rss_after_ramp_bytes')} / ${eachRelay(r, 'rss_peak_bytes')}`,
     perSession === null ? 'n/a' : perSession.toFixed(1),
     r.relay.idle_cpu_percent === null ? 'n/a' : `${r.relay.idle_cpu_percent.toFixed(1)}%`,
-    `${us(r.relay.cpu_ms_per_message)} / ${us(r.relay.marginal_cpu_ms_per_message)}`,
+    `${us(r.relay.cpu_ms_per_message)} / ${us(lessIdle(r))}`,
     `${msText(r.latency_ms.accept_to_deliver.p50)} / ${msText(r.latency_ms.accept_to_deliver.p99)}`,
     msText(r.latency_ms.send_to_accept.p99),
     `${r.messages.lost} of ${formatCount(r.messages.sent)}`,
   ];
+}
+
+/** Judged less the idle share where the idle window allows it, else with it (which is more). */
+function cpuCheck(target: string, r: CapacityReport): Check {
+  const less = lessIdle(r);
+  if (less !== null) return { target, actual: `${us(less)} µs (${us(r.relay.cpu_ms_per_message)} µs with it)`, pass: less * 1000 <= CPU_TARGET_US };
+  const all = r.relay.cpu_ms_per_message;
+  return { target, actual: `${us(all)} µs with the idle share (the idle window was too noisy to subtract it)`, pass: all !== null && all * 1000 <= CPU_TARGET_US };
 }
 
 function checksOf(results: readonly { size: Size; result: CapacityReport | { error: string } }[]): Check[] {
@@ -132,19 +150,19 @@ function checksOf(results: readonly { size: Size; result: CapacityReport | { err
   } else {
     const r = one.result;
     checks.push(
-      { target: all, actual: `${formatCount(r.connected)} connected, ${formatCount(r.roster.found)} of ${formatCount(r.roster.checked)} found, ${r.messages.lost} of ${formatCount(r.messages.sent)} lost`, pass: r.connected === LARGEST && r.roster.found === r.roster.checked && r.messages.lost === 0 && r.messages.sent > 0 },
+      { target: all, actual: held(r), pass: heldAll(r) },
       { target: rss, actual: `${mib(r.relay.rss_peak_bytes)} MiB`, pass: r.relay.rss_peak_bytes !== null && r.relay.rss_peak_bytes < RSS_TARGET },
       { target: p99, actual: `${msText(r.latency_ms.accept_to_deliver.p99)} ms`, pass: r.latency_ms.accept_to_deliver.p99 !== null && r.latency_ms.accept_to_deliver.p99 < P99_TARGET_MS },
-      { target: cpu, actual: `${us(r.relay.marginal_cpu_ms_per_message)} µs (${us(r.relay.cpu_ms_per_message)} µs with it)`, pass: r.relay.marginal_cpu_ms_per_message !== null && r.relay.marginal_cpu_ms_per_message * 1000 <= CPU_TARGET_US },
+      cpuCheck(cpu, r),
     );
   }
   const cluster = at(2);
-  const held = `two relays on PostgreSQL with a synchronous standby hold ${formatCount(LARGEST)} sessions between them: all connected, every pair found, no message lost`;
-  if (cluster === undefined) checks.push(postgresBinDir() === undefined ? { target: held, actual: 'PostgreSQL is not installed', pass: 'skipped' } : skipped(held));
-  else if ('error' in cluster.result) checks.push({ target: held, actual: cluster.result.error, pass: false });
+  const heldTarget = `two relays on PostgreSQL with a synchronous standby hold ${formatCount(LARGEST)} sessions between them: all connected, every pair found, no message lost`;
+  if (cluster === undefined) checks.push(postgresBinDir() === undefined ? { target: heldTarget, actual: 'PostgreSQL is not installed', pass: 'skipped' } : skipped(heldTarget));
+  else if ('error' in cluster.result) checks.push({ target: heldTarget, actual: cluster.result.error, pass: false });
   else {
     const r = cluster.result;
-    checks.push({ target: held, actual: `${formatCount(r.connected)} connected, ${formatCount(r.roster.found)} of ${formatCount(r.roster.checked)} found, ${r.messages.lost} of ${formatCount(r.messages.sent)} lost`, pass: r.connected === LARGEST && r.roster.found === r.roster.checked && r.messages.lost === 0 && r.messages.sent > 0 });
+    checks.push({ target: heldTarget, actual: held(r), pass: heldAll(r) });
   }
   return checks;
 }
@@ -192,7 +210,7 @@ export function capacityCurve(projectRoot: string): Benchmark {
         measures: `\`npm run capacity\` (scripts/capacity) at ${SIZES.map((s) => `${formatCount(s.sessions)}${s.postgresRelays > 0 ? ` on ${s.postgresRelays} relays on PostgreSQL` : ''}`).join(', ')} sessions: light simulated sessions in forked worker processes speaking the real relay protocol (handshake, proven route, a version 3 announcement renewed every 30 s, sealed signed envelopes, the trust gate on every delivery, acknowledgements and signed receipts), each one asking the relay for its pair's key; ${RATE * 100}% of them send one message a second to their pair for ${CI ? '10' : '30'} s. One relay on \`--db\` started by the run with its connection caps raised; the PostgreSQL run starts a primary and a synchronous standby (fsync and synchronous_commit on) and two relays on it sharing their key, pairs dealt over both. RSS and CPU from /proc: memory per session is the relays' growth over the ramp per connected session; CPU per message is the relays' CPU over the traffic window (sending and draining) per message delivered, receipts included, with and without the share the relay spends idle at the rate of a quiet window before it.`,
         tables: [
           {
-            headers: ['Sessions', 'Relays:', 'Connected (ramp)', 'Pair found', 'RSS after ramp / peak, MiB', 'KiB per session', 'Relay CPU idle', 'Relay CPU per message, µs (with idle / without)', 'Accepted → delivered p50 / p99, ms', 'Send → accepted p99, ms', 'Lost'],
+            headers: ['Sessions', 'Relays:', 'Connected (ramp)', 'Pair found', 'RSS after ramp / peak, MiB', 'KiB per session', 'Relay CPU idle', 'Relay CPU per message, µs (with idle / without)', 'Accepted → delivered p50 / p99, ms', 'Send → accepted p99, ms', 'Not delivered by the end of the drain'],
             rows: results.map(({ size, result }) => row(size, result)),
           },
         ],
