@@ -16,6 +16,7 @@ import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { capacityCurve } from './capacity.js';
 import { makeScratch, type Mount } from './disk.js';
 import { endToEnd } from './end-to-end.js';
 import { relayMemory } from './relay-memory.js';
@@ -36,7 +37,7 @@ const COMMAND = 'npm run bench';
 /** dist/scripts/bench/run.js → the project root. */
 const PROJECT_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const DOCUMENT = join(PROJECT_ROOT, 'docs', 'PERFORMANCE.md');
-const BENCHMARKS: readonly Benchmark[] = [signatures, mailboxCommit, groupCommit, endToEnd(PROJECT_ROOT), relayMemory(PROJECT_ROOT), relayThroughput(PROJECT_ROOT), relayFlood(PROJECT_ROOT), wakeLatency(PROJECT_ROOT), userPath(PROJECT_ROOT), sealingCost(PROJECT_ROOT), relayStores(PROJECT_ROOT)];
+const BENCHMARKS: readonly Benchmark[] = [signatures, mailboxCommit, groupCommit, endToEnd(PROJECT_ROOT), relayMemory(PROJECT_ROOT), relayThroughput(PROJECT_ROOT), relayFlood(PROJECT_ROOT), wakeLatency(PROJECT_ROOT), userPath(PROJECT_ROOT), sealingCost(PROJECT_ROOT), relayStores(PROJECT_ROOT), capacityCurve(PROJECT_ROOT)];
 
 function packageVersion(name: string): string {
   try {

@@ -7,6 +7,7 @@ import { parseRelayUrl } from '../../src/config/relay-url.js';
 
 export const USAGE = `usage: npm run capacity -- --sessions N [--rate R] [--duration D] [--ramp N]
                         [--relays URL,… [--relay-pid PID,…]] [--db DIR | --store postgres://…]
+                        [--postgres-cluster N]
                         [--workers N] [--idle D] [--drain D] [--roster-sample F] [--deadline D] [--json]
 
 Simulated sessions (each its own key, paired in twos) against a relay: connected, findable
@@ -23,6 +24,10 @@ latency from the relay's accepted to the receiver's delivery.
   --relay-pid PID,…   their process ids, in the same order
   --db DIR            the started relay's store (default: a fresh temporary directory)
   --store URL         or a PostgreSQL store for it
+  --postgres-cluster N
+                      start a PostgreSQL primary with a synchronous standby (a throwaway
+                      cluster, as the tests and benchmarks start) and N relays on it (2 or
+                      more), all sharing its key; pairs are spread over them
   --workers N         generator processes (default: one per 2,000 sessions, at least 2; at most
                       8,000 sessions each)
   --idle D            a quiet window before the messages, for the relay's idle CPU (default 5s)
@@ -55,6 +60,8 @@ export interface Options {
   relayPids: number[];
   db: string | undefined;
   store: string | undefined;
+  /** Relays to start on a PostgreSQL primary with a synchronous standby this run starts; 0: none. */
+  postgresCluster: number;
   workers: number;
   idleMs: number;
   drainMs: number;
@@ -97,6 +104,7 @@ export function parseOptions(argv: readonly string[]): Options | 'help' {
       'relay-pid': { type: 'string' },
       db: { type: 'string' },
       store: { type: 'string' },
+      'postgres-cluster': { type: 'string' },
       workers: { type: 'string' },
       idle: { type: 'string' },
       drain: { type: 'string' },
@@ -124,6 +132,8 @@ export function parseOptions(argv: readonly string[]): Options | 'help' {
   if (relays.length > 0 && (values.db !== undefined || values.store !== undefined)) throw new UsageError('--db and --store are for the relay this run starts; not with --relays');
   if (values.db !== undefined && values.store !== undefined) throw new UsageError('--db or --store, not both');
   if (values.store !== undefined && !/^postgres(ql)?:\/\//.test(values.store)) throw new UsageError('--store takes a postgres:// URL');
+  const postgresCluster = number('postgres-cluster', values['postgres-cluster'], 0, (n) => Number.isInteger(n) && n >= 2 && n <= 8, 'a number of relays from 2 to 8');
+  if (postgresCluster > 0 && (relays.length > 0 || values.db !== undefined || values.store !== undefined)) throw new UsageError('--postgres-cluster starts its own relays and store: not with --relays, --db or --store');
   const durationMs = values.duration === undefined ? 30_000 : parseDuration('duration', values.duration);
   const idleMs = values.idle === undefined ? 5_000 : parseDuration('idle', values.idle);
   const drainMs = values.drain === undefined ? 15_000 : parseDuration('drain', values.drain);
@@ -133,5 +143,5 @@ export function parseOptions(argv: readonly string[]): Options | 'help' {
   // and a minute for the rest.
   const fallbackDeadline = 60_000 + (4 * sessions * 1000) / rampPerSecond + sessions * rosterSample * 100 + idleMs + durationMs + drainMs;
   const deadlineMs = values.deadline === undefined ? Math.round(fallbackDeadline) : parseDuration('deadline', values.deadline);
-  return { sessions, rate, durationMs, rampPerSecond, relays, relayPids, db: values.db, store: values.store, workers, idleMs, drainMs, rosterSample, deadlineMs, json: values.json === true };
+  return { sessions, rate, durationMs, rampPerSecond, relays, relayPids, db: values.db, store: values.store, postgresCluster, workers, idleMs, drainMs, rosterSample, deadlineMs, json: values.json === true };
 }

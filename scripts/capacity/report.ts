@@ -27,6 +27,14 @@ export interface RelayFigures {
   commits: CommitFigures | null;
 }
 
+/** The PostgreSQL cluster's server processes (primary and standby) and the primary's WAL, with `--postgres-cluster`. */
+export interface DatabaseFigures {
+  idle_cpu_percent: number | null;
+  idle_wal_bytes_per_second: number | null;
+  traffic_cpu_ms_per_message: number | null;
+  traffic_wal_bytes_per_second: number | null;
+}
+
 export interface CapacityReport {
   sessions: number;
   workers: number;
@@ -46,6 +54,8 @@ export interface CapacityReport {
   receipts: { sent: number; accepted: number; delivered: number; messages_receipted: number };
   latency_ms: { accept_to_deliver: Latency; send_to_accept: Latency; delivered_before_accepted: number };
   relay: {
+    /** Before the first session connected. */
+    rss_start_bytes: number | null;
     rss_after_ramp_bytes: number | null;
     rss_peak_bytes: number | null;
     rss_end_bytes: number | null;
@@ -64,6 +74,8 @@ export interface CapacityReport {
     commits: CommitFigures | null;
   };
   relays: RelayFigures[];
+  /** With `--postgres-cluster` only. */
+  database: DatabaseFigures | null;
   seconds: number;
 }
 
@@ -138,11 +150,15 @@ export function renderText(r: CapacityReport): string {
     ['accepted → delivered', `p50 ${ms(r.latency_ms.accept_to_deliver.p50)}, p99 ${ms(r.latency_ms.accept_to_deliver.p99)}, max ${ms(r.latency_ms.accept_to_deliver.max)} (${count(r.latency_ms.accept_to_deliver.count)} messages; ${r.latency_ms.delivered_before_accepted} delivered before the sender read accepted, counted 0)`],
     ['send → accepted', `p50 ${ms(r.latency_ms.send_to_accept.p50)}, p99 ${ms(r.latency_ms.send_to_accept.p99)}`],
     ['relay commits', r.relay.commits === null ? 'n/a' : `${count(r.relay.commits.commits)} during the traffic, mean ${ms(r.relay.commits.mean_ms)}, p50 ≤ ${ms(r.relay.commits.p50_at_most_ms, 1)}, p99 ≤ ${ms(r.relay.commits.p99_at_most_ms, 1)}`],
-    ['relay RSS', `${mib(r.relay.rss_after_ramp_bytes)} after the ramp, ${mib(r.relay.rss_peak_bytes)} peak, ${mib(r.relay.rss_end_bytes)} at the end`],
+    ['relay RSS', `${mib(r.relay.rss_start_bytes)} at the start, ${mib(r.relay.rss_after_ramp_bytes)} after the ramp, ${mib(r.relay.rss_peak_bytes)} peak, ${mib(r.relay.rss_end_bytes)} at the end`],
     ['relay CPU idle', r.relay.idle_cpu_percent === null ? 'n/a' : `${r.relay.idle_cpu_percent.toFixed(1)}% of a core over ${r.relay.idle_seconds.toFixed(1)} s (heartbeats, announcements renewed every 30 s)`],
     ['relay storage writes', `${mib(r.relay.idle_written_bytes_per_second)}/s idle, ${mib(r.relay.traffic_written_bytes_per_second)}/s during the traffic`],
     ['relay CPU per message', `${ms(r.relay.cpu_ms_per_message, 3)} (${r.relay.traffic_cpu_seconds?.toFixed(2) ?? 'n/a'} s over ${r.relay.traffic_seconds.toFixed(1)} s of traffic and drain); less idle: ${ms(r.relay.marginal_cpu_ms_per_message, 3)}`],
   ];
+  const d = r.database;
+  if (d !== null) {
+    rows.push(['PostgreSQL (both nodes)', `CPU ${d.idle_cpu_percent?.toFixed(1) ?? 'n/a'}% of a core idle, ${ms(d.traffic_cpu_ms_per_message, 3)} per message; primary's WAL ${mib(d.idle_wal_bytes_per_second)}/s idle, ${mib(d.traffic_wal_bytes_per_second)}/s during the traffic`]);
+  }
   const width = Math.max(...rows.map(([k]) => k.length));
   return [`capacity: ${count(r.sessions)} sessions, rate ${r.rate}, ${r.seconds.toFixed(0)} s`, ...rows.map(([k, v]) => `  ${k.padEnd(width)}  ${v}`)].join('\n');
 }

@@ -17,11 +17,12 @@ import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { messageOf } from '../../src/errors.js';
+import { closeAllPgClusters } from '../../test/helpers/postgres.js';
 import { commitsBetween, readCommits } from './commits.js';
 import { parseOptions, USAGE, type Options } from './options.js';
 import { chosen, splitSessions } from './plan.js';
-import { loadRelays, sampleRelay, type LoadedRelay, type RelaySample, type Relays } from './relays.js';
-import { addCounts, latency, mergeRoster, mergeTraffic, renderText, type CapacityReport, type RelayFigures } from './report.js';
+import { loadRelays, sampleRelay, type DatabaseSample, type LoadedRelay, type RelaySample, type Relays } from './relays.js';
+import { addCounts, latency, mergeRoster, mergeTraffic, renderText, type CapacityReport, type DatabaseFigures, type RelayFigures } from './report.js';
 import { WorkerPool } from './workers.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -62,6 +63,19 @@ function sum(samples: readonly RelaySample[], field: 'rssBytes' | 'peakRssBytes'
 const rate = (amount: number | null, over: number) => (amount === null || over <= 0 ? null : Math.round(amount / over));
 const perMs = (cpuSeconds: number | null, n: number) => (cpuSeconds === null || n === 0 ? null : Math.round((cpuSeconds * 1e6) / n) / 1000);
 
+/** The database's CPU and WAL over the idle window and the traffic window (`--postgres-cluster`), or null. */
+function databaseFigures(afterRamp: DatabaseSample | undefined, afterIdle: DatabaseSample | undefined, afterRoster: DatabaseSample | undefined, atEnd: DatabaseSample | undefined, idleSeconds: number, trafficSeconds: number, delivered: number): DatabaseFigures | null {
+  if (afterRamp === undefined || afterIdle === undefined || afterRoster === undefined || atEnd === undefined) return null;
+  const cpu = (a: DatabaseSample, b: DatabaseSample) => (a.cpuSeconds === undefined || b.cpuSeconds === undefined ? null : b.cpuSeconds - a.cpuSeconds);
+  const idleCpu = cpu(afterRamp, afterIdle);
+  return {
+    idle_cpu_percent: idleCpu === null || idleSeconds <= 0 ? null : Math.round((idleCpu / idleSeconds) * 1000) / 10,
+    idle_wal_bytes_per_second: rate(afterIdle.walBytes - afterRamp.walBytes, idleSeconds),
+    traffic_cpu_ms_per_message: perMs(cpu(afterRoster, atEnd), delivered),
+    traffic_wal_bytes_per_second: rate(atEnd.walBytes - afterRoster.walBytes, trafficSeconds),
+  };
+}
+
 /** Prints each worker's connected count now and then while the ramp lasts. */
 function rampProgress(sessions: number, workers: number): (worker: number, connected: number) => void {
   const counts = new Array<number>(workers).fill(0);
@@ -81,28 +95,34 @@ async function measure(options: Options, relays: Relays, pool: WorkerPool): Prom
   const started = performance.now();
   const blocks = splitSessions(options.sessions, options.workers);
   const atStart = sample();
+  const database = relays.database;
+  const databaseAt = () => (database === undefined ? Promise.resolve(undefined) : database());
   blocks.forEach((block, i) => {
     pool.send(i, { type: 'plan', relays: loaded.map((r) => r.pinned), first: block.first, count: block.count, rate: options.rate, rampPerSecond: options.rampPerSecond / options.workers, rosterSample: options.rosterSample });
   });
   const ramped = await pool.collect('ramped');
   const rampEnd = performance.now();
   const afterRamp = sample();
+  const databaseAfterRamp = await databaseAt();
   const connected = ramped.reduce((n, r) => n + r.connected, 0);
   say(`${connected} of ${options.sessions} sessions connected in ${seconds(started, rampEnd).toFixed(1)} s; idle for ${options.idleMs / 1000} s`);
   await sleep(options.idleMs);
   const idleEnd = performance.now();
   const afterIdle = sample();
+  const databaseAfterIdle = await databaseAt();
   say('each session looks for its pair on the roster');
   pool.sendAll({ type: 'roster' });
   const roster = mergeRoster((await pool.collect('rostered')).map((r) => r.result));
   const rosterEnd = performance.now();
   const afterRoster = sample();
+  const databaseAfterRoster = await databaseAt();
   say(`${roster.found} of ${roster.checked} found their pair (${roster.foundFirst} at the first request); sending for ${options.durationMs / 1000} s`);
   const commitsBefore = await Promise.all(loaded.map((r) => readCommits(r.metricsUrl)));
   pool.sendAll({ type: 'traffic', durationMs: options.durationMs, drainMs: options.drainMs });
   const reports = await pool.collect('report');
   const trafficEnd = performance.now();
   const atEnd = sample();
+  const databaseAtEnd = await databaseAt();
   const commits = (await Promise.all(loaded.map((r) => readCommits(r.metricsUrl)))).map((after, i) => commitsBetween(commitsBefore[i], after));
   const traffic = mergeTraffic(reports.map((r) => r.result));
 
@@ -136,7 +156,7 @@ async function measure(options: Options, relays: Relays, pool: WorkerPool): Prom
     workers: options.workers,
     rate: options.rate,
     senders,
-    store: options.relays.length > 0 ? 'given relays' : options.store !== undefined ? 'postgres' : 'db',
+    store: options.relays.length > 0 ? 'given relays' : options.postgresCluster > 0 ? `${options.postgresCluster} relays on postgres, primary + synchronous standby` : options.store !== undefined ? 'postgres' : 'db',
     connected,
     connect_failed: ramped.reduce((n, r) => n + r.failed, 0),
     connected_at_end: reports.reduce((n, r) => n + r.connected, 0),
@@ -148,6 +168,7 @@ async function measure(options: Options, relays: Relays, pool: WorkerPool): Prom
     receipts: { sent: receiptsSent, accepted: receiptsAccepted, delivered: receiptsDelivered, messages_receipted: receipted },
     latency_ms: { accept_to_deliver: latency(acceptToDeliver), send_to_accept: latency(sendToAccept), delivered_before_accepted: deliveredFirst },
     relay: {
+      rss_start_bytes: sum(atStart, 'rssBytes'),
       rss_after_ramp_bytes: sum(afterRamp, 'rssBytes'),
       rss_peak_bytes: sum(atEnd, 'peakRssBytes'),
       rss_end_bytes: sum(atEnd, 'rssBytes'),
@@ -162,6 +183,7 @@ async function measure(options: Options, relays: Relays, pool: WorkerPool): Prom
       commits: commits.length === 1 ? commits[0]! : null,
     },
     relays: figures,
+    database: databaseFigures(databaseAfterRamp, databaseAfterIdle, databaseAfterRoster, databaseAtEnd, idleSeconds, trafficSeconds, traffic.delivered),
     seconds: seconds(started, performance.now()),
   };
 }
@@ -186,6 +208,8 @@ async function main(): Promise<number> {
   const cleanup = () => (cleaning ??= (async () => {
     await pool?.reap();
     await relays?.stop();
+    // A cluster of --postgres-cluster interrupted while it started, before its relays were handed over.
+    await closeAllPgClusters();
   })());
   let aborted = false;
   const abort = (why: string, code: number) => {

@@ -104,7 +104,20 @@ export function isOnCurve(point: Uint8Array): boolean {
 }
 
 const PUBLIC_KEY_CACHE_LIMIT = 4096;
+let publicKeyCacheLimit = PUBLIC_KEY_CACHE_LIMIT;
 const publicKeyCache = new Map<string, KeyObject>();
+
+/**
+ * Keeps at least `keys` imported public keys (never fewer than the default 4,096): for a
+ * relay, one per connection it may hold. Every session renews its announcement every
+ * 30 s, so a relay holding more sessions than the cache went through every key in turn
+ * and imported each again for each verification — an import costs more than the
+ * verification (a relay of 18,000 sessions spent a fifth of its CPU importing keys). A
+ * key kept weighs about 0.8 KiB.
+ */
+export function keepPublicKeys(keys: number): void {
+  publicKeyCacheLimit = Math.max(PUBLIC_KEY_CACHE_LIMIT, Math.floor(keys));
+}
 
 /** Importing a raw key costs more than a verification, so keys are imported once and cached. */
 function publicKeyObject(publicKey: Uint8Array): KeyObject {
@@ -112,7 +125,7 @@ function publicKeyObject(publicKey: Uint8Array): KeyObject {
   let key = publicKeyCache.get(id);
   if (key === undefined) {
     key = createPublicKey({ key: Buffer.concat([SPKI_PREFIX, publicKey]), format: 'der', type: 'spki' });
-    if (publicKeyCache.size >= PUBLIC_KEY_CACHE_LIMIT) {
+    if (publicKeyCache.size >= publicKeyCacheLimit) {
       const oldest = publicKeyCache.keys().next().value;
       if (oldest !== undefined) publicKeyCache.delete(oldest);
     }

@@ -13,6 +13,7 @@ import type { Server as HttpServer } from 'node:http';
 import type { Socket } from 'node:net';
 import WebSocket, { WebSocketServer } from 'ws';
 import { errnoCode, InterlinkError, messageOf } from '../errors.js';
+import { keepPublicKeys } from '../identity/ed25519.js';
 import { MAX_HOLD_MS, MAX_PAST_MS } from '../gate/decide.js';
 import { log } from '../log.js';
 import { connectionCaps } from './admission.js';
@@ -189,7 +190,10 @@ export class RelayServer {
     };
     const metrics = new RelayMetrics();
     // The roster grows with the connections the relay may hold: no ceiling below them.
-    const rosterLimits = rosterBounds(connectionCaps(options.host, options).maxConnections, options.rosterMaxEntries);
+    const maxConnections = connectionCaps(options.host, options).maxConnections;
+    const rosterLimits = rosterBounds(maxConnections, options.rosterMaxEntries);
+    // Each connection's key is verified again with every renewed announcement: one imported key kept per connection.
+    keepPublicKeys(maxConnections);
     let opened: OpenedStore;
     try {
       opened = await openStore(options, limits, rosterLimits, (seconds) => metrics.committed(seconds));

@@ -9,6 +9,7 @@
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { parseOptions, UsageError } from '../../scripts/capacity/options.js';
 import { chosen, pairOf, relayOf, splitSessions } from '../../scripts/capacity/plan.js';
 import { reapChildren, startChild } from '../helpers/children.js';
 
@@ -58,6 +59,17 @@ describe('npm run capacity', () => {
     const { code, stderr } = await startChild(RUN, ['--sessions', '3']).done;
     expect(code).toBe(64);
     expect(stderr).toContain('--sessions "3": an even whole number');
+  });
+});
+
+describe('the capacity options', () => {
+  it('starts two or more relays on a PostgreSQL cluster, and nothing else with them', () => {
+    expect(parseOptions(['--sessions', '200'])).toMatchObject({ postgresCluster: 0 });
+    expect(parseOptions(['--sessions', '200', '--postgres-cluster', '2'])).toMatchObject({ postgresCluster: 2, relays: [], store: undefined });
+    expect(() => parseOptions(['--postgres-cluster', '1'])).toThrow(UsageError);
+    for (const other of [['--store', 'postgres://x@127.0.0.1/db'], ['--db', '/tmp/x'], ['--relays', 'ws://127.0.0.1:1']]) {
+      expect(() => parseOptions(['--postgres-cluster', '2', ...other])).toThrow('--postgres-cluster starts its own relays and store');
+    }
   });
 });
 
