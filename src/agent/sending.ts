@@ -389,9 +389,7 @@ export class Sender {
       }),
       ...group.unrouted.map((u) => ({ to: name(u.to), state: 'not_sent' as const, error: { code: u.code, message: u.reason } })),
     ];
-    const anyPending = recipients.some((r) => r.state === 'pending');
-    const relays = this.withRelays({ msg_id: '', to: '', session: '', state: anyPending ? 'pending' : 'bus_accepted', duplicate });
-    return { group_id: group.id, to: label, recipients, duplicate, relays: relays.relays, ...(relays.note !== undefined && { note: relays.note }) };
+    return { group_id: group.id, to: label, recipients, duplicate, ...this.relaysNow(recipients.some((r) => r.state === 'pending')) };
   }
 
   private replay(record: OutboxRecord, intent: string | undefined, to: string): SendReceipt {
@@ -401,10 +399,15 @@ export class Sender {
 
   /** A receipt says whether anything can carry the message now, so `pending` is not a mystery. */
   private withRelays(receipt: Omit<SendReceipt, 'relays' | 'note'>, routeNote?: string): SendReceipt {
+    return { ...receipt, ...this.relaysNow(receipt.state === 'pending', routeNote) };
+  }
+
+  /** How many relays are connected now, and the note that says where a pending message waits when none is. */
+  private relaysNow(pending: boolean, routeNote?: string): { relays: SendReceipt['relays']; note?: string } {
     const connected = this.parts.relays.filter((r) => r.connected).length;
     const relays = { connected, configured: this.parts.relays.length };
-    const notes = [routeNote, connected === 0 && receipt.state === 'pending' ? (untrustedNote(this.parts.relays) ?? NO_RELAY_NOTE) : undefined].filter((n) => n !== undefined);
-    return notes.length > 0 ? { ...receipt, relays, note: notes.join('; ') } : { ...receipt, relays };
+    const notes = [routeNote, connected === 0 && pending ? (untrustedNote(this.parts.relays) ?? NO_RELAY_NOTE) : undefined].filter((n) => n !== undefined);
+    return notes.length > 0 ? { relays, note: notes.join('; ') } : { relays };
   }
 
   /** The target session, after waiting (in the first seconds only) for the rosters to say where the peer is. */

@@ -41,24 +41,34 @@ function oneSighting(ctx: ConsoleContext): () => Promise<RosterSighting> {
   return () => (seen ??= sighting(ctx));
 }
 
+/** The group ids a session's outbox holds, each with the text of its first copy. */
+async function groupsIn(outbox: Outbox): Promise<Map<string, string>> {
+  const ids = new Map<string, string>();
+  for (const record of await outbox.all()) {
+    if (record.group !== undefined && record.group.follow_up !== true && !ids.has(record.group.id)) ids.set(record.group.id, record.envelope.text);
+  }
+  return ids;
+}
+
+function row(panel: GroupPanel, session: string, text: string): GroupRow {
+  return { panel, session, text: text.split('\n', 1)[0] ?? '' };
+}
+
 /** Every group this identity's sessions sent, newest first. */
 export async function readGroups(ctx: ConsoleContext, table: PeerTable): Promise<GroupRow[]> {
   const seen = oneSighting(ctx);
   const rows: GroupRow[] = [];
   for (const stores of await sessionStores(ctx)) {
-    const ids = new Map<string, string>();
-    for (const record of await stores.outbox.all()) {
-      if (record.group !== undefined && record.group.follow_up !== true && !ids.has(record.group.id)) ids.set(record.group.id, record.envelope.text);
-    }
-    for (const [id, text] of ids) {
-      const panel = await groupPanel([{ outbox: stores.outbox, mailbox: stores.mailbox }], id, table, seen);
-      rows.push({ panel, session: stores.session, text: text.split('\n', 1)[0] ?? '' });
-    }
+    for (const [id, text] of await groupsIn(stores.outbox)) rows.push(row(await groupPanel([{ outbox: stores.outbox, mailbox: stores.mailbox }], id, table, seen), stores.session, text));
   }
   return rows.sort((a, b) => b.panel.sent_at - a.panel.sent_at);
 }
 
-/** One group's panel, or undefined when no session of this identity holds it. */
+/** One group's panel (only that one is derived), or undefined when no session of this identity holds it. */
 export async function readGroup(ctx: ConsoleContext, table: PeerTable, id: string): Promise<GroupRow | undefined> {
-  return (await readGroups(ctx, table)).find((g) => g.panel.group_id === id);
+  for (const stores of await sessionStores(ctx)) {
+    const text = (await groupsIn(stores.outbox)).get(id);
+    if (text !== undefined) return row(await groupPanel([{ outbox: stores.outbox, mailbox: stores.mailbox }], id, table, oneSighting(ctx)), stores.session, text);
+  }
+  return undefined;
 }
