@@ -6,6 +6,7 @@
 import type { Envelope } from '../envelope/envelope.js';
 import { parseRoute } from '../envelope/route.js';
 import { InterlinkError } from '../errors.js';
+import type { StoredRecord } from '../mailbox/format.js';
 import type { Mailbox } from '../mailbox/mailbox.js';
 import { currentState } from '../mailbox/record-state.js';
 import { shownState, type Outbox, type OutboxGroup, type OutboxRecord } from '../outbox/outbox.js';
@@ -76,17 +77,18 @@ const copiesOf = (group: OutboxGroup) => group.records.filter((r) => r.group?.fo
 
 function panelCopy(record: OutboxRecord): PanelCopy {
   const e = record.envelope;
-  return { key: e.to, msg_id: e.msg_id, ts: e.ts, ...(e.task_id !== undefined && { task_id: e.task_id }) };
+  return { key: e.to, msg_id: e.msg_id, sent_at: record.created_at, ...(e.task_id !== undefined && { task_id: e.task_id }) };
 }
 
-function panelReply(envelope: Envelope): PanelReply {
-  return { from: envelope.from, msg_id: envelope.msg_id, ts: envelope.ts, ...taskFields(envelope) };
+function panelReply(record: StoredRecord): PanelReply {
+  const e = record.envelope;
+  return { from: e.from, msg_id: e.msg_id, ts: e.ts, received_at: record.received_at, ...taskFields(e) };
 }
 
 /** What the recipients sent this session: the replies the panel links to copies. */
-async function repliesFrom(mailbox: Mailbox, keys: Iterable<string>): Promise<Map<string, Envelope>> {
-  const byId = new Map<string, Envelope>();
-  for (const key of new Set(keys)) for (const record of await mailbox.history(key, { limit: Number.MAX_SAFE_INTEGER })) byId.set(record.envelope.msg_id, record.envelope);
+async function repliesFrom(mailbox: Mailbox, keys: Iterable<string>): Promise<Map<string, StoredRecord>> {
+  const byId = new Map<string, StoredRecord>();
+  for (const key of new Set(keys)) for (const record of await mailbox.history(key, { limit: Number.MAX_SAFE_INTEGER })) byId.set(record.envelope.msg_id, record);
   return byId;
 }
 
@@ -113,7 +115,7 @@ export async function groupPanel(stores: readonly GroupStores[], id: string, tab
     const status = await messageStatus(where.outbox, where.mailbox, copy.envelope.msg_id, sighting);
     const answers = found.get(copy.envelope.msg_id);
     const message = (reply: PanelReply | undefined, withText: boolean) => {
-      const envelope = reply === undefined ? undefined : replies.get(reply.msg_id);
+      const envelope = reply === undefined ? undefined : replies.get(reply.msg_id)?.envelope;
       return envelope === undefined ? undefined : shown(envelope, withText);
     };
     const answer = message(answers?.answer, true);
@@ -156,10 +158,10 @@ export async function groupThread(stores: readonly GroupStores[], id: string, ta
   const replies = await repliesFrom(where.mailbox, copies.map((r) => r.envelope.to));
   const found = answersOf(copies.map(panelCopy), [...replies.values()].map(panelReply));
   const linked = new Set([...found.values()].flatMap((a) => a.replies.map((r) => r.msg_id)));
-  const inbound = await Promise.all([...linked].map(async (msgId) => where.mailbox.get(replies.get(msgId)!.from, msgId)));
+  const inbound = [...linked].map((msgId) => replies.get(msgId)!);
   const merged: ThreadEntry[] = [
     ...group.records.map((r) => ({ direction: 'outbound' as const, envelope: r.envelope, state: shownState(r) as string })),
-    ...inbound.filter((r) => r !== undefined).map((r) => ({ direction: 'inbound' as const, envelope: r.envelope, state: currentState(r) })),
+    ...inbound.map((r) => ({ direction: 'inbound' as const, envelope: r.envelope, state: currentState(r) })),
   ]
     .sort((a, b) => a.envelope.ts - b.envelope.ts)
     .slice(-limit);

@@ -7,8 +7,9 @@
  *
  * An answer belongs to a copy when it comes from that copy's recipient and names the
  * copy's msg_id in `in_reply_to`; a reply without `in_reply_to` that carries the copy's
- * task id, signed at or after the copy, counts too (agents often answer a task by its id
- * alone). The first terminal answer (result, failed, canceled) in the recipient's signed
+ * task id, stored here at or after the copy was sent, counts too (agents often answer a
+ * task by its id alone). Both times are this machine's clock, so a recipient whose clock
+ * disagrees is linked all the same. The first terminal answer (result, failed, canceled) in the recipient's signed
  * order is the answer; later terminal ones stay visible as duplicates; the newest
  * non-terminal reply says whether the recipient is asking something (`needs_input`).
  */
@@ -25,7 +26,8 @@ export interface PanelCopy {
   /** The recipient's key. */
   key: string;
   msg_id: string;
-  ts: number;
+  /** When it was committed to the outbox, at this machine's clock. */
+  sent_at: number;
   task_id?: string;
 }
 
@@ -33,7 +35,10 @@ export interface PanelCopy {
 export interface PanelReply {
   from: string;
   msg_id: string;
+  /** Signed, at the sender's clock: orders one sender's replies. */
   ts: number;
+  /** When this session stored it, at this machine's clock: compared with a copy's `sent_at`. */
+  received_at: number;
   status?: Status;
   task_id?: string;
   in_reply_to?: string;
@@ -54,7 +59,7 @@ export interface CopyAnswers {
 export function answers(copy: PanelCopy, reply: PanelReply): boolean {
   if (reply.from !== copy.key) return false;
   if (reply.in_reply_to !== undefined) return reply.in_reply_to === copy.msg_id;
-  return copy.task_id !== undefined && reply.task_id === copy.task_id && reply.ts >= copy.ts;
+  return copy.task_id !== undefined && reply.task_id === copy.task_id && reply.received_at >= copy.sent_at;
 }
 
 /** What each copy's recipient answered, by msg_id of the copy. */

@@ -25,14 +25,15 @@ const TERMINAL = new Set(['result', 'failed', 'canceled']);
 
 describe('the panel rules', () => {
   const copies: PanelCopy[] = [
-    { key: bob.key, msg_id: 'a'.repeat(32), ts: 100, task_id: 't' },
-    { key: carol.key, msg_id: 'b'.repeat(32), ts: 101, task_id: 't' },
-    { key: bob.key, msg_id: 'c'.repeat(32), ts: 102 },
+    { key: bob.key, msg_id: 'a'.repeat(32), sent_at: 100, task_id: 't' },
+    { key: carol.key, msg_id: 'b'.repeat(32), sent_at: 101, task_id: 't' },
+    { key: bob.key, msg_id: 'c'.repeat(32), sent_at: 102 },
   ];
   const reply: fc.Arbitrary<PanelReply> = fc
     .record({
       from: fc.constantFrom(...KEYS),
       ts: fc.integer({ min: 90, max: 130 }),
+      received_at: fc.integer({ min: 90, max: 130 }),
       status: fc.constantFrom(...STATUS_CHOICES),
       task_id: fc.constantFrom(undefined, 't', 'u'),
       in_reply_to: fc.constantFrom(undefined, ...copies.map((c) => c.msg_id), 'd'.repeat(32)),
@@ -42,22 +43,29 @@ describe('the panel rules', () => {
       msg_id: n.toString(16).padStart(32, '0'),
       from: r.from,
       ts: r.ts,
+      received_at: r.received_at,
       ...(r.status !== undefined && { status: r.status }),
       ...(r.task_id !== undefined && { task_id: r.task_id }),
       ...(r.in_reply_to !== undefined && { in_reply_to: r.in_reply_to }),
     }));
 
-  it('links a reply to a copy only from its recipient, by in_reply_to, else by task id at or after the copy', () => {
+  it('links a reply to a copy only from its recipient, by in_reply_to, else by task id when stored at or after the copy was sent', () => {
     fc.assert(
       fc.property(reply, (r) => {
         for (const c of copies) {
           const byReply = r.in_reply_to === c.msg_id;
-          const byTask = r.in_reply_to === undefined && c.task_id !== undefined && r.task_id === c.task_id && r.ts >= c.ts;
+          const byTask = r.in_reply_to === undefined && c.task_id !== undefined && r.task_id === c.task_id && r.received_at >= c.sent_at;
           expect(answers(c, r)).toBe(r.from === c.key && (byReply || byTask));
         }
       }),
       { numRuns: 500 },
     );
+  });
+
+  it('links an answer by task id from a recipient whose clock is a minute behind this one', () => {
+    const slow = { from: bob.key, msg_id: 'e'.repeat(32), ts: 100 - 60_000, received_at: 150, status: 'result' as const, task_id: 't' };
+    expect(answers(copies[0]!, slow)).toBe(true);
+    expect(answersOf(copies, [slow]).get(copies[0]!.msg_id)?.answer).toEqual(slow);
   });
 
   it('takes the first terminal reply in signed order as the answer, the later ones as duplicates, and a newer question as the latest', () => {
@@ -87,8 +95,8 @@ describe('the panel rules', () => {
           const found = {
             duplicates: [],
             replies: [],
-            ...(answer !== undefined && { answer: { from: bob.key, msg_id: 'e'.repeat(32), ts: 1, status: answer } }),
-            ...(latest !== undefined && { latest: { from: bob.key, msg_id: 'f'.repeat(32), ts: 2, status: latest } }),
+            ...(answer !== undefined && { answer: { from: bob.key, msg_id: 'e'.repeat(32), ts: 1, received_at: 1, status: answer } }),
+            ...(latest !== undefined && { latest: { from: bob.key, msg_id: 'f'.repeat(32), ts: 2, received_at: 2, status: latest } }),
           };
           const expected = answer !== undefined && TERMINAL.has(answer) ? answer : ['receiver_refused', 'delivery_failed', 'canceled'].includes(delivery) ? 'refused' : latest === 'needs_input' ? 'needs_input' : 'waiting';
           expect(outcomeOf(delivery, found), `${delivery} ${answer} ${latest}`).toBe(expected);
